@@ -1,0 +1,189 @@
+"""Run a circuit and keep what the analyses need, decoded layer by layer.
+
+Residual streams come from ``run_with_cache`` with a ``names_filter`` that keeps only ``resid_pre`` and
+``resid_post`` of every block. Attention is summarised inside forward hooks instead of being cached whole: a
+full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the algorithm.
+
+* Assign layers keep, for every point query, its point x centroid scores and pattern (``n x k``) and a
+  certificate: the chosen key, the margin (score of the chosen key minus the best other key, i.e. ``beta * gap``
+  plus the tie-break) and ``leak_bound = sum_{other keys} exp(s - s_top)``, which bounds the attention mass off
+  the chosen key (and is exactly 0 once every margin exceeds ~745 in float64).
+* Update layers keep the centroid query rows (``k x (n + k + 1)``) of scores and pattern. Their certificate is
+  computed against the *intended* support read from ``Y`` of the block's input: the members of each centroid,
+  or the centroid itself when it has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from circuits import hook_names
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.build import KMeansCircuit
+from circuits.encoding import DecodedState, EncodedBatch, decode
+
+
+@dataclass
+class AssignAttention:
+    """Point queries of an assign head (batch-first numpy)."""
+
+    scores: Float[np.ndarray, "batch n k"]
+    pattern: Float[np.ndarray, "batch n k"]
+    chosen: Int[np.ndarray, "batch n"]
+    margin: Float[np.ndarray, "batch n"]
+    leak_bound: Float[np.ndarray, "batch n"]
+    leak_observed: Float[np.ndarray, "batch n"]
+
+
+@dataclass
+class UpdateAttention:
+    """Centroid queries of an update head over all keys, with the certificate against the intended support."""
+
+    scores: Float[np.ndarray, "batch k pos"]
+    pattern: Float[np.ndarray, "batch k pos"]
+    margin: Float[np.ndarray, "batch k"] = field(default=None)
+    leak_bound: Float[np.ndarray, "batch k"] = field(default=None)
+    leak_observed: Float[np.ndarray, "batch k"] = field(default=None)
+    member_spread: Float[np.ndarray, "batch k"] = field(default=None)
+
+
+@dataclass
+class LayerCapture:
+    layer: int
+    kind: str
+    pre: DecodedState
+    post: DecodedState
+    attention: AssignAttention | UpdateAttention | None
+
+
+@dataclass
+class Capture:
+    """Decoded states and attention summaries of one run of a circuit on a batch of problems."""
+
+    circuit: KMeansCircuit
+    encoded: EncodedBatch
+    layers: list[LayerCapture]
+    logits: Float[np.ndarray, "batch n k"]
+    cache: object = field(default=None, repr=False)
+
+    def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
+        """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""
+        return self.layers[self.circuit.centroid_layers[t]].post.centroids
+
+    def assignments(self, t: int) -> Int[np.ndarray, "batch n"]:
+        """Labels with respect to the centroids of iteration ``t``, read from ``Y`` after the assign layer."""
+        return self.layers[self.circuit.assignment_layers[t]].post.labels
+
+    def assign_attention(self, t: int) -> AssignAttention:
+        return self.layers[self.circuit.assignment_layers[t]].attention
+
+    @property
+    def final(self) -> DecodedState:
+        return self.layers[-1].post
+
+
+def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: EncodedBatch) -> AssignAttention:
+    seq = encoded.sequence
+    s = scores[:, 0, seq.points, :]  # [batch, n, pos]
+    p = pattern[:, 0, seq.points, :]
+    top_score, top = s.max(dim=-1)
+    others = s.scatter(-1, top[..., None], -torch.inf)
+    runner_up = others.max(dim=-1).values
+    leak_bound = torch.exp(torch.logsumexp(others - top_score[..., None], dim=-1))
+    p_top = p.gather(-1, top[..., None])[..., 0]
+    first_centroid = seq.centroids.start
+    chosen = torch.where((top >= first_centroid) & (top < seq.centroids.stop), top - first_centroid, -1)
+    np_ = lambda t: t.detach().cpu().to(torch.float64).numpy()  # noqa: E731
+    return AssignAttention(
+        scores=np_(s[..., seq.centroids]),
+        pattern=np_(p[..., seq.centroids]),
+        chosen=chosen.cpu().numpy(),
+        margin=np_(top_score - runner_up),
+        leak_bound=np_(leak_bound),
+        leak_observed=np_(1 - p_top),
+    )
+
+
+def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
+    """Fill the certificate of an update head against its intended support (members, or itself if none)."""
+    seq = encoded.sequence
+    batch, k, _ = att.scores.shape
+    intended = np.zeros(att.scores.shape, dtype=bool)
+    for j in range(k):
+        intended[:, j, seq.points] = labels_pre == j
+        empty = ~intended[:, j].any(axis=-1)
+        intended[empty, j, seq.centroid(j)] = True
+    s = att.scores
+    inside_min = np.where(intended, s, np.inf).min(axis=-1)
+    inside_max = np.where(intended, s, -np.inf).max(axis=-1)
+    outside_max = np.where(intended, -np.inf, s).max(axis=-1)
+    size = intended.sum(axis=-1)
+    with np.errstate(under="ignore"):
+        outside = np.where(intended, 0.0, np.exp(np.where(intended, -np.inf, s) - inside_min[..., None]))
+    att.margin = inside_min - outside_max
+    att.leak_bound = outside.sum(axis=-1) / size
+    att.leak_observed = np.where(intended, 0.0, att.pattern).sum(axis=-1)
+    att.member_spread = inside_max - inside_min
+
+
+def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
+            on_layer: Callable[[int], None] | None = None) -> Capture:
+    """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
+
+    ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps the
+    TransformerLens ``ActivationCache`` of the residual streams on the result.
+    """
+    model = circuit.model
+    wanted = {hook_names.resid_pre(layer) for layer in range(circuit.n_layers)}
+    wanted |= {hook_names.resid_post(layer) for layer in range(circuit.n_layers)}
+    summaries: dict[int, AssignAttention | UpdateAttention] = {}
+    scores_seen: dict[int, torch.Tensor] = {}
+
+    def keep_scores(layer: int):
+        def hook(scores, hook):
+            scores_seen[layer] = scores
+        return hook
+
+    def summarise(layer: int, kind: str):
+        def hook(pattern, hook):
+            scores = scores_seen.pop(layer)
+            if kind == ASSIGN:
+                summaries[layer] = _summarise_assign(scores, pattern, encoded)
+            elif kind == UPDATE:
+                rows = encoded.sequence.centroids
+                summaries[layer] = UpdateAttention(
+                    scores=scores[:, 0, rows, :].detach().cpu().to(torch.float64).numpy(),
+                    pattern=pattern[:, 0, rows, :].detach().cpu().to(torch.float64).numpy(),
+                )
+        return hook
+
+    def report_done(layer: int):
+        def hook(resid, hook):
+            on_layer(layer)
+        return hook
+
+    fwd_hooks = []
+    for layer, kind in enumerate(circuit.schedule):
+        fwd_hooks.append((hook_names.attn_scores(layer), keep_scores(layer)))
+        fwd_hooks.append((hook_names.pattern(layer), summarise(layer, kind)))
+        if on_layer is not None:
+            fwd_hooks.append((hook_names.resid_post(layer), report_done(layer)))
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
+        logits, cache = model.run_with_cache(
+            encoded.resid, start_at_layer=0, names_filter=hook_names.names_filter(wanted)
+        )
+    layers = []
+    for layer, kind in enumerate(circuit.schedule):
+        pre = decode(circuit.layout, cache[hook_names.resid_pre(layer)], encoded.sequence, encoded.scaling)
+        post = decode(circuit.layout, cache[hook_names.resid_post(layer)], encoded.sequence, encoded.scaling)
+        att = summaries.get(layer)
+        if isinstance(att, UpdateAttention):
+            update_certificate(att, pre.labels, encoded)
+        layers.append(LayerCapture(layer, kind, pre, post, att))
+    point_logits = logits[:, encoded.sequence.points].detach().cpu().to(torch.float64).numpy()
+    return Capture(circuit, encoded, layers, point_logits, cache if keep_cache else None)

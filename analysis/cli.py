@@ -1,0 +1,64 @@
+"""The ``kmeans-circuits`` command line.
+
+Each subcommand is a module of :mod:`analysis.commands` with ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``; they are discovered, so adding a command touches no other file. Exit codes: 0 done (and
+verified), 1 ran but the circuit disagrees with its reference, 2 bad input or usage — with a one-line message on
+stderr and no traceback. Heavy modules (torch, TransformerLens) are imported only inside ``run``, so ``--help`` and
+input validation stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import warnings
+
+from analysis.data import InputError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit code 2 (argparse would print the usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def command_modules():
+    from analysis import commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            yield importlib.import_module(f"{commands.__name__}.{info.name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="kmeans-circuits",
+        description="A transformer with hand-written weights that runs Lloyd's k-means exactly, and tools to look inside it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+    for module in command_modules():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # TransformerLens 3.x warns at every HookedTransformer build; our models are built on purpose.
+    warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+    try:
+        return int(args.run(args))
+    except InputError as exc:
+        print(f"kmeans-circuits {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of ``kmeans-circuits``, one module each (modules starting with ``_`` are shared helpers)."""

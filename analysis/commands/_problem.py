@@ -1,0 +1,76 @@
+"""Options shared by every command that poses a clustering problem, and their validation.
+
+``add_problem_arguments`` adds ``--dataset/--data``, ``--k``, ``--iterations``, ``--init``, ``--seed``,
+``--variant``, the blobs options and the exactness knobs; ``load_problem`` turns them into validated arrays or
+raises :class:`~analysis.data.InputError`. Neither imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.data import DATASETS, InputError, load_dataset, load_points, resolve_init, validate_problem
+
+
+@dataclass
+class Problem:
+    source: str
+    X: np.ndarray
+    C0: np.ndarray
+    k: int
+    iterations: int
+    init: str
+    variant: str
+    y: np.ndarray | None = None
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dataset", metavar="NAME", help=f"bundled dataset: {', '.join(DATASETS)}")
+    src.add_argument("--data", metavar="FILE", help=".csv (numeric, header optional) or .npy, one row per point")
+    parser.add_argument("--k", type=int, required=True, help="number of clusters")
+    parser.add_argument("--iterations", type=int, default=10, metavar="T", help="Lloyd iterations (default 10)")
+    parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
+                        help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation and blobs (default 0)")
+    parser.add_argument("--variant", default="lloyd", metavar="NAME", help="circuit variant (default lloyd)")
+    blobs = parser.add_argument_group("blobs", "options of --dataset blobs")
+    blobs.add_argument("--n", type=int, default=500, help="number of points (default 500)")
+    blobs.add_argument("--d", type=int, default=2, help="dimension (default 2)")
+    blobs.add_argument("--centers", type=int, default=3, help="number of blobs (default 3)")
+    knobs = parser.add_argument_group("exactness knobs", "see circuits/sharpness.py for the safe ranges")
+    knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default 1e14)")
+    knobs.add_argument("--beta-update", type=float, default=None, help="update sharpness (default 4000)")
+    knobs.add_argument("--tie-break", type=float, default=None, help="tie-break in unit-scaled squared distance (default 1e-11)")
+    knobs.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                       help="float64 (exact) or float32 (an approximation, reported as such)")
+
+
+def sharpness_from(args: argparse.Namespace):
+    from circuits.sharpness import Sharpness
+
+    given = {name: getattr(args, name) for name in ("beta", "beta_update", "tie_break") if getattr(args, name) is not None}
+    try:
+        return Sharpness(**given)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def load_problem(args: argparse.Namespace) -> Problem:
+    from circuits.variants import VARIANTS
+
+    if args.variant not in VARIANTS:
+        raise InputError(f"unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)}")
+    if args.iterations < 0:
+        raise InputError(f"--iterations must be >= 0, got {args.iterations}")
+    if args.dataset is not None:
+        ds = load_dataset(args.dataset, n=args.n, d=args.d, centers=args.centers, seed=args.seed)
+        X, y, source = ds.X, ds.y, args.dataset
+    else:
+        X, y, source = load_points(args.data), None, args.data
+    validate_problem(X, args.k)
+    C0, init = resolve_init(args.init, X, args.k, args.seed)
+    return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)

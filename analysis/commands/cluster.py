@@ -1,0 +1,71 @@
+"""``kmeans-circuits cluster``: build the circuit, run it, verify it layer by layer, write the results."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+
+from analysis.commands._output import check_out_dir, write_output_dir
+from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+
+NAME = "cluster"
+HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser)
+    parser.add_argument("--out", metavar="DIR", help="write labels.csv, centroids.csv and verification.json here")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
+
+
+def progress_bar(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    # disable=None: draw only when stderr is a terminal, so logs and pipes stay clean.
+    return tqdm(total=total, desc=desc, unit="layer", file=sys.stderr, disable=None, leave=False)
+
+
+def csv_text(rows, header: list[str]) -> str:
+    buf = io.StringIO()
+    buf.write(",".join(header) + "\n")
+    for row in rows:
+        buf.write(",".join(repr(float(v)) if not isinstance(v, int) else str(v) for v in row) + "\n")
+    return buf.getvalue()
+
+
+def output_files(result, problem) -> dict[str, str]:
+    d = result.encoded.d
+    verification = {"problem": {"source": problem.source, "init": problem.init, "n": result.encoded.n, "d": d,
+                                "k": problem.k, "iterations": problem.iterations},
+                    **result.report.to_dict()}
+    return {
+        "labels.csv": csv_text(([int(v)] for v in result.labels), ["label"]),
+        "centroids.csv": csv_text(result.centroids.tolist(), [f"x{m}" for m in range(d)]),
+        "verification.json": json.dumps(verification, indent=1) + "\n",
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = load_problem(args)
+    out = check_out_dir(args.out)
+    sharpness = sharpness_from(args)
+
+    from analysis.pipeline import DTYPES, run_problem
+
+    n_layers = 2 * problem.iterations + 2
+    with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
+        result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
+                             sharpness, on_layer=lambda layer: bar.update())
+    if out is not None:
+        write_output_dir(out, output_files(result, problem))
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        rep = result.report
+        print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
+              f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g}")
+        print(rep.summary())
+        print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
+    return 0 if result.report.verified else 1

@@ -1,0 +1,146 @@
+"""Input for the command line: bundled datasets, user files, initial centroids — validated before any work.
+
+Every problem with the input raises :class:`InputError` with a one-line message; the command line turns it into
+exit code 2. Nothing here imports torch or TransformerLens, so bad input is rejected in well under a second.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATASETS = ("iris", "wine", "breast_cancer", "digits", "blobs")
+
+
+class InputError(ValueError):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+@dataclass
+class Dataset:
+    name: str
+    X: np.ndarray
+    y: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[1]
+
+
+def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: int = 0) -> Dataset:
+    """A dataset bundled with scikit-learn (no download), or synthetic blobs of ``n`` points in ``d`` dimensions."""
+    if name not in DATASETS:
+        raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    from sklearn import datasets
+
+    if name == "blobs":
+        if n < 1 or d < 1 or centers < 1:
+            raise InputError(f"blobs needs --n, --d and --centers >= 1, got n={n}, d={d}, centers={centers}")
+        X, y = datasets.make_blobs(n_samples=n, n_features=d, centers=centers, random_state=seed)
+        return Dataset("blobs", np.asarray(X, dtype=np.float64), y)
+    bunch = getattr(datasets, f"load_{name}")()
+    return Dataset(name, np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target))
+
+
+def _parse_float(cell: str) -> float:
+    return float(cell.strip())
+
+
+def load_points(path: str | Path, what: str = "data") -> np.ndarray:
+    """A numeric 2-D array from ``.csv`` (header optional) or ``.npy``; one row per point."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} file {str(path)!r} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"{what} file {path.name}: not a plain numeric .npy array ({exc})") from None
+        except Exception as exc:  # corrupt header, truncated file, ...
+            raise InputError(f"{what} file {path.name}: cannot be read as .npy ({type(exc).__name__})") from None
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{what} file {path.name}: array of dtype {arr.dtype} is not numeric")
+        arr = np.asarray(arr, dtype=np.float64)
+        if arr.ndim == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2:
+            raise InputError(f"{what} file {path.name}: expected a 2-D array (one row per point), got shape {arr.shape}")
+    elif suffix == ".csv":
+        arr = _load_csv(path, what)
+    else:
+        raise InputError(f"{what} file {path.name}: unsupported type {suffix or '(none)'}; use .csv or .npy")
+    return _check_finite_nonempty(arr, f"{what} file {path.name}")
+
+
+def _load_csv(path: Path, what: str) -> np.ndarray:
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError(f"{what} file {path.name}: not a text file") from None
+    rows = [row for row in csv.reader(text.splitlines()) if any(cell.strip() for cell in row)]
+    if not rows:
+        raise InputError(f"{what} file {path.name}: no rows")
+    parsed: list[list[float]] = []
+    for line, row in enumerate(rows, start=1):
+        try:
+            parsed.append([_parse_float(cell) for cell in row])
+        except ValueError:
+            if line == 1 and not parsed:
+                continue  # a header row
+            bad = next(cell for cell in row if not _is_number(cell))
+            raise InputError(f"{what} file {path.name}: non-numeric value {bad.strip()!r} in row {line}") from None
+    if not parsed:
+        raise InputError(f"{what} file {path.name}: no numeric rows")
+    width = len(parsed[0])
+    for i, row in enumerate(parsed):
+        if len(row) != width:
+            raise InputError(f"{what} file {path.name}: ragged rows ({len(row)} values in a data row, {width} in the first)")
+    return np.asarray(parsed, dtype=np.float64)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        _parse_float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def _check_finite_nonempty(arr: np.ndarray, where: str) -> np.ndarray:
+    if arr.size == 0 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InputError(f"{where}: empty data")
+    if not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise InputError(f"{where}: NaN or inf at row {bad[0] + 1}, column {bad[1] + 1}")
+    return arr
+
+
+def validate_problem(X: np.ndarray, k: int) -> None:
+    """Reject problems the circuit cannot pose: empty data, k < 1, k above the number of distinct points."""
+    _check_finite_nonempty(X, "data")
+    if k < 1:
+        raise InputError(f"--k must be at least 1, got {k}")
+    distinct = len(np.unique(X, axis=0))
+    if k > distinct:
+        raise InputError(f"--k {k} exceeds the number of distinct points ({distinct})")
+
+
+def resolve_init(init: str, X: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, str]:
+    """Initial centroids for ``--init`` (``random``, ``k-means++`` or a file of k rows) and a description."""
+    from circuits.initialisation import INIT_METHODS, initial_centroids
+
+    if init in INIT_METHODS:
+        return initial_centroids(X, k, init, seed), f"{init} (seed {seed})"
+    C0 = load_points(init, what="init")
+    if C0.shape != (k, X.shape[1]):
+        raise InputError(f"init file {Path(init).name}: expected {k} rows of {X.shape[1]} values, got shape {C0.shape}")
+    return C0, f"file {Path(init).name}"
+

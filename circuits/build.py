@@ -1,0 +1,184 @@
+"""Turn weight blocks into a real TransformerLens ``HookedTransformer``.
+
+Stages: layout -> per-block :class:`~circuits.weights.BlockWeights` (numpy, see :mod:`circuits.blocks`) ->
+state dict -> ``HookedTransformer``. The model is created with ``init_weights=False`` and every parameter is then
+loaded with ``load_state_dict(strict=True)`` (never ``load_and_process_state_dict``, which would fold and centre
+the weights); afterwards every parameter is compared with what we meant to write and checked finite, so no
+uninitialised memory can survive.
+
+Configuration: bidirectional attention, no normalisation, gated ReLU MLP, one head per block, no attention
+scale (the sharpness lives in ``W_Q``). Inputs enter as residual vectors with ``start_at_layer=0``; the token
+and positional embeddings are unused placeholders (zeros) and positions carry no information, so one model
+serves any number of points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from jaxtyping import Float
+
+from circuits import hook_names
+from circuits.blocks import ASSIGN, UPDATE, assign_block, lloyd_schedule, unembed_matrix, update_block
+from circuits.layout import ResidualLayout
+from circuits.sharpness import Sharpness
+from circuits.weights import BlockWeights
+
+
+def _transformer_lens():
+    # TransformerLens takes seconds to import; keep it out of module import so the CLI stays fast.
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    return HookedTransformer, HookedTransformerConfig
+
+
+def circuit_config(layout: ResidualLayout, n_layers: int, d_head: int, d_mlp: int, d_vocab_out: int,
+                   dtype: torch.dtype, device: str = "cpu", **overrides):
+    """The ``HookedTransformerConfig`` of a constructed circuit; ``overrides`` let variants change one lever."""
+    _, HookedTransformerConfig = _transformer_lens()
+    settings = dict(
+        n_layers=n_layers,
+        d_model=layout.d_model,
+        d_head=d_head,
+        n_heads=1,
+        d_mlp=d_mlp,
+        d_vocab=1,
+        d_vocab_out=d_vocab_out,
+        n_ctx=1,
+        act_fn="relu",
+        gated_mlp=True,
+        attention_dir="bidirectional",
+        normalization_type=None,
+        use_attn_scale=False,
+        positional_embedding_type="standard",
+        init_weights=False,
+        dtype=dtype,
+        device=device,
+        default_prepend_bos=False,
+    )
+    settings.update(overrides)
+    return HookedTransformerConfig(**settings)
+
+
+def state_dict_from_blocks(
+    blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], model, dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
+    """Every entry of ``model``'s state dict, from our blocks.
+
+    Buffers (the attention-mask placeholder, ``IGNORE``) are deterministic and copied from the model; the token
+    and positional embeddings are unused placeholders set to zero. Any other parameter we do not define is an
+    error, so a TransformerLens upgrade that adds one cannot slip through with uninitialised values.
+    """
+    d_head = max(b.head.d_head for b in blocks)
+    d_mlp = max(b.mlp.d_mlp for b in blocks)
+    d_model = W_U.shape[0]
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=dtype)  # noqa: E731
+    state: dict[str, torch.Tensor] = {}
+    for layer, block in enumerate(blocks):
+        head, mlp = block.head.padded(d_head), block.mlp.padded(d_mlp)
+        p = lambda comp, name: hook_names.param(layer, comp, name)  # noqa: E731
+        for name in ("W_Q", "W_K", "W_V", "W_O"):
+            state[p("attn", name)] = t(getattr(head, name)[None])
+        for bias in ("b_Q", "b_K", "b_V"):
+            state[p("attn", bias)] = torch.zeros(1, d_head, dtype=dtype)
+        state[p("attn", "b_O")] = torch.zeros(d_model, dtype=dtype)
+        for name in ("W_gate", "W_in", "W_out"):
+            state[p("mlp", name)] = t(getattr(mlp, name))
+        state[p("mlp", "b_in")] = torch.zeros(d_mlp, dtype=dtype)
+        state[p("mlp", "b_out")] = torch.zeros(d_model, dtype=dtype)
+    state[hook_names.UNEMBED_W] = t(W_U)
+    state[hook_names.UNEMBED_B] = torch.zeros(W_U.shape[1], dtype=dtype)
+    buffers = dict(model.named_buffers())
+    for key, value in model.state_dict().items():
+        if key in state:
+            continue
+        if key in buffers:
+            state[key] = value.clone()
+        elif key in (hook_names.EMBED_W, hook_names.POS_EMBED_W):
+            state[key] = torch.zeros_like(value)
+        else:
+            raise KeyError(f"the circuit does not define parameter {key!r}")
+    return state
+
+
+def build_model(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], layout: ResidualLayout,
+                dtype: torch.dtype = torch.float64, device: str = "cpu", **cfg_overrides):
+    """A ``HookedTransformer`` whose every weight is the one given (checked after loading)."""
+    HookedTransformer, _ = _transformer_lens()
+    if not blocks:
+        raise ValueError("a circuit needs at least one block")
+    cfg = circuit_config(
+        layout, n_layers=len(blocks), d_head=max(b.head.d_head for b in blocks), d_mlp=max(b.mlp.d_mlp for b in blocks),
+        d_vocab_out=W_U.shape[1], dtype=dtype, device=device, **cfg_overrides,
+    )
+    model = HookedTransformer(cfg)
+    state = state_dict_from_blocks(blocks, W_U, model, dtype)
+    model.load_state_dict(state, strict=True)
+    check_loaded(model, state)
+    model.eval()
+    return model
+
+
+def check_loaded(model, state: dict[str, torch.Tensor]) -> None:
+    """Every parameter is finite and equal to what we wrote: nothing of ``torch.empty`` survives."""
+    loaded = model.state_dict()
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise RuntimeError(f"parameter {name} holds non-finite values after loading")
+    for name, value in loaded.items():
+        if not torch.equal(value, state[name].to(value.device)):
+            raise RuntimeError(f"{name} differs from the constructed weight after loading")
+
+
+@dataclass
+class KMeansCircuit:
+    """A built circuit: the ``HookedTransformer`` plus what is needed to read it.
+
+    ``schedule[layer]`` is the block kind at each layer. For the Lloyd schedule, layer ``2t`` (an update) leaves
+    the centroids after ``t`` iterations in ``C`` and layer ``2t + 1`` (an assignment) leaves the points'
+    assignment to those centroids in ``Y``.
+    """
+
+    model: object
+    layout: ResidualLayout
+    schedule: list[str]
+    sharpness: Sharpness
+    iterations: int
+    variant: str = "lloyd"
+    blocks: list[BlockWeights] = field(default_factory=list, repr=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.cfg.dtype
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.schedule)
+
+    def layers_of(self, kind: str) -> list[int]:
+        return [layer for layer, k in enumerate(self.schedule) if k == kind]
+
+    @property
+    def centroid_layers(self) -> list[int]:
+        """``centroid_layers[t]``: the layer after which ``C`` holds the centroids of iteration ``t``."""
+        return self.layers_of(UPDATE)
+
+    @property
+    def assignment_layers(self) -> list[int]:
+        """``assignment_layers[t]``: the layer after which ``Y`` holds the assignment to centroids ``t``."""
+        return self.layers_of(ASSIGN)
+
+
+def build_lloyd_circuit(d: int, k: int, iterations: int = 10, sharpness: Sharpness | None = None,
+                        dtype: torch.dtype = torch.float64, device: str = "cpu") -> KMeansCircuit:
+    """The exact Lloyd circuit for ``d``-dimensional points, ``k`` centroids and ``iterations`` steps."""
+    sharp = sharpness if sharpness is not None else Sharpness()
+    layout = ResidualLayout(d, k)
+    schedule = lloyd_schedule(iterations)
+    # Weights are tied across layers: one A and one U block, repeated.
+    kinds = {ASSIGN: assign_block(layout, sharp), UPDATE: update_block(layout, sharp)}
+    blocks = [kinds[kind] for kind in schedule]
+    model = build_model(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device)
+    return KMeansCircuit(model, layout, schedule, sharp, iterations, "lloyd", blocks)

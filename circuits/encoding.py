@@ -1,0 +1,170 @@
+"""Problems in, residual streams in; residual streams out, answers out — always in the user's units.
+
+The encoder centres each problem on the mean of its points and divides by the largest distance of a point (or
+initial centroid) from that mean, so all tokens live in the unit ball whatever the user's units (offsets of 1e8,
+scales of 1e-8 included) and the sharpness knobs of :mod:`circuits.sharpness` mean the same thing for every
+problem. The decoder undoes this on the way out.
+
+Token order is given by :class:`~circuits.layout.SequenceLayout`: ``[BOS, points..., centroids...]``. Initial
+centroids are written into ``C_stage`` (``C`` starts empty), so the first block, an ordinary update block,
+commits them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from circuits.layout import ResidualLayout, SequenceLayout
+
+#: A point counts as assigned when its largest assignment bit exceeds this.
+ASSIGNED_THRESHOLD = 0.5
+
+
+def as_batch(a: np.ndarray, name: str) -> Float[np.ndarray, "batch m d"]:
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3:
+        raise ValueError(f"{name} must have shape (m, d) or (batch, m, d), got {a.shape}")
+    return a
+
+
+@dataclass(frozen=True)
+class UnitScaling:
+    """``unit = (user - offset) / scale`` per problem of a batch."""
+
+    offset: Float[np.ndarray, "batch d"]
+    scale: Float[np.ndarray, " batch"]
+
+    def to_unit(self, x: Float[np.ndarray, "batch m d"]) -> Float[np.ndarray, "batch m d"]:
+        return (as_batch(x, "x") - self.offset[:, None, :]) / self.scale[:, None, None]
+
+    def from_unit(self, u: Float[np.ndarray, "batch m d"]) -> Float[np.ndarray, "batch m d"]:
+        return as_batch(u, "u") * self.scale[:, None, None] + self.offset[:, None, :]
+
+    def sq_norm_from_unit(self, unit_sq_norm: Float[np.ndarray, "batch k"],
+                          unit_points: Float[np.ndarray, "batch k d"]) -> Float[np.ndarray, "batch k"]:
+        """|s u + mu|^2 from a stored |u|^2 (the ``N`` slot) and u itself."""
+        s, mu = self.scale[:, None], self.offset[:, None, :]
+        return s**2 * unit_sq_norm + 2 * s * np.einsum("bkd,bkd->bk", unit_points, np.broadcast_to(mu, unit_points.shape)) \
+            + np.sum(mu**2, axis=-1)
+
+    def to_dict(self) -> dict[str, list]:
+        return {"offset": self.offset.tolist(), "scale": self.scale.tolist()}
+
+
+def fit_unit_scaling(X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"] | None = None) -> UnitScaling:
+    """Centre on the mean of the points; scale so that every point and initial centroid is in the unit ball."""
+    X = as_batch(X, "X")
+    offset = X.mean(axis=1)
+    radius = np.linalg.norm(X - offset[:, None, :], axis=-1).max(axis=1)
+    if C0 is not None:
+        radius = np.maximum(radius, np.linalg.norm(as_batch(C0, "C0") - offset[:, None, :], axis=-1).max(axis=1))
+    # All points equal (then k must be 1): any positive scale works; keep the user's units.
+    scale = np.where(radius > 0, radius, 1.0)
+    return UnitScaling(offset, scale)
+
+
+@dataclass
+class EncodedBatch:
+    """A batch of equal-sized problems as residual-stream input, with what is needed to decode it."""
+
+    resid: Float[torch.Tensor, "batch pos d_model"]
+    layout: ResidualLayout
+    sequence: SequenceLayout
+    scaling: UnitScaling
+    X: Float[np.ndarray, "batch n d"]
+    C0: Float[np.ndarray, "batch k d"]
+
+    @property
+    def batch(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.sequence.n
+
+    @property
+    def k(self) -> int:
+        return self.sequence.k
+
+    @property
+    def d(self) -> int:
+        return self.layout.d
+
+
+def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype = torch.float64,
+           scaling: UnitScaling | None = None, device: str = "cpu") -> EncodedBatch:
+    """Residual input for points ``X`` (n, d) or (batch, n, d) and initial centroids ``C0`` (k, d) or (batch, k, d)."""
+    X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
+    if X.shape[0] != C0.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} problems but C0 has {C0.shape[0]}")
+    if X.shape[2] != layout.d or C0.shape[2] != layout.d:
+        raise ValueError(f"layout is for d={layout.d}, got points of d={X.shape[2]} and centroids of d={C0.shape[2]}")
+    if C0.shape[1] != layout.k:
+        raise ValueError(f"layout is for k={layout.k}, got {C0.shape[1]} initial centroids")
+    batch, n, _ = X.shape
+    seq = SequenceLayout(n, layout.k)
+    scaling = scaling if scaling is not None else fit_unit_scaling(X, C0)
+    resid = np.zeros((batch, seq.n_tokens, layout.d_model))
+    resid[:, :, layout["ONE"]] = 1.0
+    resid[:, seq.bos, layout["IS_BOS"]] = 1.0
+    resid[:, seq.points, layout["IS_POINT"]] = 1.0
+    resid[:, seq.points, layout["X"]] = scaling.to_unit(X)
+    resid[:, seq.centroids, layout["IS_CENTROID"]] = 1.0
+    resid[:, seq.centroids, layout["ID"]] = np.eye(layout.k)
+    resid[:, seq.centroids, layout["C_stage"]] = scaling.to_unit(C0)
+    return EncodedBatch(torch.as_tensor(resid, dtype=dtype, device=device), layout, seq, scaling, X, C0)
+
+
+@dataclass
+class DecodedState:
+    """What a residual stream says, per problem of the batch, in the user's units."""
+
+    labels: Int[np.ndarray, "batch n"]
+    assignments: Float[np.ndarray, "batch n k"]
+    staged_assignments: Float[np.ndarray, "batch n k"]
+    centroids: Float[np.ndarray, "batch k d"]
+    staged_centroids: Float[np.ndarray, "batch k d"]
+    centroid_sq_norms: Float[np.ndarray, "batch k"]
+    unit_centroids: Float[np.ndarray, "batch k d"]
+    unit_sq_norms: Float[np.ndarray, "batch k"]
+
+    def problem(self, b: int) -> "DecodedState":
+        """The state of problem ``b`` alone (batch axis kept, of size 1)."""
+        return DecodedState(**{name: value[b : b + 1] for name, value in self.__dict__.items()})
+
+
+def read(layout: ResidualLayout, resid: torch.Tensor | np.ndarray, name: str,
+         positions: slice | int | None = None) -> np.ndarray:
+    """Subspace ``name`` of a residual ``(batch, pos, d_model)`` at ``positions``, as float64 numpy."""
+    r = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
+    r = r if positions is None else r[:, positions]
+    return np.asarray(r[..., layout[name]], dtype=np.float64)
+
+
+def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model"], sequence: SequenceLayout,
+           scaling: UnitScaling) -> DecodedState:
+    """Assignments (hard and soft), centroids and |c|^2 held by a residual stream at any hook point.
+
+    ``labels`` is the argmax of ``Y``, or -1 where no bit exceeds 1/2 (before the first assignment).
+    ``staged_*`` read the staging slots, which hold a value only between a head and the MLP that commits it.
+    """
+    Y = read(layout, resid, "Y", sequence.points)
+    unit_c = read(layout, resid, "C", sequence.centroids)
+    unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]
+    labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+    return DecodedState(
+        labels=labels,
+        assignments=Y,
+        staged_assignments=read(layout, resid, "Y_stage", sequence.points),
+        centroids=scaling.from_unit(unit_c),
+        staged_centroids=scaling.from_unit(read(layout, resid, "C_stage", sequence.centroids)),
+        centroid_sq_norms=scaling.sq_norm_from_unit(unit_n, unit_c),
+        unit_centroids=unit_c,
+        unit_sq_norms=unit_n,
+    )

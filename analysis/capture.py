@@ -95,7 +95,8 @@ def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: Enco
     others = s.scatter(-1, top[..., None], -torch.inf)
     runner_up = others.max(dim=-1).values
     leak_bound = torch.exp(torch.logsumexp(others - top_score[..., None], dim=-1))
-    p_top = p.gather(-1, top[..., None])[..., 0]
+    # Summed directly rather than as 1 - p_top, which rounds to 0 or eps near a one-hot pattern.
+    leak_observed = p.scatter(-1, top[..., None], 0.0).sum(dim=-1)
     first_centroid = seq.centroids.start
     chosen = torch.where((top >= first_centroid) & (top < seq.centroids.stop), top - first_centroid, -1)
     np_ = lambda t: t.detach().cpu().to(torch.float64).numpy()  # noqa: E731
@@ -105,7 +106,7 @@ def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: Enco
         chosen=chosen.cpu().numpy(),
         margin=np_(top_score - runner_up),
         leak_bound=np_(leak_bound),
-        leak_observed=np_(1 - p_top),
+        leak_observed=np_(leak_observed),
     )
 
 

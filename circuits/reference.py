@@ -60,11 +60,13 @@ def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: 
 
 
 def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
-    """Mean of each cluster's points; an empty cluster keeps its centroid."""
+    """Mean of each cluster's points; an empty cluster keeps its centroid. Label -1 (unassigned) counts nowhere."""
     k = C.shape[0]
-    counts = np.bincount(labels, minlength=k)
+    labels = np.asarray(labels)
+    assigned = labels >= 0
+    counts = np.bincount(labels[assigned], minlength=k)
     sums = np.zeros_like(C, dtype=np.float64)
-    np.add.at(sums, labels, X)
+    np.add.at(sums, labels[assigned], np.asarray(X, dtype=np.float64)[assigned])
     new = C.astype(np.float64).copy()
     filled = counts > 0
     new[filled] = sums[filled] / counts[filled, None]

@@ -1,0 +1,103 @@
+"""A scikit-learn estimator backed by the k-means circuit: use it wherever you use ``sklearn.cluster.KMeans``.
+
+``fit`` builds the circuit, runs it and verifies it layer by layer; the fitted estimator exposes scikit-learn's
+attributes (``labels_``, ``cluster_centers_``, ``inertia_``, ``n_iter_``) next to the ``HookedTransformer``
+(``model_``), the built circuit (``circuit_``), the captured run (``capture_``) and the verification report
+(``report_``). ``predict`` runs a circuit too: one update block commits the fitted centroids, one assign block
+assigns the new points.
+
+It lives in ``analysis/`` rather than ``circuits/`` because it verifies, and models do not know who looks at them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from analysis.pipeline import DTYPES, run_problem
+from circuits import reference
+from circuits.initialisation import initial_centroids
+
+
+class CircuitMismatchWarning(UserWarning):
+    """The circuit disagreed with its reference algorithm (see ``report_``)."""
+
+
+class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+    """k-means clustering computed by the k-means transformer.
+
+    Parameters
+    ----------
+    n_clusters : number of clusters ``k``.
+    max_iter : Lloyd iterations (the circuit has ``2 * max_iter + 2`` blocks).
+    init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
+    random_state : seed of the initialisation (``None`` means 0, so results are reproducible).
+    variant : registered circuit variant (see :mod:`circuits.variants`).
+    sharpness : :class:`circuits.sharpness.Sharpness` or ``None`` for the defaults.
+    dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
+    """
+
+    def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", random_state: int | None = 0,
+                 variant: str = "lloyd", sharpness=None, dtype: str = "float64"):
+        self.n_clusters = n_clusters
+        self.max_iter = max_iter
+        self.init = init
+        self.random_state = random_state
+        self.variant = variant
+        self.sharpness = sharpness
+        self.dtype = dtype
+
+    def _check_params(self) -> None:
+        if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
+            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
+            raise ValueError(f"max_iter must be a non-negative integer, got {self.max_iter!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+
+    def fit(self, X, y=None):
+        self._check_params()
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
+        seed = 0 if self.random_state is None else int(self.random_state)
+        C0 = initial_centroids(X, int(self.n_clusters), self.init if isinstance(self.init, str) else np.asarray(self.init), seed)
+        result = run_problem(X, C0, int(self.max_iter), self.variant, DTYPES[self.dtype], self.sharpness)
+        self.circuit_ = result.circuit
+        self.model_ = result.circuit.model
+        self.capture_ = result.capture
+        self.report_ = result.report
+        self.init_centroids_ = C0
+        self.labels_ = result.labels.astype(np.int64)
+        self.cluster_centers_ = result.centroids
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.report.n_iter
+        if not result.report.verified:
+            warnings.warn(
+                "the circuit disagrees with its reference: " + "; ".join(result.report.failures),
+                CircuitMismatchWarning, stacklevel=2,
+            )
+        return self
+
+    def fit_predict(self, X, y=None, **kwargs):
+        return self.fit(X).labels_
+
+    def predict(self, X):
+        """Nearest fitted centroid of each point, computed by a two-block circuit (commit, then assign)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        result = run_problem(X, self.cluster_centers_, 0, self.variant, DTYPES[self.dtype], self.sharpness)
+        return result.labels.astype(np.int64)
+
+    def transform(self, X):
+        """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return np.sqrt(reference.sq_distances(X, self.cluster_centers_))
+
+    def score(self, X, y=None):
+        """Negative k-means objective of ``X`` under the fitted centroids (as ``KMeans.score``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return -reference.objective(X, self.cluster_centers_)

@@ -1,0 +1,61 @@
+"""The scikit-learn-style estimator: a drop-in for KMeans backed by the circuit."""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+
+from analysis.estimator import CircuitKMeans, CircuitMismatchWarning
+from circuits.sharpness import Sharpness
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, _ = make_blobs(300, n_features=3, centers=4, random_state=7)
+    return X[:250], X[250:]
+
+
+def test_fit_matches_sklearn_from_the_same_init(data):
+    X, X_new = data
+    est = CircuitKMeans(4, max_iter=10, init="k-means++", random_state=3).fit(X)
+    km = KMeans(4, init=est.init_centroids_, n_init=1, algorithm="lloyd", tol=0, max_iter=10).fit(X)
+    np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(est.labels_, km.labels_)
+    assert est.inertia_ == pytest.approx(km.inertia_, rel=1e-12)
+    assert est.n_iter_ == km.n_iter_
+    np.testing.assert_array_equal(est.predict(X_new), km.predict(X_new))
+    np.testing.assert_allclose(est.transform(X_new), km.transform(X_new), rtol=1e-12)
+    assert est.score(X_new) == pytest.approx(km.score(X_new), rel=1e-12)
+    assert est.report_.verified and est.model_ is est.circuit_.model
+
+
+def test_sklearn_conventions(data):
+    X, _ = data
+    est = CircuitKMeans(3, max_iter=4, random_state=1)
+    assert clone(est).get_params() == est.get_params()
+    labels = est.fit_predict(X)
+    np.testing.assert_array_equal(labels, est.labels_)
+    again = CircuitKMeans(3, max_iter=4, random_state=1).fit(X)
+    np.testing.assert_array_equal(again.cluster_centers_, est.cluster_centers_)
+    assert est.n_features_in_ == 3
+    with pytest.raises(ValueError):
+        est.predict(X[:, :2])
+
+
+def test_explicit_init_array_and_errors(data):
+    X, _ = data
+    C0 = X[:2]
+    est = CircuitKMeans(2, init=C0, max_iter=2).fit(X)
+    np.testing.assert_array_equal(est.init_centroids_, C0)
+    with pytest.raises(ValueError):
+        CircuitKMeans(3, init=C0).fit(X)
+    with pytest.raises(ValueError):
+        CircuitKMeans(0).fit(X)
+
+
+def test_unverified_fit_warns(data):
+    X, _ = data
+    with pytest.warns(CircuitMismatchWarning):
+        est = CircuitKMeans(4, max_iter=3, sharpness=Sharpness(beta=5.0)).fit(X)
+    assert not est.report_.verified

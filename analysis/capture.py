@@ -87,26 +87,32 @@ class Capture:
         return self.layers[-1].post
 
 
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A float64 numpy *copy*: a view would keep the whole ``(n + k + 1)^2`` attention storage alive."""
+    return np.array(t.detach().cpu().to(torch.float64).numpy(), copy=True)
+
+
 def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: EncodedBatch) -> AssignAttention:
     seq = encoded.sequence
     s = scores[:, 0, seq.points, :]  # [batch, n, pos]
     p = pattern[:, 0, seq.points, :]
-    top_score, top = s.max(dim=-1)
-    others = s.scatter(-1, top[..., None], -torch.inf)
-    runner_up = others.max(dim=-1).values
-    leak_bound = torch.exp(torch.logsumexp(others - top_score[..., None], dim=-1))
-    # Summed directly rather than as 1 - p_top, which rounds to 0 or eps near a one-hot pattern.
-    leak_observed = p.scatter(-1, top[..., None], 0.0).sum(dim=-1)
+    best = s.topk(min(2, s.shape[-1]), dim=-1)
+    top_score, top = best.values[..., 0], best.indices[..., 0]
+    runner_up = best.values[..., 1] if s.shape[-1] > 1 else torch.full_like(top_score, -torch.inf)
+    # Summed term by term rather than as 1 - p_top, which rounds to 0 or eps near a one-hot pattern.
+    others = torch.exp(s - top_score[..., None]).scatter_(-1, top[..., None], 0.0)
+    leak_bound = others.sum(dim=-1)
+    del others
+    leak_observed = p.clone().scatter_(-1, top[..., None], 0.0).sum(dim=-1)
     first_centroid = seq.centroids.start
     chosen = torch.where((top >= first_centroid) & (top < seq.centroids.stop), top - first_centroid, -1)
-    np_ = lambda t: t.detach().cpu().to(torch.float64).numpy()  # noqa: E731
     return AssignAttention(
-        scores=np_(s[..., seq.centroids]),
-        pattern=np_(p[..., seq.centroids]),
+        scores=to_numpy(s[..., seq.centroids]),
+        pattern=to_numpy(p[..., seq.centroids]),
         chosen=chosen.cpu().numpy(),
-        margin=np_(top_score - runner_up),
-        leak_bound=np_(leak_bound),
-        leak_observed=np_(leak_observed),
+        margin=to_numpy(top_score - runner_up),
+        leak_bound=to_numpy(leak_bound),
+        leak_observed=to_numpy(leak_observed),
     )
 
 
@@ -157,10 +163,8 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
                 summaries[layer] = _summarise_assign(scores, pattern, encoded)
             elif kind == UPDATE:
                 rows = encoded.sequence.centroids
-                summaries[layer] = UpdateAttention(
-                    scores=scores[:, 0, rows, :].detach().cpu().to(torch.float64).numpy(),
-                    pattern=pattern[:, 0, rows, :].detach().cpu().to(torch.float64).numpy(),
-                )
+                summaries[layer] = UpdateAttention(scores=to_numpy(scores[:, 0, rows, :]),
+                                                   pattern=to_numpy(pattern[:, 0, rows, :]))
         return hook
 
     def report_done(layer: int):
@@ -186,5 +190,5 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         if isinstance(att, UpdateAttention):
             update_certificate(att, pre.labels, encoded)
         layers.append(LayerCapture(layer, kind, pre, post, att))
-    point_logits = logits[:, encoded.sequence.points].detach().cpu().to(torch.float64).numpy()
+    point_logits = to_numpy(logits[:, encoded.sequence.points])
     return Capture(circuit, encoded, layers, point_logits, cache if keep_cache else None)

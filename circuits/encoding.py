@@ -144,7 +144,7 @@ def read(layout: ResidualLayout, resid: torch.Tensor | np.ndarray, name: str,
     """Subspace ``name`` of a residual ``(batch, pos, d_model)`` at ``positions``, as float64 numpy."""
     r = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
     r = r if positions is None else r[:, positions]
-    return np.asarray(r[..., layout[name]], dtype=np.float64)
+    return np.array(r[..., layout[name]], dtype=np.float64, copy=True)
 
 
 def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model"], sequence: SequenceLayout,

@@ -11,6 +11,12 @@ full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the
 * Update layers keep the centroid query rows (``k x (n + k + 1)``) of scores and pattern. Their certificate is
   computed against the *intended* support read from ``Y`` of the block's input: the members of each centroid,
   or the centroid itself when it has none.
+
+Variant circuits (``circuit.spec`` set, see :mod:`circuits.variants`) are captured the same way, with three
+differences their spec asks for: the problem may be re-encoded first (spherical k-means projects the points onto
+the unit sphere; :attr:`Capture.encoded` is then what the circuit actually ran on); decoded states go through
+the spec's readout (labels of soft responsibilities, centroids normalised); and with attention sinks
+(``use_attention_sinks``) the assign summary also keeps the mass each point put on the sink.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from jaxtyping import Float, Int
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
-from circuits.encoding import DecodedState, EncodedBatch, decode
+from circuits.encoding import DecodedState, EncodedBatch, decode, encode
 
 
 @dataclass
@@ -38,6 +44,8 @@ class AssignAttention:
     margin: Float[np.ndarray, "batch n"]
     leak_bound: Float[np.ndarray, "batch n"]
     leak_observed: Float[np.ndarray, "batch n"]
+    #: Attention mass on the attention sink (``use_attention_sinks``): ``1 - sum(pattern)``; ``None`` without sinks.
+    sink_mass: Float[np.ndarray, "batch n"] | None = None
 
 
 @dataclass
@@ -92,7 +100,8 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return np.array(t.detach().cpu().to(torch.float64).numpy(), copy=True)
 
 
-def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: EncodedBatch) -> AssignAttention:
+def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: EncodedBatch,
+                      with_sink: bool = False) -> AssignAttention:
     seq = encoded.sequence
     s = scores[:, 0, seq.points, :]  # [batch, n, pos]
     p = pattern[:, 0, seq.points, :]
@@ -113,6 +122,7 @@ def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: Enco
         margin=to_numpy(top_score - runner_up),
         leak_bound=to_numpy(leak_bound),
         leak_observed=to_numpy(leak_observed),
+        sink_mass=to_numpy(1.0 - p.sum(dim=-1)) if with_sink else None,
     )
 
 
@@ -138,6 +148,17 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     att.member_spread = inside_max - inside_min
 
 
+def _reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
+    """The problem as the variant's input map presents it to the circuit (e.g. projected onto the unit sphere)."""
+    from analysis.data import InputError
+
+    try:
+        X, C0, scaling = circuit.spec.prepare(encoded.X, encoded.C0)
+    except ValueError as exc:
+        raise InputError(f"variant {circuit.variant}: {exc}") from None
+    return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
+
+
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
             on_layer: Callable[[int], None] | None = None) -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
@@ -146,6 +167,10 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     TransformerLens ``ActivationCache`` of the residual streams on the result.
     """
     model = circuit.model
+    spec = getattr(circuit, "spec", None)
+    if spec is not None and spec.input_map is not None:
+        encoded = _reencode(circuit, encoded)
+    with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
     wanted = {hook_names.resid_pre(layer) for layer in range(circuit.n_layers)}
     wanted |= {hook_names.resid_post(layer) for layer in range(circuit.n_layers)}
     summaries: dict[int, AssignAttention | UpdateAttention] = {}
@@ -160,7 +185,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         def hook(pattern, hook):
             scores = scores_seen.pop(layer)
             if kind == ASSIGN:
-                summaries[layer] = _summarise_assign(scores, pattern, encoded)
+                summaries[layer] = _summarise_assign(scores, pattern, encoded, with_sink)
             elif kind == UPDATE:
                 rows = encoded.sequence.centroids
                 summaries[layer] = UpdateAttention(scores=to_numpy(scores[:, 0, rows, :]),
@@ -186,9 +211,17 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     for layer, kind in enumerate(circuit.schedule):
         pre = decode(circuit.layout, cache[hook_names.resid_pre(layer)], encoded.sequence, encoded.scaling)
         post = decode(circuit.layout, cache[hook_names.resid_post(layer)], encoded.sequence, encoded.scaling)
+        if spec is not None:
+            pre, post = spec.readout(pre), spec.readout(post)
         att = summaries.get(layer)
         if isinstance(att, UpdateAttention):
-            update_certificate(att, pre.labels, encoded)
+            if spec is not None and spec.swapped_update_normalisation:
+                # Not a softmax over members: the membership certificate does not apply (NaN = not applicable);
+                # the verifier checks this head's pattern against the reference's weights instead.
+                att.margin, att.leak_bound, att.leak_observed, att.member_spread = (
+                    np.full(att.scores.shape[:2], np.nan) for _ in range(4))
+            else:
+                update_certificate(att, pre.labels, encoded)
         layers.append(LayerCapture(layer, kind, pre, post, att))
     point_logits = to_numpy(logits[:, encoded.sequence.points])
     return Capture(circuit, encoded, layers, point_logits, cache if keep_cache else None)

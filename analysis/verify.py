@@ -81,6 +81,15 @@ class IterationRecord:
     step_centroid_error: float
     step_label_errors: int
     ties: int
+    # Variant circuits (analysis.verify_variants) also fill these; Lloyd's leaves the defaults.
+    #: Largest |Y - R| against the reference trajectory's responsibilities (soft variants; 0 for hard ones).
+    max_assignment_error: float = 0.0
+    #: Largest |Y - R| against the reference assignment of this layer's own input (soft), or |Y - one-hot| (hard).
+    step_assignment_error: float = 0.0
+    #: Largest |pattern - reference weights| of an update head whose attention normalisation is swapped (0 if none).
+    update_weight_error: float = 0.0
+    #: Points the circuit left out (trimmed k-means outliers) at this iteration's assignment.
+    outliers: int = 0
 
 
 @dataclass
@@ -120,6 +129,10 @@ class VerificationReport:
     diverged_after_tie: int | None = None
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The variant's parameters as built (distances unit-scaled); empty for Lloyd's circuit.
+    variant_params: dict = field(default_factory=dict)
+    #: The reference algorithm the circuit was checked against.
+    reference: str = "Lloyd's k-means (circuits.reference.lloyd)"
 
     @property
     def tie_mismatches(self) -> list[Mismatch]:
@@ -212,7 +225,11 @@ def check_assignment(X, C, got, margins, layer, iteration, tol: Tolerances, tie_
 
 
 def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
-    """Verify problem ``b`` of a captured batch against the Lloyd reference."""
+    """Verify problem ``b`` of a captured batch against its reference: Lloyd's, or the variant's own algorithm."""
+    if getattr(cap.circuit, "spec", None) is not None:
+        from analysis.verify_variants import verify_variant_problem
+
+        return verify_variant_problem(cap, b)
     circ, enc = cap.circuit, cap.encoded
     X, C0 = enc.X[b], enc.C0[b]
     T = circ.iterations

@@ -88,6 +88,12 @@ def state_dict_from_blocks(
             state[p("mlp", name)] = t(getattr(mlp, name))
         state[p("mlp", "b_in")] = torch.zeros(d_mlp, dtype=dtype)
         state[p("mlp", "b_out")] = torch.zeros(d_model, dtype=dtype)
+        for key, value in block.params.items():
+            component, name = key.split(".", 1)
+            value = np.asarray(value, dtype=np.float64)
+            if component == "attn" and name.endswith("norm.w"):
+                value = np.pad(value, (0, d_head - value.shape[0]))
+            state[p(component, name)] = t(value)
     state[hook_names.UNEMBED_W] = t(W_U)
     state[hook_names.UNEMBED_B] = torch.zeros(W_U.shape[1], dtype=dtype)
     buffers = dict(model.named_buffers())
@@ -148,6 +154,16 @@ class KMeansCircuit:
     iterations: int
     variant: str = "lloyd"
     blocks: list[BlockWeights] = field(default_factory=list, repr=False)
+    #: The variant's description (``circuits.variants.base.VariantSpec``): parameters, reference algorithm,
+    #: input map and readout. ``None`` for the exact Lloyd circuit.
+    spec: object = field(default=None, repr=False)
+    #: Permanent TransformerLens hooks that are part of the architecture: ``(hook name, what it does)``.
+    hooks: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def params(self) -> dict[str, float]:
+        """The variant's parameters (empty for Lloyd)."""
+        return dict(getattr(self.spec, "params", {}) or {})
 
     @property
     def dtype(self) -> torch.dtype:

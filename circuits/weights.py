@@ -89,12 +89,19 @@ class MLPWeights:
 
 @dataclass
 class BlockWeights:
-    """One transformer block: its role in the algorithm, one head and one gated MLP."""
+    """One transformer block: its role in the algorithm, one head and one gated MLP.
+
+    ``params`` holds the block's parameters beyond the head and the MLP that a configuration lever brings in,
+    keyed ``"component.name"`` as in the TransformerLens state dict (``"attn.q_norm.w"`` and ``"attn.k_norm.w"``
+    with ``use_qk_norm``, ``"attn.sinks"`` with ``use_attention_sinks``). A vector over ``d_head`` is padded with
+    zeros like the head itself.
+    """
 
     kind: str
     head: HeadWeights
     mlp: MLPWeights
     notes: dict[str, float] = field(default_factory=dict)
+    params: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class HeadBuilder:

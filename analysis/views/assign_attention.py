@@ -1,0 +1,142 @@
+"""Assignment heads: which centroid each point's attention picks, and by how much.
+
+For every assign layer: the pattern of the point queries over the centroid keys (rows are points, ordered by the
+centroid they attend to most, then by margin, so a hard assignment shows as one block per cluster), next to each
+point's certificate: the margin (score of the chosen key minus the best other key, ``beta * gap`` plus the
+tie-break) on a log axis, with the float64 underflow line beyond which the pattern is *exactly* one-hot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.capture import AssignAttention
+from analysis.views._common import (
+    DEFAULT_MAX_POINTS,
+    PointSample,
+    View,
+    as_capture,
+    centroid_labels,
+    layer_title,
+    point_labels,
+    point_sample,
+    slider,
+    visibility,
+)
+from circuits.sharpness import FLOAT64_UNDERFLOW
+
+#: Margins are drawn on a log axis; smaller ones (exact ties without a tie-break, soft variants) sit here.
+MARGIN_FLOOR = 1e-3
+
+
+def display_order(pattern: np.ndarray, margin: np.ndarray) -> np.ndarray:
+    """Points ordered by the centroid they attend to most, then by increasing margin (closest calls first)."""
+    top = pattern.argmax(axis=-1)
+    return np.lexsort((np.arange(len(top)), margin, top))
+
+
+def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
+                     max_points: int | None = DEFAULT_MAX_POINTS) -> View:
+    """Point queries x centroid keys of every assign layer, with each point's margin; a slider picks the layer."""
+    cap = as_capture(obj)
+    circ = cap.circuit
+    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
+    layers = [lc for lc in cap.layers if isinstance(lc.attention, AssignAttention)]
+    plabels, clabels = point_labels(obj), centroid_labels(obj)
+    pattern = np.stack([lc.attention.pattern[b] for lc in layers])
+    # Variants with an attention sink (trimmed k-means) let a point put its mass nowhere: shown as a column.
+    sinks = [getattr(lc.attention, "sink_mass", None) for lc in layers]
+    sink = np.stack([s[b] for s in sinks]) if all(s is not None for s in sinks) else None
+    scores = np.stack([lc.attention.scores[b] for lc in layers])
+    margin = np.stack([lc.attention.margin[b] for lc in layers])
+    leak = np.stack([lc.attention.leak_bound[b] for lc in layers])
+    order = np.stack([display_order(p, m) for p, m in zip(pattern, margin)])
+    data = dict(
+        layers=[lc.layer for lc in layers],
+        point_labels=plabels,
+        centroid_labels=clabels,
+        pattern=pattern,
+        sink_mass=sink,
+        scores=scores,
+        margin=margin,
+        leak_bound=leak,
+        attended=pattern.argmax(axis=-1),
+        order=order,
+        drawn=sample.indices,
+    )
+
+    fig = make_subplots(
+        rows=1, cols=2, shared_yaxes=True, column_widths=[0.55, 0.45], horizontal_spacing=0.04,
+        subplot_titles=("attention: point queries x centroid keys",
+                        f"margin of the chosen key (dashed: {FLOAT64_UNDERFLOW:.0f}, exactly one-hot beyond)"),
+    )
+    drawn = np.zeros(cap.encoded.n, dtype=bool)
+    drawn[sample.indices] = True
+    groups, rules = [], []
+    m = sample.drawn
+    for a, lc in enumerate(layers):
+        rows = order[a][drawn[order[a]]]
+        ylab = [plabels[i] for i in rows]
+        top = pattern[a, rows].argmax(axis=-1)
+        gap_to_top = scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)
+        custom = np.stack(
+            [np.broadcast_to(np.array(ylab)[:, None], gap_to_top.shape), scores[a, rows].astype(str),
+             gap_to_top.astype(str)], axis=-1,
+        )
+        z, xlab = pattern[a, rows], clabels
+        if sink is not None:
+            z, xlab = np.concatenate([z, sink[a, rows][:, None]], axis=1), [*clabels, "sink"]
+            custom = np.concatenate([custom, np.stack([np.array(ylab), np.full(len(rows), "n/a"),
+                                                       np.full(len(rows), "n/a")], axis=-1)[:, None]], axis=1)
+        fig.add_trace(go.Heatmap(
+            z=z, x=xlab, y=ylab, customdata=custom, zmin=0, zmax=1,
+            colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
+            hovertemplate="query %{customdata[0]} -> key %{x}<br>weight %{z:.6g}<br>score %{customdata[1]}"
+                          "<br>score - top score %{customdata[2]}<extra></extra>",
+            visible=a == 0, name=layer_title(circ, lc.layer),
+        ), row=1, col=1)
+        mg = margin[a, rows]
+        finite = np.isfinite(mg)
+        exact = leak[a, rows] == 0
+        fig.add_trace(go.Scatter(
+            x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ylab, mode="markers",
+            marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
+            customdata=np.stack([np.array([clabels[j] for j in top]), mg.astype(str),
+                                 leak[a, rows].astype(str)], axis=-1),
+            hovertemplate="%{y} picks %{customdata[0]}<br>margin %{customdata[1]}<br>"
+                          "leak bound %{customdata[2]}<extra></extra>",
+            showlegend=False, visible=a == 0, name=f"{layer_title(circ, lc.layer)} margin",
+        ), row=1, col=2)
+        fig.add_trace(go.Scatter(
+            x=[FLOAT64_UNDERFLOW, FLOAT64_UNDERFLOW], y=[ylab[0], ylab[-1]], mode="lines",
+            line=dict(dash="dash", color="#555"), hoverinfo="skip", visible=a == 0, showlegend=False,
+            name=f"margin {FLOAT64_UNDERFLOW:.0f}: exactly one-hot beyond",
+        ), row=1, col=2)
+        groups.append([3 * a, 3 * a + 1, 3 * a + 2])
+        # Horizontal rules between cluster blocks.
+        bounds = np.flatnonzero(np.diff(top)) + 0.5
+        rules.append([
+            dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color="#444", width=1))
+            for y in bounds
+        ])
+    masks = visibility(len(fig.data), groups)
+    steps = []
+    for a, lc in enumerate(layers):
+        it = circ.assignment_layers.index(lc.layer) if lc.layer in circ.assignment_layers else a
+        steps.append(dict(label=f"L{lc.layer}: C({it})", args=[{"visible": masks[a]}, {"shapes": rules[a]}]))
+    fig.update_layout(
+        shapes=rules[0],
+        sliders=[slider(steps, "assign layer (assigning to the centroids of iteration t): ")],
+        height=max(420, min(900, 120 + 3 * m)),
+        margin=dict(l=70, r=20, t=60, b=40),
+        xaxis=dict(title=dict(text="centroid key"), side="bottom"),
+        xaxis2=dict(type="log", title=dict(text="margin = score(chosen) - score(runner-up), log scale")),
+        yaxis=dict(title=dict(text="point query (ordered by attended centroid, then margin)"),
+                   autorange="reversed", type="category"),
+    )
+    notes = [sample.note(),
+             f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
+             f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}."]
+    return View("assign_attention", "Assignment heads", fig, data, notes)

@@ -1,0 +1,194 @@
+"""The residual stream, layer by layer, in the layout's named basis.
+
+:func:`residual_streams` reads the residual at the input and after the attention (``resid_mid``) and the MLP
+(``resid_post``) of every block with ``run_with_cache``. Reading both halves of a block is what makes the
+staging slots visible: a head writes ``Y_stage`` (or ``C_stage``), and the MLP of the same block commits it to
+``Y`` (or ``C``) and empties the slot, so at ``resid_post`` the slots are always empty.
+
+* :func:`residual_norms`: for every read-out position, (token type x named subspace) maps of the mean norm of the
+  subspace over the tokens of that type — which slot holds something, on which tokens, when.
+* :func:`residual_tokens`: the full residual vector of a few chosen tokens, every dimension labelled by the
+  layout (``X[0]``, ``C_stage[1]``, ``IS_POINT`` ...), with a slider over the read-out positions.
+
+Values are in the circuit's unit-scaled coordinates (the encoder centres the data and scales it into the unit
+ball; see :mod:`circuits.encoding`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from analysis.views._common import (
+    View,
+    as_capture,
+    below_plot,
+    layer_title,
+    min_assign_margin,
+    slider,
+    soft_clusters,
+)
+from circuits import hook_names
+from circuits.encoding import UnitScaling, decode
+from circuits.layout import TOKEN_TYPES
+
+
+@dataclass
+class ResidualStreams:
+    """Residual vectors of one problem at every read-out position: ``values[p]`` is ``(tokens, d_model)``."""
+
+    labels: list[str]
+    hooks: list[str]
+    values: np.ndarray
+    notes: list[str] = field(default_factory=list)
+
+
+def read_positions(circuit) -> list[tuple[str, str]]:
+    """(label, hook name): the input, then after the attention and after the MLP of every block."""
+    out = [("input", hook_names.resid_pre(0))]
+    for layer in range(circuit.n_layers):
+        out.append((f"{layer_title(circuit, layer)}, after attn", hook_names.resid_mid(layer)))
+        out.append((f"{layer_title(circuit, layer)}, after MLP", hook_names.resid_post(layer)))
+    return out
+
+
+def residual_streams(obj, b: int = 0) -> ResidualStreams:
+    """The residual of problem ``b`` at every read-out position (re-run with ``run_with_cache``).
+
+    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input with a
+    ``names_filter``; the re-run's final state is compared with the verified capture and any difference is
+    reported in ``notes`` (a deterministic circuit reproduces it bit for bit).
+    """
+    cap = as_capture(obj)
+    circ, enc = cap.circuit, cap.encoded
+    positions = read_positions(circ)
+    wanted = [hook for _, hook in positions]
+    with torch.no_grad():
+        _, cache = circ.model.run_with_cache(enc.resid[b : b + 1], start_at_layer=0,
+                                             names_filter=hook_names.names_filter(wanted))
+    values = np.stack([np.array(cache[hook][0].detach().cpu().to(torch.float64).numpy(), copy=True)
+                       for hook in wanted])
+    del cache
+    notes = []
+    last = decode(circ.layout, torch.as_tensor(values[-1][None]), enc.sequence, _scaling_of(enc.scaling, b))
+    final = cap.final
+    dc = float(np.abs(last.unit_centroids[0] - final.unit_centroids[b]).max())
+    dy = float(np.abs(last.assignments[0] - final.assignments[b]).max())
+    if dc or dy:
+        notes.append(f"the re-run for these views differs from the verified run (centroids by {dc:.3g}, "
+                     f"assignments by {dy:.3g}, unit-scaled): a stochastic variant, or batching rounding")
+    return ResidualStreams([label for label, _ in positions], wanted, values, notes)
+
+
+def _scaling_of(scaling: UnitScaling, b: int) -> UnitScaling:
+    return UnitScaling(scaling.offset[b : b + 1], scaling.scale[b : b + 1])
+
+
+def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> View:
+    """Mean norm of every named subspace on every token type, at every read-out position."""
+    cap = as_capture(obj)
+    circ, seq, layout = cap.circuit, cap.encoded.sequence, cap.circuit.layout
+    streams = streams if streams is not None else residual_streams(obj, b)
+    names = list(layout.names)
+    P = len(streams.labels)
+    mean = np.zeros((P, len(TOKEN_TYPES), len(names)))
+    peak = np.zeros_like(mean)
+    for t, ttype in enumerate(TOKEN_TYPES):
+        tok = streams.values[:, seq.positions(ttype)]  # [P, tokens, d_model]
+        for s, name in enumerate(names):
+            norms = np.linalg.norm(tok[..., layout[name]], axis=-1)
+            mean[:, t, s] = norms.mean(axis=1)
+            peak[:, t, s] = norms.max(axis=1)
+    data = dict(positions=streams.labels, token_types=list(TOKEN_TYPES), subspaces=names, mean_norm=mean,
+                max_norm=peak)
+    counts = {"bos": 1, "point": seq.n, "centroid": seq.k}
+    fig = make_subplots(rows=1, cols=len(TOKEN_TYPES), shared_yaxes=True, horizontal_spacing=0.02,
+                        subplot_titles=[f"{t} tokens ({counts[t]:,})" for t in TOKEN_TYPES])
+    zmax = float(mean.max()) if mean.size and mean.max() > 0 else 1.0
+    for t, ttype in enumerate(TOKEN_TYPES):
+        custom = np.stack([peak[:, t, :].astype(str)], axis=-1)
+        fig.add_trace(go.Heatmap(
+            z=mean[:, t, :], x=names, y=streams.labels, customdata=custom, coloraxis="coloraxis",
+            hovertemplate=f"{ttype} tokens, %{{x}} at %{{y}}<br>mean norm %{{z:.6g}}<br>"
+                          "max norm %{customdata[0]}<extra></extra>",
+            name=f"{ttype} tokens",
+        ), row=1, col=t + 1)
+        fig.update_xaxes(type="category", tickangle=-60, row=1, col=t + 1)
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig.update_yaxes(title=dict(text="read-out position"), row=1, col=1)
+    fig.update_layout(
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax, colorbar=dict(title=dict(text="mean |v|"))),
+        height=max(380, 110 + 16 * P), margin=dict(l=170, r=20, t=60, b=90),
+    )
+    notes = list(streams.notes) + [
+        "Each cell is the mean Euclidean norm of one named subspace over all tokens of one type (hover for the "
+        "maximum), unit-scaled. Staging slots light up only after the attention of their block: the MLP commits "
+        "them and empties them."]
+    return View("residual_norms", "Residual stream by subspace", fig, data, notes)
+
+
+def default_tokens(obj, b: int = 0, per_cluster: int = 1, max_centroids: int = 8) -> list[int]:
+    """Sequence positions worth reading in full: the BOS sink, in each final cluster the point with the
+    smallest assignment margin (the closest call), and the first centroid tokens."""
+    cap = as_capture(obj)
+    seq = cap.encoded.sequence
+    cluster, _ = soft_clusters(cap.final.assignments[b])
+    margin = min_assign_margin(cap, b)
+    picks = []
+    for c in np.unique(cluster):
+        members = np.flatnonzero(cluster == c)
+        picks.extend(int(i) for i in members[np.argsort(margin[members], kind="stable")[:per_cluster]])
+    return [seq.bos, *(seq.point(i) for i in sorted(picks)),
+            *range(seq.centroids.start, seq.centroids.start + min(seq.k, max_centroids))]
+
+
+def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0,
+                    streams: ResidualStreams | None = None) -> View:
+    """The whole residual of chosen tokens (positions or labels such as ``"x3"``, ``"c0"``), every dimension
+    labelled by the layout, with a slider over the read-out positions."""
+    cap = as_capture(obj)
+    circ, seq, layout = cap.circuit, cap.encoded.sequence, cap.circuit.layout
+    labels = seq.token_labels
+    if tokens is None:
+        tokens = default_tokens(obj, b)
+    positions = [labels.index(t) if isinstance(t, str) else int(t) for t in tokens]
+    streams = streams if streams is not None else residual_streams(obj, b)
+    values = streams.values[:, positions]  # [P, m, d_model]
+    ylab = [labels[p] for p in positions]
+    dims = layout.labels
+    data = dict(positions=streams.labels, tokens=ylab, token_positions=positions, dims=dims, values=values)
+    vmax = float(np.abs(values).max()) or 1.0
+    fig = go.Figure()
+    for p, label in enumerate(streams.labels):
+        fig.add_trace(go.Heatmap(
+            z=values[p], x=dims, y=ylab, coloraxis="coloraxis", visible=p == len(streams.labels) - 1,
+            hovertemplate="%{y} . %{x}<br>%{z:.6g}<extra>" + label + "</extra>", name=label,
+        ))
+    # Vertical rules and names between the layout's subspaces.
+    shapes, notes_ann = [], []
+    for name in layout.names:
+        s = layout[name]
+        if s.start > 0:
+            shapes.append(dict(type="line", xref="x", x0=s.start - 0.5, x1=s.start - 0.5, yref="paper", y0=0, y1=1,
+                               line=dict(color="#333", width=1)))
+        notes_ann.append(dict(x=(s.start + s.stop - 1) / 2, y=1.0, xref="x", yref="paper", yanchor="bottom",
+                              text=name, showarrow=False, font=dict(size=10), textangle=-45 if s.stop - s.start < 3 else 0))
+    masks = [[i == p for i in range(len(streams.labels))] for p in range(len(streams.labels))]
+    steps = [dict(label=label, args=[{"visible": masks[p]}, {}]) for p, label in enumerate(streams.labels)]
+    height, top, bottom = max(420, 300 + 22 * len(positions)), 80, 200
+    fig.update_layout(
+        sliders=[slider(steps, "read-out position: ", active=len(steps) - 1,
+                        y=below_plot(110, height, top, bottom))],
+        shapes=shapes, annotations=notes_ann,
+        coloraxis=dict(colorscale="RdBu_r", cmin=-vmax, cmax=vmax, colorbar=dict(title=dict(text="value"))),
+        xaxis=dict(type="category", tickangle=-60),
+        yaxis=dict(type="category", autorange="reversed", title=dict(text="token")),
+        height=height, margin=dict(l=70, r=20, t=top, b=bottom),
+    )
+    notes = list(streams.notes) + ["Unit-scaled values. The slider starts at the last block's output; move it "
+                                   "left to watch the slots fill and empty."]
+    return View("residual_tokens", "Residual of chosen tokens", fig, data, notes)

@@ -1,0 +1,182 @@
+"""The data with the centroids moving across iterations, read off the residual stream.
+
+2-D data is drawn as is; higher-dimensional data through a PCA fitted on the points (the axes say how much
+variance each component keeps). A slider walks through the iterations: at step ``t`` the points are coloured by
+the assignment the circuit wrote into ``Y`` for the centroids of iteration ``t`` (faded by their weight when the
+assignment is soft), the circuit's centroids of iteration ``t`` (read from ``C``) are crosses, and the reference
+algorithm's centroids, computed independently, are open circles around them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analysis.views._common import (
+    DEFAULT_MAX_POINTS,
+    PointSample,
+    View,
+    as_capture,
+    centroid_labels,
+    cluster_colour,
+    point_labels,
+    point_sample,
+    slider,
+    soft_clusters,
+    visibility,
+)
+from circuits import reference as lloyd_reference
+
+
+class Projection:
+    """Identity for d <= 2, else a PCA fitted on the points (scikit-learn)."""
+
+    def __init__(self, X: np.ndarray):
+        self.d = X.shape[1]
+        self.pca = None
+        if self.d > 2:
+            from sklearn.decomposition import PCA
+
+            self.pca = PCA(n_components=2).fit(X)
+
+    def __call__(self, A: np.ndarray) -> np.ndarray:
+        A = np.asarray(A, dtype=np.float64)
+        if self.pca is not None:
+            return self.pca.transform(A)
+        if self.d == 1:
+            return np.concatenate([A, np.zeros_like(A)], axis=-1)
+        return A
+
+    @property
+    def axis_titles(self) -> tuple[str, str]:
+        if self.pca is not None:
+            r = self.pca.explained_variance_ratio_
+            return f"PC1 ({r[0]:.0%} of variance)", f"PC2 ({r[1]:.0%} of variance)"
+        if self.d == 1:
+            return "x[0]", ""
+        return "x[0]", "x[1]"
+
+
+@dataclass
+class ReferenceRun:
+    """The reference algorithm's iterates for a captured problem: ``centroids[t]`` after ``t`` iterations and
+    ``objectives[t]`` of the assignment to them."""
+
+    name: str
+    centroids: np.ndarray
+    objectives: np.ndarray
+
+
+def reference_run(obj, b: int = 0) -> ReferenceRun | None:
+    """The circuit's own reference, run independently in numpy from the same initial centroids.
+
+    Lloyd's circuit: :func:`circuits.reference.lloyd` with the circuit's tie-break (in user units). A variant
+    circuit whose ``spec`` names a reference (:mod:`circuits.variants`): that algorithm, on the points the
+    circuit actually received. Anything else: ``None``.
+    """
+    cap = as_capture(obj)
+    circ, enc = cap.circuit, cap.encoded
+    s = float(enc.scaling.scale[b])
+    tie_break_abs = circ.sharpness.tie_break * s**2
+    spec = getattr(circ, "spec", None)
+    if spec is not None and hasattr(spec, "reference"):
+        trace = spec.reference(s, tie_break_abs, b).run(enc.X[b], enc.C0[b], circ.iterations)
+        return ReferenceRun(getattr(spec, "name", circ.variant), np.asarray(trace.centroids),
+                            np.asarray(trace.objectives))
+    if circ.variant != "lloyd":
+        return None
+    trace = lloyd_reference.lloyd(enc.X[b], enc.C0[b], circ.iterations, tie_break=tie_break_abs)
+    return ReferenceRun("lloyd", trace.centroids, trace.objectives)
+
+
+def circuit_iterates(obj, b: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Centroids ``[T + 1, k, d]`` (user units) and soft assignments ``[T + 1, n, k]`` read off the residual."""
+    cap = as_capture(obj)
+    circ = cap.circuit
+    cents = np.stack([cap.layers[layer].post.centroids[b] for layer in circ.centroid_layers])
+    assigns = np.stack([cap.layers[layer].post.assignments[b] for layer in circ.assignment_layers])
+    return cents, assigns
+
+
+def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
+                          max_points: int | None = DEFAULT_MAX_POINTS,
+                          reference: np.ndarray | bool | None = None) -> View:
+    """Points and centroid paths across iterations, with a slider; ``reference`` gives the reference
+    algorithm's centroids ``[T + 1, k, d]`` (default: :func:`reference_run`; ``False``: none)."""
+    cap = as_capture(obj)
+    circ, enc = cap.circuit, cap.encoded
+    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
+    X = enc.X[b]
+    cents, assigns = circuit_iterates(obj, b)
+    T1, k = cents.shape[0], cents.shape[1]
+    notes = [sample.note()]
+    if reference is None:
+        run = reference_run(obj, b)
+        reference = False if run is None else run.centroids
+        if run is None:
+            notes.append(f"no reference known for variant {circ.variant!r}: none drawn (pass reference=...)")
+    ref = None if reference is False else np.asarray(reference, dtype=np.float64)
+    proj = Projection(X)
+    P, PC = proj(X), proj(cents.reshape(-1, cents.shape[-1])).reshape(T1, k, 2)
+    PR = None if ref is None else proj(ref.reshape(-1, ref.shape[-1])).reshape(ref.shape[0], k, 2)
+    clusters = np.stack([soft_clusters(a)[0] for a in assigns])
+    weights = np.stack([soft_clusters(a)[1] for a in assigns])
+    data = dict(projected_points=P, centroids=cents, projected_centroids=PC, reference_centroids=ref,
+                clusters=clusters, weights=weights, drawn=sample.indices,
+                explained_variance_ratio=None if proj.pca is None else proj.pca.explained_variance_ratio_)
+    if ref is not None:
+        data["max_centroid_error"] = np.abs(cents - ref[:T1]).max(axis=(1, 2))
+
+    plab, clab = point_labels(obj), centroid_labels(obj)
+    fig = go.Figure()
+    for j in range(k):
+        fig.add_trace(go.Scatter(
+            x=PC[:, j, 0], y=PC[:, j, 1], mode="lines+markers", name=f"{clab[j]} path",
+            line=dict(color=cluster_colour(j), width=1.5), marker=dict(size=4, color=cluster_colour(j)),
+            customdata=np.arange(T1), hovertemplate=f"{clab[j]} at iteration %{{customdata}}<extra></extra>",
+            legendgroup=clab[j],
+        ))
+    always = list(range(k))
+    groups = []
+    idx = sample.indices
+    for t in range(T1):
+        members = clusters[t, idx]
+        start = len(fig.data)
+        fig.add_trace(go.Scatter(
+            x=P[idx, 0], y=P[idx, 1], mode="markers", name="points", showlegend=False,
+            marker=dict(size=6, color=[cluster_colour(c) for c in members],
+                        opacity=np.clip(weights[t, idx], 0.15, 1.0).tolist(), line=dict(width=0)),
+            customdata=np.stack([np.array(plab)[idx], np.array([clab[c] if c >= 0 else "none" for c in members]),
+                                 weights[t, idx].astype(str)], axis=-1),
+            hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
+            visible=t == 0,
+        ))
+        fig.add_trace(go.Scatter(
+            x=PC[t, :, 0], y=PC[t, :, 1], mode="markers", name="circuit centroids (C)", visible=t == 0,
+            marker=dict(symbol="x", size=14, color=[cluster_colour(j) for j in range(k)],
+                        line=dict(width=1.5, color="black")),
+            customdata=clab, hovertemplate="%{customdata} (circuit)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
+        ))
+        if PR is not None:
+            fig.add_trace(go.Scatter(
+                x=PR[t, :, 0], y=PR[t, :, 1], mode="markers", name="reference centroids", visible=t == 0,
+                marker=dict(symbol="circle-open", size=22, color="black", line=dict(width=1.5)),
+                customdata=clab, hovertemplate="%{customdata} (reference)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
+            ))
+        groups.append(list(range(start, len(fig.data))))
+    masks = visibility(len(fig.data), groups, always=always)
+    steps = [dict(label=str(t), args=[{"visible": masks[t]}, {}]) for t in range(T1)]
+    xt, yt = proj.axis_titles
+    fig.update_layout(
+        sliders=[slider(steps, "iteration t = ")],
+        height=620, margin=dict(l=60, r=20, t=40, b=40),
+        xaxis=dict(title=dict(text=xt)),
+        yaxis=dict(title=dict(text=yt), scaleanchor="x", scaleratio=1, visible=proj.d != 1),
+        legend=dict(orientation="v", x=1.02, y=1),
+    )
+    notes.append("At step t: centroids after t iterations (read from C after the update layer) and the points' "
+                 "assignment to them (read from Y after the next assign layer); colours match the centroid "
+                 "labels in every view.")
+    return View("centroid_trajectories", "Centroid trajectories", fig, data, notes)

@@ -1,0 +1,170 @@
+"""The verification, drawn: the per-iteration table, the objective and its certificate, the ties.
+
+* :func:`verification_table`: the :class:`~analysis.verify.VerificationReport` records as a table, one row per
+  iteration plus the final assignment.
+* :func:`objective_plot`: per iteration ``t = 0 .. T``, the k-means objective of the circuit's state (its
+  centroids ``C`` and the assignment to them it wrote into ``Y``) against the reference algorithm's, the
+  assignment and update margins (the certificate), and the largest centroid difference from the reference.
+* :func:`ties_table`: every tied point and every mismatch the verifier listed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.capture import AssignAttention, UpdateAttention
+from analysis.views._common import View, as_capture, centroid_labels, point_labels, report_of, soft_clusters
+from analysis.views.trajectories import circuit_iterates, reference_run
+from circuits import reference as lloyd_reference
+from circuits.sharpness import FLOAT64_UNDERFLOW
+
+
+def _require_report(obj):
+    rep = report_of(obj)
+    if rep is None:
+        raise TypeError("this view needs a verified run (a RunResult with .report), not a bare capture")
+    return rep
+
+
+def _table(header: list[str], columns: list[list], height: int | None = None) -> go.Figure:
+    fig = go.Figure(go.Table(
+        header=dict(values=[f"<b>{h}</b>" for h in header], fill_color="#e8eef4", align="right",
+                    font=dict(size=12)),
+        cells=dict(values=columns, align="right", fill_color="white", height=24, font=dict(size=12)),
+    ))
+    rows = len(columns[0]) if columns else 0
+    fig.update_layout(height=height or min(640, 70 + 26 * (rows + 1)), margin=dict(l=5, r=5, t=10, b=5))
+    return fig
+
+
+def verification_table(obj) -> View:
+    """One row per iteration of the report (plus the final assignment), as a plotly table."""
+    rep = _require_report(obj)
+    header = ["iteration", "labels = ref", "max |dc|", "objective", "reference", "min margin", "leak bound",
+              "update margin", "update leak", "step |dc|", "step errors", "ties"]
+    rows = [[r.iteration, f"{r.label_agreement:.2%}", f"{r.max_centroid_error:.3g}", f"{r.objective_circuit:.10g}",
+             f"{r.objective_reference:.10g}", f"{r.min_margin:.3g}", f"{r.leak_bound:.2g}",
+             f"{r.update_min_margin:.3g}", f"{r.update_leak_bound:.2g}", f"{r.step_centroid_error:.3g}",
+             r.step_label_errors, r.ties] for r in rep.per_iteration]
+    rows.append(["final", f"{rep.final_label_agreement:.2%}", "", "", "", f"{rep.final_min_margin:.3g}",
+                 f"{rep.final_leak_bound:.2g}", "", "", "", "", ""])
+    # Fields that variant verifications fill (soft responsibilities, outliers, proven bounds): shown when used.
+    optional = [("max |dY|", "max_assignment_error", lambda v: f"{v:.3g}", lambda v: v != 0),
+                ("update |dw|", "update_weight_error", lambda v: f"{v:.3g}", lambda v: v != 0),
+                ("outliers", "outliers", str, lambda v: v != 0),
+                ("proven |dc|", "proven_bound", lambda v: "" if v is None else f"{v:.3g}", lambda v: v is not None)]
+    for title, attr, fmt, used in optional:
+        values = [getattr(r, attr, None) for r in rep.per_iteration]
+        if any(v is not None and used(v) for v in values):
+            header.append(title)
+            for row, v in zip(rows, values):
+                row.append("" if v is None else fmt(v))
+            rows[-1].append("")
+    columns = [list(col) for col in zip(*rows)]
+    data = dict(header=header, rows=rows, records=rep.per_iteration)
+    notes = ["labels = ref: share of points whose label equals the reference trajectory's; max |dc|: largest "
+             "centroid coordinate difference from the reference (user units); margins are score gaps between the "
+             "chosen key and the best other key; a leak bound of 0 means the attention pattern is exactly hard; "
+             "step columns compare each block with the reference step applied to the block's own input."]
+    return View("verification_table", "Verification, iteration by iteration", _table(header, columns), data, notes)
+
+
+def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) -> View:
+    """Objective (circuit vs reference), margins and centroid error for ``t = 0 .. T``."""
+    cap = as_capture(obj)
+    circ, enc = cap.circuit, cap.encoded
+    X = enc.X[b]
+    cents, assigns = circuit_iterates(obj, b)
+    T1 = len(cents)
+    t = np.arange(T1)
+    # The circuit's objective from its own state: centroids in C, each point counted at its (argmax) assignment.
+    labels = np.stack([soft_clusters(a)[0] for a in assigns])
+    obj_circuit = np.array([
+        lloyd_reference.objective(X, cents[i], np.where(labels[i] >= 0, labels[i], 0)) for i in range(T1)
+    ])
+    run = reference_run(obj, b) if reference is None else None
+    if reference is None:
+        reference = False if run is None else run.centroids
+    ref_c = None if reference is False else np.asarray(reference, dtype=np.float64)
+    obj_ref = c_err = None
+    if ref_c is not None:
+        # The reference's own objective when it ran here, else that of its centroids with nearest assignment.
+        obj_ref = run.objectives if run is not None else np.array(
+            [lloyd_reference.objective(X, ref_c[i]) for i in range(T1)])
+        c_err = np.abs(cents - ref_c[:T1]).max(axis=(1, 2))
+    assign_att = [cap.layers[layer].attention for layer in circ.assignment_layers]
+    update_att = [cap.layers[layer].attention for layer in circ.centroid_layers]
+    a_margin = np.array([a.margin[b].min() if isinstance(a, AssignAttention) else np.nan for a in assign_att])
+    a_leak = np.array([a.leak_bound[b].max() if isinstance(a, AssignAttention) else np.nan for a in assign_att])
+    u_margin = np.array([u.margin[b].min() if isinstance(u, UpdateAttention) and u.margin is not None else np.nan
+                         for u in update_att])
+    data = dict(iteration=t, objective_circuit=obj_circuit, objective_reference=obj_ref, max_centroid_error=c_err,
+                assign_min_margin=a_margin, assign_leak_bound=a_leak, update_min_margin=u_margin)
+
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("k-means objective", "certificate: smallest margin (log)",
+                                        "largest centroid difference from the reference (log; triangles: exactly 0)"))
+    fig.add_trace(go.Scatter(x=t, y=obj_circuit, mode="lines+markers", name="circuit (C and Y)",
+                             line=dict(color="#1f77b4", width=3)), row=1, col=1)
+    if obj_ref is not None:
+        fig.add_trace(go.Scatter(x=t, y=obj_ref, mode="lines+markers", name="reference",
+                                 line=dict(color="black", dash="dash"),
+                                 marker=dict(symbol="circle-open", size=11)), row=1, col=1)
+    fig.add_trace(go.Scatter(x=t, y=a_margin, mode="lines+markers", name="assign margin (min over points)",
+                             customdata=a_leak.astype(str),
+                             hovertemplate="t=%{x}: %{y:.4g}<br>leak bound %{customdata}<extra></extra>",
+                             line=dict(color="#2ca02c")), row=2, col=1)
+    if np.isfinite(u_margin).any():
+        fig.add_trace(go.Scatter(x=t, y=u_margin, mode="lines+markers", name="update margin (min over centroids)",
+                                 line=dict(color="#9467bd")), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[FLOAT64_UNDERFLOW] * 2, mode="lines", hoverinfo="skip",
+                             name=f"{FLOAT64_UNDERFLOW:.0f}: exactly hard in float64 above",
+                             line=dict(color="#777", dash="dot")), row=2, col=1)
+    if c_err is not None:
+        rep = report_of(obj)
+        tol = rep.tolerances.centroid if rep is not None else None
+        positive = c_err[c_err > 0]
+        # A log axis has no 0; exact agreement is drawn as a triangle on a floor below every other value.
+        floor = min([*positive, *([tol] if tol else []), 1e-300]) / 10 if positive.size or tol else 1e-300
+        exact = c_err == 0
+        fig.add_trace(go.Scatter(
+            x=t, y=np.where(exact, floor, c_err), mode="lines+markers", name="max |c - c_ref| (user units)",
+            marker=dict(symbol=np.where(exact, "triangle-down", "circle").tolist(), size=np.where(exact, 11, 7).tolist()),
+            customdata=np.where(exact, "exactly 0", c_err.astype(str)),
+            hovertemplate="t=%{x}: %{customdata}<extra></extra>", line=dict(color="#d62728"),
+        ), row=3, col=1)
+        if tol:
+            fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[tol] * 2, mode="lines", hoverinfo="skip",
+                                     name="tolerance", line=dict(color="#777", dash="dot")), row=3, col=1)
+        fig.update_yaxes(type="log", exponentformat="e", row=3, col=1)
+    fig.update_yaxes(type="log", row=2, col=1)
+    fig.update_xaxes(title=dict(text="iteration t (centroids after t updates, points assigned to them)"),
+                     dtick=1, row=3, col=1)
+    fig.update_layout(height=760, margin=dict(l=70, r=20, t=40, b=50), legend=dict(x=1.01, y=1))
+    notes = []
+    if ref_c is None:
+        notes.append(f"no reference drawn for variant {circ.variant!r}")
+    return View("objective", "Objective and certificate per iteration", fig, data, notes)
+
+
+def ties_table(obj, limit: int = 200) -> View:
+    """Every tie and every mismatch of the verification report (the first ``limit`` of each drawn)."""
+    rep = _require_report(obj)
+    plab, clab = point_labels(obj), centroid_labels(obj)
+    header = ["kind", "point", "layer", "iteration", "candidates / expected", "chosen", "margin", "gap"]
+    rows = [["tie", plab[t.point], t.layer, t.iteration, ", ".join(clab[j] for j in t.candidates), clab[t.chosen],
+             f"{t.margin:.3g}", ""] for t in rep.ties[:limit]]
+    rows += [[f"{m.kind} ({m.check})", plab[m.point], m.layer, m.iteration, clab[m.expected],
+              clab[m.got] if m.got >= 0 else "none", f"{m.margin:.3g}", f"{m.gap:.3g}"]
+             for m in rep.mismatches[:limit]]
+    if not rows:
+        rows = [["none", "", "", "", "", "", "", ""]]
+    columns = [list(col) for col in zip(*rows)]
+    data = dict(ties=rep.ties, mismatches=rep.mismatches, header=header, rows=rows)
+    notes = [f"{len(rep.ties)} tie(s), {len(rep.mismatches)} mismatch(es) with the reference "
+             f"({len(rep.errors)} beyond the tie window)."]
+    if len(rep.ties) > limit or len(rep.mismatches) > limit:
+        notes.append(f"only the first {limit} of each are listed; the verification counted all of them")
+    return View("ties", "Ties and mismatches", _table(header, columns), data, notes)

@@ -90,6 +90,9 @@ class IterationRecord:
     update_weight_error: float = 0.0
     #: Points the circuit left out (trimmed k-means outliers) at this iteration's assignment.
     outliers: int = 0
+    #: Proven bound on ``max_centroid_error`` from the finite sharpness (``analysis.proof.bound``; user units, real
+    #: arithmetic, so compare with ``max_centroid_error - tolerances.centroid``). ``None`` where no bound applies.
+    proven_bound: float | None = None
 
 
 @dataclass
@@ -133,6 +136,8 @@ class VerificationReport:
     variant_params: dict = field(default_factory=dict)
     #: The reference algorithm the circuit was checked against.
     reference: str = "Lloyd's k-means (circuits.reference.lloyd)"
+    #: Per-layer proven bounds on |softmax - hardmax| and their effect (``analysis.proof.bound.SharpnessBound``).
+    sharpness_bound: object = None
 
     @property
     def tie_mismatches(self) -> list[Mismatch]:
@@ -156,15 +161,17 @@ class VerificationReport:
 
     def summary(self) -> str:
         """A per-iteration table and the verdict, for people."""
-        head = f"{'iter':>5} {'labels':>8} {'max |dc|':>10} {'objective':>14} {'reference':>14} {'min margin':>11} {'leak bound':>10}"
+        bounded = any(r.proven_bound is not None for r in self.per_iteration)
+        head = f"{'iter':>5} {'labels':>8} {'max |dc|':>10}{' proven |dc|' if bounded else ''} {'objective':>14} {'reference':>14} {'min margin':>11} {'leak bound':>10}"
         lines = [head]
         for r in self.per_iteration:
             lines.append(
-                f"{r.iteration:>5} {r.label_agreement:>8.2%} {r.max_centroid_error:>10.2e} {r.objective_circuit:>14.8g}"
+                f"{r.iteration:>5} {r.label_agreement:>8.2%} {r.max_centroid_error:>10.2e}"
+                + (f" {_bound_text(r.proven_bound):>11}" if bounded else "") + f" {r.objective_circuit:>14.8g}"
                 f" {r.objective_reference:>14.8g} {r.min_margin:>11.3g} {r.leak_bound:>10.1e}"
             )
         lines.append(
-            f"{'final':>5} {self.final_label_agreement:>8.2%} {'':>10} {'':>14} {'':>14} {self.final_min_margin:>11.3g}"
+            f"{'final':>5} {self.final_label_agreement:>8.2%} {'':>10}{' ' * 12 if bounded else ''} {'':>14} {'':>14} {self.final_min_margin:>11.3g}"
             f" {self.final_leak_bound:>10.1e}"
         )
         verdict = "VERIFIED" if self.verified else "NOT VERIFIED"
@@ -177,6 +184,12 @@ class VerificationReport:
         lines.extend(f"failure: {f}" for f in self.failures)
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def _bound_text(x: float | None) -> str:
+    from analysis.proof.bound import format_bound
+
+    return format_bound(x)
 
 
 def _finite(obj):
@@ -242,6 +255,10 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     ties: list[Tie] = []
     failures: list[str] = []
     notes = list(circ.sharpness.warnings(enc.sequence.n_tokens))
+    from analysis.proof.bound import bound_for_capture
+
+    proven = bound_for_capture(cap, b)
+    sharpness_bound = proven[0] if proven is not None else None
 
     # Step-wise: each block against the reference operation applied to its own decoded input.
     step_c_err: dict[int, float] = {}
@@ -303,6 +320,7 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
             step_centroid_error=step_c_err[t + 1],
             step_label_errors=errors_t,
             ties=ties_t,
+            proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
     if diverged is not None:
         notes.append(
@@ -350,6 +368,7 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
         diverged_after_tie=diverged,
         failures=failures,
         notes=notes,
+        sharpness_bound=sharpness_bound,
     )
 
 

@@ -1,0 +1,62 @@
+"""``kmeans-circuits prove``: check the construction on the model's actual weights, for every input.
+
+Builds the variant's ``HookedTransformer`` for ``d`` and ``k``, checks every proof obligation exactly on its state
+dict (rational arithmetic, region by region for the MLPs), executes the hard-attention theorem on top of them, and
+prints one line per obligation with its status. Exit code 0 when every obligation holds, 1 when one fails, 2 for
+bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from analysis.data import InputError
+
+NAME = "prove"
+HELP = "prove the circuit exact: check every obligation symbolically on the model's weights, then the theorem"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--d", type=int, required=True, help="dimension of the points")
+    parser.add_argument("--k", type=int, required=True, help="number of centroids")
+    parser.add_argument("--variant", default="lloyd", metavar="NAME", help="circuit variant (default lloyd)")
+    parser.add_argument("--iterations", type=int, default=1, metavar="T",
+                        help="Lloyd iterations of the model to build (default 1: layers U A U A); every layer is checked")
+    parser.add_argument("--examples", type=int, default=1, metavar="E",
+                        help="random problems run in exact arithmetic with hardmax as evidence (default 1; 0 skips)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
+    knobs = parser.add_argument_group("exactness knobs", "see circuits/sharpness.py for the safe ranges")
+    knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default 1e14)")
+    knobs.add_argument("--beta-update", type=float, default=None, help="update sharpness (default 4000)")
+    knobs.add_argument("--tie-break", type=float, default=None, help="tie-break in unit-scaled squared distance (default 1e-11)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.commands._problem import sharpness_from
+    from circuits.variants import VARIANTS, get_variant, parse_variant
+
+    if args.d < 1 or args.k < 1:
+        raise InputError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
+    if args.iterations < 0:
+        raise InputError(f"--iterations must be >= 0, got {args.iterations}")
+    if args.examples < 0:
+        raise InputError(f"--examples must be >= 0, got {args.examples}")
+    if args.variant not in VARIANTS:
+        raise InputError(f"unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)}")
+    sharpness = sharpness_from(args)
+    name, _ = parse_variant(args.variant)
+
+    from analysis.proof.prover import OBLIGATION_SETS, not_applicable, prove_circuit
+
+    prover = OBLIGATION_SETS.get(name)
+    if prover is None or isinstance(prover, str):
+        report = not_applicable(name, args.d, args.k, prover)
+    else:
+        circuit = get_variant(args.variant).build(args.d, args.k, args.iterations, sharpness=sharpness)
+        report = prove_circuit(circuit, examples=args.examples)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(report.render())
+    return 0 if report.ok else 1

@@ -1,0 +1,151 @@
+"""The proven finite-sharpness bound holds on every kind of problem the suite uses, layer by layer.
+
+Checked on each run (``analysis.proof.bound.bound_violations``), against the hard trajectory: every layer's
+``sum |softmax - hardmax|``, every assignment's ``|Y - one-hot|`` and labels, every update's centroids; and, in the
+verification report, ``max_centroid_error <= proven_bound + tolerance``. Problems: hypothesis-generated ones (the
+strategy of ``test_hypothesis.py``), the bundled datasets, the hard inputs of ``test_hard_inputs.py``, and the
+certificate tests' blobs; each with the default knobs and with small ``beta`` / ``beta_update`` where the bound is
+far from 0 and the softmax visibly soft.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine, make_blobs
+
+from analysis.pipeline import run_problem
+from analysis.proof.bound import bound_for_capture, bound_violations, sharpness_bound
+from circuits.build import build_lloyd_circuit
+from circuits.initialisation import initial_centroids
+from circuits.sharpness import Sharpness
+
+from test_hypothesis import problems
+
+#: (beta, beta_update): the defaults, and softer settings where the bound is non-trivial.
+KNOBS = [(1e14, 4000.0), (1e9, 4000.0), (1e6, 4000.0), (1e5, 4000.0), (1e14, 60.0), (1e7, 60.0), (1e3, 30.0)]
+
+
+@functools.lru_cache(maxsize=64)
+def circuit(d: int, k: int, T: int, beta: float, beta_update: float):
+    return build_lloyd_circuit(d, k, T, sharpness=Sharpness(beta=beta, beta_update=beta_update))
+
+
+def run(X, C0, T, beta=1e14, beta_update=4000.0):
+    X, C0 = np.asarray(X, float), np.asarray(C0, float)
+    return run_problem(X, C0, T, circuit=circuit(X.shape[1], C0.shape[0], T, beta, beta_update))
+
+
+def assert_bound_holds(result):
+    rep = result.report
+    assert rep.sharpness_bound is not None
+    violations = bound_violations(result.capture)
+    assert not violations, violations
+    if rep.diverged_after_tie is None:
+        for r in rep.per_iteration:
+            assert r.max_centroid_error <= r.proven_bound + rep.tolerances.centroid, (r.iteration, r.max_centroid_error,
+                                                                                      r.proven_bound)
+    return rep
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(problems(max_n=80, max_d=6, max_k=6), st.sampled_from(KNOBS))
+def test_bound_holds_on_hypothesis_problems(problem, knobs):
+    X, C0, T = problem
+    assert_bound_holds(run(X, C0, T, *knobs))
+
+
+def _datasets():
+    X_blobs, _ = make_blobs(600, n_features=2, centers=5, random_state=0)
+    return {
+        "iris": load_iris().data, "wine": load_wine().data, "breast_cancer": load_breast_cancer().data,
+        "digits": load_digits().data[:600], "blobs": X_blobs,
+    }
+
+
+DATASETS = _datasets()
+
+
+@pytest.mark.parametrize("name", list(DATASETS))
+@pytest.mark.parametrize("knobs", [(1e14, 4000.0), (1e6, 4000.0), (1e14, 60.0)])
+def test_bound_holds_on_datasets(name, knobs):
+    X = DATASETS[name]
+    k = 10 if name == "digits" else 3
+    rep = assert_bound_holds(run(X, initial_centroids(X, k, "random", 0), 3, *knobs))
+    if knobs == (1e14, 4000.0):
+        # Hard everywhere: the proven bound is below anything float64 can show.
+        assert max(r.proven_bound for r in rep.per_iteration) < 1e-200
+
+
+def test_the_bound_is_far_from_zero_where_the_softmax_is_soft():
+    """Non-trivial and tight: the bound sits within a small factor of what the soft circuit actually does."""
+    X = DATASETS["blobs"]
+    result = run(X, initial_centroids(X, 5, "random", 0), 3, 1e6, 4000.0)
+    bound, _ = bound_for_capture(result.capture)
+    first = bound.layer(1)
+    assert 1e-13 < first.softmax_l1 < 1e-6 and first.uncertified_labels == 0
+    observed = result.capture.assign_attention(0).leak_observed[0].max()
+    assert observed > 0 and first.softmax_l1 <= 4 * observed + 1e-300
+    rep = assert_bound_holds(result)
+    assert 1e-12 < rep.per_iteration[0].proven_bound < 1e-3
+    assert rep.per_iteration[0].max_centroid_error > rep.tolerances.centroid  # the softness is visible
+
+
+def test_violations_are_detected_when_the_bound_is_for_a_sharper_circuit():
+    """The check has teeth: a bound computed for beta = 1e7 does not hold for the circuit built with beta = 1e6."""
+    X = DATASETS["blobs"]
+    C0 = initial_centroids(X, 5, "random", 0)
+    result = run(X, C0, 2, 1e6, 4000.0)
+    assert not bound_violations(result.capture)
+    _, traj = bound_for_capture(result.capture)
+    L = result.circuit.layout
+    seq = result.encoded.sequence
+    Xu = result.encoded.resid[0, seq.points, L["X"]].numpy()
+    Cu = result.encoded.resid[0, seq.centroids, L["C_stage"]].numpy()
+    wrong = sharpness_bound(Xu, Cu, 2, 1e7, 4000.0, 16.0, 1e-11, result.report.scale)
+    found = bound_violations(result.capture, proven=wrong)
+    assert found and "layer 1 (assign)" in found[0]
+
+
+@pytest.mark.parametrize("case", ["constant_columns", "all_equal", "duplicates", "offset", "tiny", "sixty_four"])
+@pytest.mark.parametrize("knobs", [(1e14, 4000.0), (1e7, 60.0)])
+def test_bound_holds_on_hard_inputs(case, knobs):
+    if case == "constant_columns":
+        X, _ = make_blobs(200, n_features=3, centers=3, random_state=0)
+        X = np.hstack([X, np.full((200, 2), 7.0)])
+        C0 = initial_centroids(X, 3, "random", 1)
+    elif case == "all_equal":
+        X = np.full((10, 3), -2.5)
+        C0 = X[:1]
+    elif case == "duplicates":
+        X = np.repeat(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]), [3, 1, 4, 2], axis=0)
+        C0 = initial_centroids(X, 4, "random", 0)
+    elif case == "offset":
+        X, _ = make_blobs(300, n_features=2, centers=3, random_state=2)
+        X = X + 1e8
+        C0 = initial_centroids(X, 3, "random", 0)
+    elif case == "tiny":
+        X, _ = make_blobs(300, n_features=4, centers=3, random_state=4)
+        X = X * 1e-8
+        C0 = initial_centroids(X, 3, "random", 0)
+    else:
+        X, _ = make_blobs(300, n_features=64, centers=8, random_state=5)
+        C0 = initial_centroids(X, 8, "k-means++", 0)
+    rep = assert_bound_holds(run(X, C0, 3, *knobs))
+    assert all(math.isfinite(r.proven_bound) or knobs != (1e14, 4000.0) for r in rep.per_iteration)
+
+
+def test_report_shows_the_bound_next_to_the_observed_error():
+    X = DATASETS["iris"]
+    result = run(X, initial_centroids(X, 3, "random", 0), 2, 1e6, 4000.0)
+    text = result.report.summary()
+    head = text.splitlines()[0]
+    assert head.index("max |dc|") < head.index("proven |dc|") < head.index("objective")
+    doc = result.report.to_dict()
+    assert all("proven_bound" in r for r in doc["per_iteration"])
+    assert doc["sharpness_bound"]["layers"][0]["kind"] == "update"

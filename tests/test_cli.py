@@ -47,7 +47,8 @@ def test_exit_0_json_schema_and_files(tmp_path):
     np.testing.assert_allclose(doc["centroids"], km.cluster_centers_, atol=1e-12)
     assert doc["labels"] == km.labels_.tolist()
     # The output folder holds the same answer.
-    assert sorted(p.name for p in out_dir.iterdir()) == ["centroids.csv", "labels.csv", "verification.json"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["centroids.csv", "labels.csv", "report.html",
+                                                         "verification.json"]
     labels = np.loadtxt(out_dir / "labels.csv", skiprows=1, dtype=int)
     assert labels.tolist() == doc["labels"]
     np.testing.assert_array_equal(np.loadtxt(out_dir / "centroids.csv", delimiter=",", skiprows=1), doc["centroids"])

@@ -16,7 +16,8 @@ HELP = "cluster data with the k-means transformer and verify it against its refe
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
-    parser.add_argument("--out", metavar="DIR", help="write labels.csv, centroids.csv and verification.json here")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write labels.csv, centroids.csv, verification.json and report.html here")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
 
 
@@ -59,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
                              sharpness, on_layer=lambda layer: bar.update())
     if out is not None:
-        write_output_dir(out, output_files(result, problem))
+        from analysis.report import build_report
+
+        files = output_files(result, problem)
+        files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
+        write_output_dir(out, files)
     if args.json:
         print(json.dumps(result.to_json()))
     else:

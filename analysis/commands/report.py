@@ -1,0 +1,67 @@
+"""``kmeans-circuits report``: run and verify the circuit, then write one self-contained HTML report of it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+from analysis.data import InputError
+
+NAME = "report"
+HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
+
+#: Points drawn per figure unless --max-points says otherwise (mirrors analysis.views.DEFAULT_MAX_POINTS,
+#: which cannot be imported here without loading torch before the input is validated).
+MAX_POINTS = 400
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser)
+    parser.add_argument("--out", metavar="FILE", required=True, help="the HTML file to write (.html)")
+    parser.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="M",
+                        help=f"points drawn per figure (default {MAX_POINTS}); verification always uses all of them")
+
+
+def check_out_file(out: str) -> Path:
+    """Reject an ``--out`` that can never be written, before any work is done."""
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(f"--out {out!r} is a folder; give a file name such as {str(path / 'report.html')!r}")
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise InputError(f"--out {out!r}: the report is an HTML file; give a name ending in .html")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"--out {out!r} exists and is not writable")
+    anchor = next((p for p in path.parents if p.exists()), Path("."))
+    if not anchor.is_dir() or not os.access(anchor, os.W_OK):
+        raise InputError(f"--out {out!r}: {str(anchor)!r} is not a writable folder")
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = load_problem(args)
+    out = check_out_file(args.out)
+    if args.max_points < 1:
+        raise InputError(f"--max-points must be >= 1, got {args.max_points}")
+    sharpness = sharpness_from(args)
+
+    from analysis.commands.cluster import progress_bar
+    from analysis.pipeline import DTYPES, run_problem
+    from analysis.report import build_report
+
+    n_layers = 2 * problem.iterations + 2
+    with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
+        result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
+                             sharpness, on_layer=lambda layer: bar.update())
+    report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
+    try:
+        report.write(out)
+    except OSError as exc:
+        raise InputError(f"cannot write --out {str(out)!r}: {exc.strerror or exc}") from None
+    rep = result.report
+    verdict = "VERIFIED" if rep.verified else "NOT VERIFIED"
+    print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
+          f"{problem.iterations} iterations: {verdict} ({'exact' if rep.exact else 'approximate'}, {rep.dtype}); "
+          f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
+    return 0 if rep.verified else 1

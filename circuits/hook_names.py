@@ -96,6 +96,34 @@ def names_filter(names: set[str] | list[str] | tuple[str, ...]) -> Callable[[str
     return wanted.__contains__
 
 
+#: Per-block activations that patching can address by a short name, and the hook each one lives at.
+BLOCK_COMPONENTS: dict[str, Callable[[int], str]] = {
+    "resid_pre": resid_pre,
+    "resid_mid": resid_mid,
+    "resid_post": resid_post,
+    "attn_out": attn_out,
+    "mlp_out": mlp_out,
+    "z": z,
+    "result": head_result,
+}
+
+
+def component(name: str, layer: int) -> str:
+    """The hook of block component ``name`` (a key of :data:`BLOCK_COMPONENTS`) at ``layer``."""
+    try:
+        return BLOCK_COMPONENTS[name](layer)
+    except KeyError:
+        raise ValueError(f"unknown block component {name!r}; expected one of {tuple(BLOCK_COMPONENTS)}") from None
+
+
+def layer_of(name: str) -> int | None:
+    """The block index of a ``blocks.{layer}....`` hook name, or ``None`` for hooks outside the blocks."""
+    parts = name.split(".")
+    if len(parts) > 1 and parts[0] == "blocks" and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
 # State-dict keys of the parameters the builder writes, for the same reason the hook names live here.
 def param(layer: int, component: str, name: str) -> str:
     """``param(3, "attn", "W_Q")`` -> ``"blocks.3.attn.W_Q"``."""

@@ -1,0 +1,172 @@
+"""``kmeans-circuits patch``: corrupt a problem, patch the clean run into the corrupted one, write the heatmaps.
+
+Builds the circuit, makes the clean/corrupted pair (:mod:`analysis.patching.pairs`), verifies both unpatched runs
+against the Lloyd reference, runs the sweeps (:mod:`analysis.patching.sweeps`) and writes ``patching.json`` (every
+metric of every cell) and ``patching.html`` (self-contained heatmaps, plotly.js embedded) into ``--out``, all or
+nothing. Exit codes as everywhere: 0 done and both unpatched runs verified, 1 an unpatched run disagrees with the
+reference (results are still written), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from analysis.commands._output import check_out_dir, write_output_dir
+from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+from analysis.data import InputError
+
+NAME = "patch"
+HELP = "activation patching: corrupt the problem, patch clean activations back in, write heatmaps of what restores it"
+
+CORRUPTION_KINDS = ("move-centroid", "move-point", "swap-centroids", "add-outlier")
+SWEEP_NAMES = ("layer-position", "layer-subspace", "components")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser)
+    corr = parser.add_argument_group("corruption")
+    corr.add_argument("--corruption", required=True, choices=CORRUPTION_KINDS, metavar="KIND",
+                      help=f"how the corrupted run differs: {', '.join(CORRUPTION_KINDS)}")
+    corr.add_argument("--centroid", type=int, default=0, metavar="J",
+                      help="move-centroid: which initial centroid moves; swap-centroids: the first of the two (default 0)")
+    corr.add_argument("--other", type=int, default=1, metavar="J",
+                      help="swap-centroids: the second centroid (default 1)")
+    corr.add_argument("--point", type=int, default=None, metavar="I",
+                      help="move-point: which point crosses a boundary (default: the one nearest to a boundary)")
+    corr.add_argument("--to", default=None, metavar="V,V,...",
+                      help="move-centroid: new position; add-outlier: the outlier (comma-separated, d values)")
+    corr.add_argument("--outlier-distance", type=float, default=3.0, metavar="R",
+                      help="add-outlier without --to: R times farther out than the farthest point (default 3)")
+    sweep = parser.add_argument_group("sweeps")
+    sweep.add_argument("--sweeps", default=",".join(SWEEP_NAMES), metavar="LIST",
+                       help=f"comma-separated, from {', '.join(SWEEP_NAMES)} (default: all)")
+    sweep.add_argument("--positions", choices=("auto", "each", "types"), default="auto",
+                       help="layer-position columns: every token, or token types plus centroids and the corrupted"
+                            " point (default auto: every token up to 64 tokens)")
+    sweep.add_argument("--read", default="final", metavar="LAYER",
+                       help="read the outcome after this layer (default final: the last layer)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write patching.json and patching.html here (default ./patching-SOURCE-KIND)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the summary")
+
+
+def parse_vector(text: str | None, d: int, what: str):
+    if text is None:
+        return None
+    import numpy as np
+
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise InputError(f"{what}: expected {d} comma-separated numbers, got {text!r}") from None
+    if len(values) != d:
+        raise InputError(f"{what}: expected {d} values (the data has d={d}), got {len(values)}")
+    if not all(np.isfinite(values)):
+        raise InputError(f"{what}: values must be finite")
+    return np.array(values)
+
+
+def make_pair_from(args: argparse.Namespace, problem):
+    from analysis.patching.pairs import make_pair
+
+    d = problem.X.shape[1]
+    options: dict = {}
+    if args.corruption == "move-centroid":
+        options = {"centroid": args.centroid, "to": parse_vector(args.to, d, "--to")}
+    elif args.corruption == "move-point":
+        options = {"point": args.point}
+    elif args.corruption == "swap-centroids":
+        options = {"a": args.centroid, "b": args.other}
+    elif args.corruption == "add-outlier":
+        options = {"at": parse_vector(args.to, d, "--to"), "distance": args.outlier_distance}
+    try:
+        return make_pair(args.corruption, problem.X, problem.C0, **options)
+    except ValueError as exc:
+        raise InputError(f"--corruption {args.corruption}: {exc}") from None
+
+
+def parse_sweeps(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in names if s not in SWEEP_NAMES]
+    if bad or not names:
+        raise InputError(f"--sweeps: unknown sweep {', '.join(bad) or '(none)'}; choose from {', '.join(SWEEP_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_read(text: str, n_layers: int) -> int:
+    if text == "final":
+        return n_layers - 1
+    try:
+        layer = int(text)
+    except ValueError:
+        raise InputError(f"--read: expected 'final' or a layer number, got {text!r}") from None
+    if not 0 <= layer < n_layers:
+        raise InputError(f"--read {layer}: the circuit has layers 0..{n_layers - 1}")
+    return layer
+
+
+def default_out(source: str, kind: str) -> str:
+    stem = Path(source).stem if source.endswith((".csv", ".npy")) else source
+    return f"patching-{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}-{kind}"
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = load_problem(args)
+    pair = make_pair_from(args, problem)
+    sweeps = parse_sweeps(args.sweeps)
+    read = parse_read(args.read, 2 * problem.iterations + 2)
+    out = check_out_dir(args.out or default_out(problem.source, args.corruption))
+    sharpness = sharpness_from(args)
+
+    from analysis.patching.experiment import PatchingExperiment, verify_unpatched
+    from analysis.patching.report import patching_page, result_document
+    from analysis.patching.sweeps import (default_position_columns, sweep_components, sweep_layer_position,
+                                          sweep_layer_subspace)
+    from analysis.pipeline import DTYPES
+    from circuits.variants import get_variant
+
+    circuit = get_variant(problem.variant).build(pair.d, pair.k, problem.iterations, sharpness=sharpness,
+                                                 dtype=DTYPES[args.dtype])
+    exp = PatchingExperiment(circuit, pair)
+    check = verify_unpatched(exp)
+    each = {"auto": None, "each": True, "types": False}[args.positions]
+    results = []
+    for name in sweeps:
+        if name == "layer-position":
+            results.append(sweep_layer_position(exp, default_position_columns(exp, each), read_layer=read))
+        elif name == "layer-subspace":
+            results.append(sweep_layer_subspace(exp, read_layer=read))
+        else:
+            results.append(sweep_components(exp, columns=default_position_columns(exp, each), read_layer=read))
+    problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
+                    "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}
+    doc = result_document(exp, results, check, read, problem_info)
+    write_output_dir(out, {
+        "patching.json": json.dumps(doc, indent=1) + "\n",
+        "patching.html": patching_page(exp, results, check, read, problem_info),
+    })
+    if args.json:
+        print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
+    else:
+        s = doc["summary"]
+        print(f"{problem.source}: n={problem_info['n']} d={pair.d} k={pair.k}, init {problem.init},"
+              f" {problem.iterations} iterations; corruption: {pair.description}")
+        print(f"read after {s['read_label']}: {s['labels_differing']} label(s) differ between clean and corrupted,"
+              f" |C_clean - C_corrupted| = {s['centroid_error']:.4g}")
+        for sw in doc["sweeps"]:
+            rows = sw["restoring_rows"]
+            print(f"{sw['name']}: fully restoring at {len(rows)} of {len(sw['rows'])} rows"
+                  + (f" ({', '.join(rows[:6])}{', ...' if len(rows) > 6 else ''})" if rows else ""))
+        print(("unpatched runs VERIFIED against the reference" if check.verified else
+               "unpatched runs NOT VERIFIED: " + "; ".join(check.clean.failures + check.corrupted.failures))
+              + f"; wrote {out}")
+    return 0 if check.verified else 1
+
+
+def compact(sweep_doc: dict) -> dict:
+    """A sweep for stdout: axes, the fraction restored, and the restoring rows and cells."""
+    keep = ("name", "title", "read_layer", "rows", "cols", "note", "restoring_rows", "restoring_cells")
+    return {**{key: sweep_doc[key] for key in keep}, "restored": sweep_doc["values"]["restored"]}

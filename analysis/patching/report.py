@@ -1,0 +1,139 @@
+"""Patching results as a document: JSON for programs, a standalone HTML page, and a section of the circuit report.
+
+* :func:`result_document` — everything a sweep measured, JSON-ready (what ``kmeans-circuits patch`` writes to
+  ``patching.json``).
+* :func:`patching_page` — one self-contained HTML page of heatmaps (plotly.js embedded, no external URL).
+* :func:`patching_section` / :func:`add_patching_section` — the same heatmaps as a
+  :class:`analysis.report.Section`, added to a report built by :func:`analysis.report.build_report`.
+"""
+
+from __future__ import annotations
+
+import html
+
+from analysis.patching.experiment import PatchingExperiment, UnpatchedCheck
+from analysis.patching.figures import heatmap, page
+from analysis.patching.metrics import E_TOL
+from analysis.patching.sweeps import SweepResult
+
+#: What the construction predicts for each sweep, in words; shown above its heatmap.
+READING = {
+    "layer_position": (
+        "Each cell is one run of the corrupted problem with the whole residual vector of the column's tokens "
+        "replaced, as it enters the row's block, by the clean run's. The state of the algorithm lives in two "
+        "places in turn: before an assign block (A) it is the centroids, held in `C` and `N` of the centroid "
+        "tokens, so the `centroids` column restores everything there; before an update block (U) it is the "
+        "assignment, held in `Y` of the point tokens (plus `X` if a point was moved), so the `points` column "
+        "restores everything there. Single tokens restore partially: one centroid, or one point's vote."
+    ),
+    "layer_subspace": (
+        "Each cell patches one named subspace of the residual stream on every token. Before an assign block only "
+        "`C` and `N` are read by it (the query reads `X`, the keys `C`, `N` and the flags), and the MLP of an assign "
+        "block overwrites `Y`; before an update block the head reads `Y` (keys) and `X + C` (values) and its MLP "
+        "overwrites `C` and `N`. Staging slots are empty between blocks, so patching them does nothing, and "
+        "`ID`, `ONE` and the flags are the same in both runs."
+    ),
+    "components": (
+        "Each cell patches what one block's head (`attn_out`) or MLP (`mlp_out`) wrote at the column's tokens. "
+        "Heads write only into staging slots, which are empty in both runs when the head writes, so a head's "
+        "output is the whole new state: patching it restores what its MLP then commits (assign heads write "
+        "`Y_stage` of the points, update heads `C_stage` of the centroids). An MLP's output is a *change*, "
+        "`new - old` for the committed slot and `-staged` for the staging slot; patched alone it adds the clean "
+        "change to the corrupted values and leaves `corrupted staged - clean staged` behind in the staging slot, "
+        "so MLP rows restore little and can push the run further from clean (negative cells)."
+    ),
+}
+
+
+def _fraction_note() -> str:
+    return (
+        "Fraction restored = mean of `1 - L(patched)/L(corrupted)` over labels and `1 - E(patched)/E(corrupted)` "
+        "over centroids, where `L` counts labels differing from the clean run and `E` is the unit-scaled "
+        f"Frobenius distance of the centroids from the clean ones (distances below {E_TOL:g} x sqrt(k) are "
+        "rounding and count as 0). 1 = the clean readout is back exactly, 0 = no effect, < 0 = further from "
+        "clean. When the corruption does not change a readout the fraction is 0/0 and the cell is blank."
+    )
+
+
+def result_document(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None,
+                    read_layer: int | None = None, problem: dict | None = None) -> dict:
+    """Every sweep with every metric, the clean/corrupted summary, and the check of the unpatched runs."""
+    return {
+        "problem": problem or {},
+        "corruption": exp.pair.to_dict(),
+        "summary": exp.summary(read_layer),
+        "schedule": [exp.layer_label(L) for L in range(exp.n_layers)],
+        "token_labels": exp.token_labels,
+        "unpatched": check.to_dict() if check is not None else None,
+        "fraction_restored": _fraction_note(),
+        "sweeps": [s.to_dict() for s in sweeps],
+    }
+
+
+def _code(text: str) -> str:
+    """Plain text with `backticks` as HTML with <code>."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _intro(exp: PatchingExperiment, check: UnpatchedCheck | None, read_layer: int | None) -> str:
+    s = exp.summary(read_layer)
+    lines = [
+        f"<p><b>Corruption:</b> {html.escape(exp.pair.description)}.</p>",
+        f"<p><b>Read after</b> {html.escape(s['read_label'])}: {s['labels_differing']} label(s) differ between the "
+        f"clean and corrupted runs; |C<sub>clean</sub> - C<sub>corrupted</sub>| = {s['centroid_error']:.4g}; "
+        f"objective on the clean points {s['clean']['objective']:.6g} (clean) vs {s['corrupted']['objective']:.6g}"
+        " (corrupted).</p>",
+    ]
+    if not s["corruption_visible"]:
+        lines.append("<p><b>The corruption does not change this readout</b>: every fraction restored is 0/0 and "
+                     "the heatmaps are blank. Read an earlier layer (<code>--read</code>).</p>")
+    if exp.pair.placeholder is not None:
+        lines.append(f"<p>The clean run holds a placeholder in point slot {exp.pair.placeholder} (column "
+                     f"<code>{html.escape(exp.token_labels[exp.sequence.point(exp.pair.placeholder)])}</code>): a "
+                     "copy of the BOS sink, which no head reads, so both runs have the same token positions.</p>")
+    if check is not None:
+        verdict = "verified" if check.verified else "NOT verified"
+        extra = ("" if check.placeholder_deviation is None else
+                 f"; the placeholder changes the clean run by at most {check.placeholder_deviation:.3g} (unit-scaled)")
+        lines.append(f"<p>Both unpatched runs {verdict} layer by layer against the numpy Lloyd reference{extra}.</p>")
+    lines.append(f"<p>{_code(_fraction_note())}</p>")
+    return "\n".join(lines)
+
+
+def patching_page(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
+                  read_layer: int | None = None, problem: dict | None = None) -> str:
+    """A standalone HTML page: the summary, and each sweep's explanation and heatmap."""
+    title = "Activation patching on the k-means circuit"
+    if problem:
+        title += f": {problem.get('source', '')}, k = {exp.pair.k}, {exp.pair.kind}"
+    figures, blocks = [], []
+    for sw in sweeps:
+        figures.append(heatmap(sw))
+    # The page is text followed by figures; each figure's explanation goes into the intro as a list.
+    blocks.append("<ul>" + "".join(f"<li><b>{html.escape(sw.title)}</b>: {_code(READING.get(sw.name, ''))}</li>"
+                                   for sw in sweeps) + "</ul>")
+    return page(title, _intro(exp, check, read_layer) + "\n".join(blocks), figures)
+
+
+def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
+                     read_layer: int | None = None):
+    """The sweeps as a section of the circuit report (:class:`analysis.report.Section`, key ``"patching"``)."""
+    from analysis.report import Html, Section
+
+    items = [Html(_intro(exp, check, read_layer))]
+    for sw in sweeps:
+        items.append(Html(f"<p>{_code(READING.get(sw.name, ''))}</p>"))
+        items.append(heatmap(sw))
+    text = ("Activation patching: the corrupted run, with part of the clean run's activations copied in, cell "
+            "by cell. The construction predicts where the state of the algorithm lives at every layer, so the "
+            "heatmaps can be checked against the weights (tests/test_patching_predictions.py does).")
+    return Section("Activation patching", text, items, key="patching")
+
+
+def add_patching_section(report, exp: PatchingExperiment, sweeps: list[SweepResult],
+                         check: UnpatchedCheck | None = None, read_layer: int | None = None,
+                         after: str | None = "verification"):
+    """Add :func:`patching_section` to ``report`` (after the section ``after`` when it exists, else at the end)."""
+    known = after is not None and any(s.key == after for s in report.sections)
+    return report.add_section(patching_section(exp, sweeps, check, read_layer), after=after if known else None)

@@ -1,0 +1,222 @@
+"""Sweeps: one patched run per cell of a (layer x position), (layer x subspace) or (component x position) grid.
+
+Rows are the places in the network a patch is applied, columns what is patched there:
+
+* :func:`sweep_layer_position` — rows: the residual stream entering every block (``resid_pre``) and leaving the
+  last one (``resid_post``), up to the read layer; columns: single token positions (labelled by the
+  :class:`~circuits.layout.SequenceLayout`: ``BOS``, ``x0``.., ``c0``..) and whole token types. The full residual
+  vector of those tokens is patched (or only ``subspaces``).
+* :func:`sweep_layer_subspace` — same rows; columns: named subspaces of the
+  :class:`~circuits.layout.ResidualLayout` (``X``, ``C``, ``N``, ``Y`` ...), patched on every token (or on
+  ``positions``).
+* :func:`sweep_components` — rows: the head output (``attn_out``, or per-head ``z``) and the MLP output of every
+  block; columns: positions. It says which block *writes* the difference, where the residual sweeps say where
+  it *lives*.
+
+Each returns a :class:`SweepResult`: every metric of :class:`~analysis.patching.metrics.PatchMetrics` as a
+``(row, col)`` torch tensor, per-point label flips ``(row, col, m)`` and per-centroid displacement
+``(row, col, k)``, the axis labels, and :meth:`SweepResult.figure` for a plotly heatmap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float
+
+from analysis.patching.experiment import Patch, PatchingExperiment, positions_of
+from analysis.patching.metrics import PatchMetrics
+
+#: Above this many tokens a layer x position sweep shows the token types and the notable tokens only.
+MAX_POSITION_COLUMNS = 64
+
+#: Restored fractions at least this high count as "restores the clean behaviour" in summaries.
+RESTORED = 1.0 - 1e-9
+
+
+@dataclass
+class SweepResult:
+    """Metrics of one patched run per (row, col) cell, with labelled axes."""
+
+    name: str
+    title: str
+    row_labels: list[str]
+    col_labels: list[str]
+    rows: list[dict]
+    cols: list[dict]
+    values: dict[str, Float[torch.Tensor, "row col"]]
+    flipped: Bool[torch.Tensor, "row col m"]
+    displacement: Float[torch.Tensor, "row col k"]
+    read_layer: int
+    read_label: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.row_labels), len(self.col_labels)
+
+    def __getitem__(self, metric: str) -> torch.Tensor:
+        return self.values[metric]
+
+    def restoring_cells(self, metric: str = "restored", threshold: float = RESTORED) -> list[dict]:
+        """Cells whose ``metric`` reaches ``threshold``: the patches that bring the clean readout back."""
+        v = self.values[metric]
+        hits = torch.nonzero(v >= threshold).tolist()
+        return [{"row": self.row_labels[r], "col": self.col_labels[c], metric: float(v[r, c])} for r, c in hits]
+
+    def restoring_rows(self, metric: str = "restored", threshold: float = RESTORED) -> list[str]:
+        """Rows (layers) where some column restores the clean readout."""
+        v = torch.nan_to_num(self.values[metric], nan=-np.inf)
+        return [self.row_labels[r] for r in range(v.shape[0]) if bool((v[r] >= threshold).any())]
+
+    def figure(self, metric: str = "restored"):
+        from analysis.patching.figures import heatmap
+
+        return heatmap(self, metric)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: every metric as nested lists (NaN as null), axes, and the restoring cells."""
+        def lists(t: torch.Tensor):
+            return [[None if np.isnan(v) else float(v) for v in row] for row in t.tolist()]
+
+        return {
+            "name": self.name,
+            "title": self.title,
+            "read_layer": self.read_layer,
+            "read_label": self.read_label,
+            "rows": self.row_labels,
+            "cols": self.col_labels,
+            "row_sites": self.rows,
+            "col_sites": self.cols,
+            "note": self.note,
+            "values": {name: lists(t) for name, t in self.values.items()},
+            "restoring_rows": self.restoring_rows(),
+            "restoring_cells": self.restoring_cells(),
+        }
+
+
+def _collect(exp: PatchingExperiment, grid: list[list[Patch]], read: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    R, C = len(grid), len(grid[0]) if grid else 0
+    flat = [p for row in grid for p in row]
+    metrics: PatchMetrics = exp.measure(flat, read)
+    values = {name: torch.as_tensor(metrics.scalar(name)).reshape(R, C) for name in PatchMetrics.SCALARS}
+    flipped = torch.as_tensor(metrics.flipped).reshape(R, C, -1)
+    displacement = torch.as_tensor(metrics.centroid_displacement).reshape(R, C, -1)
+    return values, flipped, displacement
+
+
+def residual_rows(exp: PatchingExperiment, read: int) -> list[tuple[str, int, str]]:
+    """(component, layer, label): the residual entering every block up to ``read``, and leaving block ``read``."""
+    rows = [("resid_pre", L, f"pre {exp.layer_label(L)}") for L in range(read + 1)]
+    return rows + [("resid_post", read, f"post {exp.layer_label(read)}")]
+
+
+def default_position_columns(exp: PatchingExperiment, each_token: bool | None = None) -> list[tuple[str, tuple[int, ...]]]:
+    """Every token, then each token type and all tokens together.
+
+    With ``each_token`` False (default: when the sequence is longer than :data:`MAX_POSITION_COLUMNS`) only BOS,
+    every centroid and the point slots the corruption touches get a column of their own.
+    """
+    seq, labels = exp.sequence, exp.token_labels
+    if each_token is None:
+        each_token = seq.n_tokens <= MAX_POSITION_COLUMNS
+    if each_token:
+        singles = list(range(seq.n_tokens))
+    else:
+        touched = [exp.pair.details[key] for key in ("point",) if key in exp.pair.details]
+        singles = [seq.bos, *(seq.point(i) for i in touched), *range(seq.n_tokens)[seq.centroids]]
+    cols = [(labels[p], (p,)) for p in singles]
+    cols += [("points", positions_of(seq, "point")), ("centroids", positions_of(seq, "centroid")),
+             ("all", positions_of(seq, "all"))]
+    return cols
+
+
+def _resolve_columns(exp: PatchingExperiment, columns) -> list[tuple[str, tuple[int, ...]]]:
+    if columns is None:
+        return default_position_columns(exp)
+    out = []
+    for col in columns:
+        if isinstance(col, tuple) and len(col) == 2 and isinstance(col[0], str) and not isinstance(col[1], str):
+            out.append((col[0], positions_of(exp.sequence, col[1])))
+        else:
+            out.append((str(col), positions_of(exp.sequence, col)))
+    return out
+
+
+def sweep_layer_position(exp: PatchingExperiment, columns=None, subspaces: Sequence[str] | None = None,
+                         read_layer: int | None = None) -> SweepResult:
+    """Patch the residual stream of each column's tokens (all of it, or ``subspaces``) entering each block.
+
+    ``columns``: position specs (see :func:`~analysis.patching.experiment.positions_of`), or ``(label, spec)``
+    pairs; default :func:`default_position_columns`.
+    """
+    read = exp.check_read_layer(read_layer)
+    rows = residual_rows(exp, read)
+    cols = _resolve_columns(exp, columns)
+    grid = [[Patch.of(exp.site(comp, layer, list(pos), subspaces), label=f"{rlabel} / {clabel}")
+             for clabel, pos in cols] for comp, layer, rlabel in rows]
+    values, flipped, disp = _collect(exp, grid, read)
+    what = "the residual stream" if subspaces is None else "+".join(subspaces)
+    return SweepResult(
+        "layer_position", f"Patching {what} by layer and position", [r[2] for r in rows], [c[0] for c in cols],
+        [{"component": c, "layer": L} for c, L, _ in rows], [{"positions": list(p)} for _, p in cols],
+        values, flipped, disp, read, exp.layer_label(read),
+        extra={"subspaces": list(subspaces) if subspaces else None})
+
+
+def sweep_layer_subspace(exp: PatchingExperiment, subspaces=None, positions="all",
+                         read_layer: int | None = None) -> SweepResult:
+    """Patch each named subspace (or group of subspaces) on ``positions`` entering each block.
+
+    ``subspaces``: names or tuples of names of the layout (default: every subspace alone).
+    """
+    read = exp.check_read_layer(read_layer)
+    rows = residual_rows(exp, read)
+    groups = [(s,) if isinstance(s, str) else tuple(s) for s in (subspaces or exp.layout.names)]
+    pos = positions_of(exp.sequence, positions)
+    grid = [[Patch.of(exp.site(comp, layer, list(pos), list(g)), label=f"{rlabel} / {'+'.join(g)}")
+             for g in groups] for comp, layer, rlabel in rows]
+    values, flipped, disp = _collect(exp, grid, read)
+    where = positions if isinstance(positions, str) else f"positions {list(pos)}"
+    return SweepResult(
+        "layer_subspace", f"Patching named subspaces ({where}) by layer", [r[2] for r in rows],
+        ["+".join(g) for g in groups], [{"component": c, "layer": L} for c, L, _ in rows],
+        [{"subspaces": list(g), "positions": list(pos)} for g in groups], values, flipped, disp, read,
+        exp.layer_label(read))
+
+
+def sweep_components(exp: PatchingExperiment, components: Sequence[str] = ("attn_out", "mlp_out"), columns=None,
+                     read_layer: int | None = None) -> SweepResult:
+    """Patch what each block's head (``attn_out`` or per-head ``z``) and MLP (``mlp_out``) wrote, by position."""
+    read = exp.check_read_layer(read_layer)
+    rows = [(comp, L, f"{exp.layer_label(L)} {comp}") for L in range(read + 1) for comp in components]
+    cols = _resolve_columns(exp, columns)
+    grid = [[Patch.of(exp.site(comp, layer, list(pos)), label=f"{rlabel} / {clabel}") for clabel, pos in cols]
+            for comp, layer, rlabel in rows]
+    values, flipped, disp = _collect(exp, grid, read)
+    return SweepResult(
+        "components", f"Patching block outputs ({', '.join(components)}) by position", [r[2] for r in rows],
+        [c[0] for c in cols], [{"component": c, "layer": L} for c, L, _ in rows],
+        [{"positions": list(p)} for _, p in cols], values, flipped, disp, read, exp.layer_label(read))
+
+
+#: Sweep names accepted by :func:`run_sweeps` and the command line.
+SWEEPS = ("layer-position", "layer-subspace", "components")
+
+
+def run_sweeps(exp: PatchingExperiment, names: Sequence[str] = SWEEPS, read_layer: int | None = None) -> list[SweepResult]:
+    out = []
+    for name in names:
+        if name == "layer-position":
+            out.append(sweep_layer_position(exp, read_layer=read_layer))
+        elif name == "layer-subspace":
+            out.append(sweep_layer_subspace(exp, read_layer=read_layer))
+        elif name == "components":
+            out.append(sweep_components(exp, read_layer=read_layer))
+        else:
+            raise ValueError(f"unknown sweep {name!r}; expected one of {SWEEPS}")
+    return out

@@ -29,7 +29,7 @@ DEFAULT_MAX_POINTS = 400
 LOW_MARGIN_SHARE = 0.2
 
 
-@dataclass
+@dataclass(repr=False)
 class View:
     """What one view computed (``data``, over all points) and how it draws it (``figure``)."""
 
@@ -41,6 +41,10 @@ class View:
 
     def show(self, *args, **kwargs) -> None:
         self.figure.show(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"View({self.name!r}: {self.title}; {len(self.figure.data)} traces; "
+                f"data: {', '.join(self.data)})")
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         # A view on the last line of a notebook cell displays as its figure.

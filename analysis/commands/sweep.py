@@ -1,0 +1,66 @@
+"""``kmeans-circuits sweep``: the paper's finite-temperature sweep of the soft k-means circuit against Lloyd's."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from analysis.commands._output import check_out_dir, write_output_dir
+from analysis.data import InputError
+
+NAME = "sweep"
+HELP = "run the soft k-means circuit at several temperatures over grids of d, k, n and data scale, against Lloyd's"
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    values = _floats(text)
+    if any(v != int(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return tuple(int(v) for v in values)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", metavar="DIR", default="sweep",
+                        help="write sweep.html (heatmaps, self-contained) and sweep.csv (raw results) here (default ./sweep)")
+    parser.add_argument("--grid", choices=("tiny", "default", "large"), default="default",
+                        help="tiny: seconds (tests); default: a few minutes on 2 cores; large: the bigger grid")
+    parser.add_argument("--runner", choices=("circuit", "reference"), default="circuit",
+                        help="circuit: the soft HookedTransformer (default); reference: the numpy soft k-means")
+    parser.add_argument("--betas", type=_floats, metavar="B,B,...", help="stiffnesses (paper's temperatures; default 1,10,100)")
+    parser.add_argument("--d", type=_ints, metavar="D,D,...", help="dimensions of the d grids")
+    parser.add_argument("--k", type=_ints, metavar="K,K,...", help="cluster counts of the k grids")
+    parser.add_argument("--n", type=_ints, metavar="N,N,...", help="point counts of the n grids")
+    parser.add_argument("--scale", type=_floats, metavar="S,S,...", help="data scales (data in [0, scale]^d)")
+    parser.add_argument("--seeds", type=int, help="problems per cell")
+    parser.add_argument("--iterations", type=int, help="iterations of both algorithms (default 10)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis import sweep
+
+    out = check_out_dir(args.out)
+    try:
+        grid = sweep.grid_from(args.grid, betas=args.betas, d=args.d, k=args.k, n=args.n, scale=args.scale,
+                               seeds=args.seeds, iterations=args.iterations)
+        grid.validate()
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    from tqdm.auto import tqdm
+
+    runner = sweep.RUNNERS[args.runner]
+    with tqdm(total=grid.n_problems, desc=f"sweep ({args.runner})", unit="problem", file=sys.stderr,
+              disable=None, leave=False) as bar:
+        rows = sweep.run_sweep(grid, runner, progress=bar.update)
+    checks = sweep.trend_checks(rows)
+    write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, args.runner)})
+    print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}); wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
+    for line in sweep.summary_lines(rows, checks):
+        print(line)
+    return 0

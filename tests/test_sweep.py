@@ -1,0 +1,103 @@
+"""The finite-temperature sweep: its problems, its runners, its verdict on the paper's claims, its command."""
+
+import csv
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from analysis import sweep
+from circuits import reference
+
+CLI = [sys.executable, "-m", "analysis.cli"]
+
+MICRO = sweep.SweepGrid(betas=(1.0, 30.0), d=(2,), k=(2, 3), n=(12,), scale=(0.5, 4.0),
+                        base={"d": 2, "k": 2, "n": 12, "scale": 1.0}, seeds=2, iterations=4)
+
+
+def test_mixture_problems_live_in_the_scaled_unit_cube():
+    X, C0 = sweep.mixture_problem(d=3, k=4, n=50, scale=7.0, seed=1)
+    assert X.shape == (50, 3) and C0.shape == (4, 3)
+    np.testing.assert_allclose(X.min(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(X.max(axis=0), 7.0, rtol=1e-12)
+    assert all(any(np.array_equal(c, x) for x in X) for c in C0) and len(np.unique(C0, axis=0)) == 4
+    X2, C02 = sweep.mixture_problem(d=3, k=4, n=50, scale=7.0, seed=1)
+    np.testing.assert_array_equal(X, X2)
+
+
+def test_circuit_runner_equals_the_soft_reference():
+    rows = sweep.run_sweep(MICRO, sweep.circuit_runner)
+    assert len(rows) == MICRO.n_problems
+    worst = max(r.deviation_from_reference / r.scale for r in rows)
+    assert worst < 1e-12, worst
+
+
+def test_gap_is_measured_against_lloyd_from_the_same_start():
+    rows = sweep.run_sweep(MICRO, sweep.reference_runner)
+    row = next(r for r in rows if r.grid == "k-scale" and r.k == 3 and r.scale == 4.0 and r.beta == 1.0)
+    X, C0 = sweep.mixture_problem(row.d, row.k, row.n, row.scale, row.seed)
+    km = KMeans(3, init=C0, n_init=1, max_iter=MICRO.iterations, tol=0, algorithm="lloyd").fit(X)
+    assert row.objective_lloyd == pytest.approx(reference.objective(X, km.cluster_centers_), rel=1e-12)
+    assert row.gap == pytest.approx((row.objective_soft - row.objective_lloyd) / row.objective_lloyd)
+
+
+def test_a_plugged_in_runner_is_the_one_that_runs():
+    calls = []
+
+    def lloyd_runner(X, C0, beta, iterations):
+        calls.append(beta)
+        return np.stack([reference.lloyd(x, c, iterations).final_centroids for x, c in zip(X, C0)])
+
+    rows = sweep.run_sweep(MICRO, lloyd_runner)
+    assert calls and all(r.gap == 0.0 for r in rows)
+    assert all(c.holds for c in sweep.trend_checks(rows))
+
+
+def _row(grid, k, scale, beta, gap):
+    return sweep.SweepRow(grid, 2, k, 100, scale, beta, 0, 1.0 + gap, 1.0, gap, 0.0)
+
+
+def test_trend_checks_accept_the_paper_and_name_every_violation():
+    good = [_row("k-scale", k, s, b, 0.1 * k / (s * b)) for k in (2, 4) for s in (1.0, 10.0) for b in (1.0, 10.0)]
+    assert all(c.holds for c in sweep.trend_checks(good))
+    bad = [r if not (r.k == 4 and r.scale == 10.0 and r.beta == 10.0) else _row("k-scale", 4, 10.0, 10.0, 5.0) for r in good]
+    checks = {c.claim: c for c in sweep.trend_checks(bad)}
+    assert not checks["the gap shrinks as the stiffness (temperature) beta grows"].holds
+    assert not checks["the gap shrinks as the data scale grows"].holds
+    assert checks["the gap grows with k"].holds
+    lines = sweep.summary_lines(bad, list(checks.values()))
+    assert lines[0].endswith("NOT EVERYWHERE") and any("k=4" in line and "scale=10" in line for line in lines)
+
+
+def test_trend_checks_treat_gaps_at_the_float_floor_as_equal():
+    rows = [_row("k-scale", k, s, 1.0, 1e-14 * k * s) for k in (2, 4) for s in (1.0, 10.0)]
+    assert all(c.holds for c in sweep.trend_checks(rows))
+
+
+def test_command_writes_html_and_csv_and_states_the_verdict(tmp_path):
+    out = tmp_path / "sw"
+    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "reproduces the paper's qualitative finding:" in res.stdout
+    rows = list(csv.DictReader(io.StringIO((out / "sweep.csv").read_text())))
+    assert len(rows) == sweep.GRIDS["tiny"].n_problems
+    assert {"grid", "d", "k", "n", "scale", "beta", "seed", "objective_soft", "objective_lloyd", "gap"} <= set(rows[0])
+    page = (out / "sweep.html").read_text()
+    assert "<script src=" not in page and "Plotly" in page and page.count("heatmap") >= 8
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.html"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "2,40"], "exceeds n"),
+    (["--betas", "0,1"], "betas"),
+    (["--scale", "x"], "comma-separated"),
+])
+def test_bad_grids_exit_2_in_one_line(tmp_path, args, message):
+    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", "--out", str(tmp_path / "o"), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and message in res.stderr and res.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()

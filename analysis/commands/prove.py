@@ -47,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
     sharpness = sharpness_from(args)
     name, _ = parse_variant(args.variant)
 
-    from analysis.proof.prover import OBLIGATION_SETS, not_applicable, prove_circuit
+    from analysis.proof.prover import OBLIGATION_SETS, NoObligations, prove_circuit, without_obligations
 
     prover = OBLIGATION_SETS.get(name)
-    if prover is None or isinstance(prover, str):
-        report = not_applicable(name, args.d, args.k, prover)
+    if prover is None or isinstance(prover, NoObligations):
+        report = without_obligations(name, args.d, args.k, prover)
     else:
         circuit = get_variant(args.variant).build(args.d, args.k, args.iterations, sharpness=sharpness)
         report = prove_circuit(circuit, examples=args.examples)

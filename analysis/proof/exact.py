@@ -41,6 +41,8 @@ class HeadParams:
     b_V: Float[np.ndarray, " d_head"]
     W_O: Float[np.ndarray, "d_head d_model"]
     b_O: Float[np.ndarray, " d_model"]
+    #: Attention-sink logit (``use_attention_sinks``): a virtual key with value 0; ``None`` without sinks.
+    sinks: float | None = None
 
 
 @dataclass
@@ -64,7 +66,7 @@ class LayerParams:
         for part in (self.head, self.mlp):
             for name, value in part.__dict__.items():
                 h.update(name.encode())
-                h.update(np.ascontiguousarray(value).tobytes())
+                h.update(b"none" if value is None else np.ascontiguousarray(value, dtype=np.float64).tobytes())
         return h.hexdigest()
 
 
@@ -89,6 +91,7 @@ def read_params(model, head: int = 0) -> ModelParams:
         hp = HeadParams(
             W_Q=p("attn", "W_Q")[head], b_Q=p("attn", "b_Q")[head], W_K=p("attn", "W_K")[head], b_K=p("attn", "b_K")[head],
             W_V=p("attn", "W_V")[head], b_V=p("attn", "b_V")[head], W_O=p("attn", "W_O")[head], b_O=p("attn", "b_O"),
+            sinks=float(p("attn", "sinks")[head]) if hook_names.param(layer, "attn", "sinks") in state else None,
         )
         mp = MLPParams(W_gate=p("mlp", "W_gate"), W_in=p("mlp", "W_in"), b_in=p("mlp", "b_in"), W_out=p("mlp", "W_out"),
                        b_out=p("mlp", "b_out"))

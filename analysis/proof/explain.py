@@ -6,7 +6,7 @@ exactly this text.
 
 from __future__ import annotations
 
-from analysis.proof.prover import ProofReport
+from analysis.proof.prover import OBLIGATION_SETS, NoObligations, ProofReport
 
 README_D, README_K = 4, 3
 
@@ -41,7 +41,32 @@ softmax is from hardmax (`sum |softmax - hardmax|` per query) and propagates it:
 and that error feeds the next assignment's margins. The verification report carries it per iteration
 (`proven_bound`, column `proven |dc|` of the table) next to the observed centroid error; the observed error minus
 the verifier's float64 rounding tolerance never exceeds it (`tests/test_prove_bound.py` checks every layer on
-hypothesis problems, the bundled datasets and small `beta`, `beta_update` where the bound is far from 0)."""
+hypothesis problems, the bundled datasets and small `beta`, `beta_update` where the bound is far from 0). The bound
+is derived for Lloyd's circuit; the variants report none yet."""
+
+
+def variants_text() -> str:
+    """One paragraph per kind of variant, from the registry of obligation sets."""
+    from circuits.variants import VARIANTS
+
+    proved = [name for name in VARIANTS if callable(OBLIGATION_SETS.get(name))]
+    approximate = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
+                   and not OBLIGATION_SETS[name].exact]
+    unproven = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
+                and OBLIGATION_SETS[name].exact]
+    lines = [
+        "**Variants** (`--variant NAME`). Obligation sets exist for " + ", ".join(f"`{n}`" for n in proved)
+        + ": `damped` replaces the update MLP's commit by `C += eta (C_stage - C)` and its norm by `|C + eta (C_stage -"
+        " C)|^2` (the first update still commits fully); `trimmed` adds an exact-distance channel (`NX = |x|^2`), the"
+        " assign head's attention sink at `-beta (radius^2 + tie_break k)` (outliers attend to it and stay"
+        " unassigned) and `use_attention_sinks` in the configuration. The prover finds that damped's `N` equals the"
+        " new centroid's squared norm exactly only when `1 - eta` is a float64 (`eta = 0.5` yes, `eta = 0.1` no: it"
+        " names `update.MLP.damped_square_norm`). Approximate by design, with nothing to prove (`N/A`, exit 0): "
+        + ", ".join(f"`{n}`" for n in approximate) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
+    ]
+    for name in unproven:
+        lines.append(f"- `{name}`: {OBLIGATION_SETS[name].reason}.")
+    return "\n".join(lines)
 
 
 def _md(text: str) -> str:
@@ -56,7 +81,7 @@ def readme_section(report: ProofReport) -> str:
     lines += [f"- `{o.name}` ({o.status.lower()}): {_md(o.statement)}" for o in report.theorem]
     verdict = report.render().splitlines()[-1]
     lines += ["", "```", f"$ kmeans-circuits prove --d {report.d} --k {report.k}", "...", verdict, "```", "",
-              BOUND_TEXT, ""]
+              variants_text(), "", BOUND_TEXT, ""]
     return "\n".join(lines)
 
 

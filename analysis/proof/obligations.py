@@ -15,12 +15,13 @@ uses, checked exactly on every layer of a built ``HookedTransformer``:
 
 Valid domain (every residual the circuit produces lies in it, at any sharpness; :mod:`analysis.proof.theorem`
 shows why): exactly one of ``IS_POINT``, ``IS_CENTROID``, ``IS_BOS`` is 1 and the others 0; ``ONE = 1``;
-``N, ID, Y, Y_stage >= 0``; ``X, C, C_stage`` (and any variant subspace) are arbitrary reals.
+``N, ID, Y, Y_stage >= 0`` (and a variant's ``NX = |x|^2 >= 0``); ``X, C, C_stage`` (and any other variant
+subspace) are arbitrary reals.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -41,7 +42,7 @@ UNIT_ROUNDOFF = Fraction(1, 2**53)
 
 FLAGS = ("IS_POINT", "IS_CENTROID", "IS_BOS")
 TOKEN_FLAGS = {"point": "IS_POINT", "centroid": "IS_CENTROID", "bos": "IS_BOS"}
-NONNEG_SUBSPACES = ("N", "ID", "Y", "Y_stage")
+NONNEG_SUBSPACES = ("N", "ID", "Y", "Y_stage", "NX")
 
 
 @dataclass
@@ -117,6 +118,11 @@ class BlockSpec:
     ov: tuple[FormSpec, ...]
     ov_zero_statement: str
     mlp: MLPSpec
+    #: Update blocks: the fraction of the way to the staged centroid that C moves (1 for Lloyd's commit).
+    step: Fraction = Fraction(1)
+    #: Attention-sink logit the head must have (``use_attention_sinks``): (name, statement, value, formula,
+    #: allowed relative rounding); ``None``: the head has no sink.
+    sink: tuple[str, str, Fraction, str, Fraction] | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,6 +323,15 @@ def lloyd_assign_spec(layout: ResidualLayout, sharp) -> BlockSpec:
     )
 
 
+def squared_norm_change(layout: ResidualLayout, source: str, target: str) -> dict[str, Poly]:
+    """``{target: |source|^2 - target}``: the change that overwrites ``target`` with the squared norm of ``source``."""
+    total = -_v(target)
+    for m in range(layout.width(source)):
+        s = _v(_lab(layout, source, m))
+        total = total + s * s
+    return {target: total}
+
+
 def lloyd_update_spec(layout: ResidualLayout, sharp) -> BlockSpec:
     bu = exact(sharp.beta_update)
     d, k = layout.d, layout.k
@@ -355,11 +370,7 @@ def lloyd_update_spec(layout: ResidualLayout, sharp) -> BlockSpec:
         return {_lab(layout, "C_stage", m): -_v(_lab(layout, "C_stage", m)) for m in range(layout.d)}
 
     def square(layout: ResidualLayout, flags: dict[str, int]) -> dict[str, Poly]:
-        total = -_v("N")
-        for m in range(layout.d):
-            s = _v(_lab(layout, "C_stage", m))
-            total = total + s * s
-        return {"N": total}
+        return squared_norm_change(layout, "C_stage", "N")
 
     mlp = MLPSpec(
         support_statement="The update MLP's live units read only C, C_stage, N, IS_CENTROID and ONE and write only"
@@ -386,6 +397,78 @@ def lloyd_update_spec(layout: ResidualLayout, sharp) -> BlockSpec:
         "Every other entry of the update head's OV map is 0 (b_V*W_O and b_O included): the head writes only C_stage.",
         mlp,
     )
+
+
+def damped_update_spec(layout: ResidualLayout, sharp, eta: float) -> BlockSpec:
+    """The damped variant's update block: Lloyd's head; the MLP moves C a fraction ``eta`` towards C_stage and
+    keeps N equal to the squared norm of the *new* C."""
+    base = lloyd_update_spec(layout, sharp)
+    e = exact(eta)
+
+    def commit(layout: ResidualLayout, flags: dict[str, int]) -> dict[str, Poly]:
+        return {_lab(layout, "C", m): (_v(_lab(layout, "C_stage", m)) - _v(_lab(layout, "C", m))).scale(e * flags["IS_CENTROID"])
+                for m in range(layout.d)}
+
+    def square(layout: ResidualLayout, flags: dict[str, int]) -> dict[str, Poly]:
+        total = -_v("N")
+        for m in range(layout.d):
+            c, s = _v(_lab(layout, "C", m)), _v(_lab(layout, "C_stage", m))
+            new = c + (s - c).scale(e)
+            total = total + new * new
+        return {"N": total}
+
+    groups = (
+        MLPGroup("update.MLP.damped_commit",
+                 "C moves a fraction eta of the way to the staged centroid on centroid tokens and is unchanged"
+                 " elsewhere (change eta*IS_CENTROID*(C_stage - C)), for every real C and C_stage.", ("C",), commit),
+        base.mlp.groups[1],
+        MLPGroup("update.MLP.damped_square_norm",
+                 "N becomes |C + eta*(C_stage - C)|^2, the squared norm of the new centroid, on every token (N >= 0),"
+                 " in exact arithmetic on the weights.", ("N",), square),
+    )
+    return BlockSpec(base.kind, base.qk, base.qk_zero_statement, base.ov, base.ov_zero_statement,
+                     MLPSpec(base.mlp.support_statement, base.mlp.reads, base.mlp.writes, groups), step=e)
+
+
+def trimmed_specs(layout: ResidualLayout, sharp, radius: float) -> tuple[BlockSpec, BlockSpec]:
+    """Trimmed k-means: Lloyd's blocks, plus an exact-distance channel and an attention sink in the assign head
+    (threshold ``theta = radius^2``), a sink that is never used in the update head, and ``NX = |x|^2`` kept by the
+    update MLP."""
+    beta, tau = exact(sharp.beta), exact(sharp.tie_break)
+    theta = exact(radius) ** 2
+    k = layout.k
+    assign = lloyd_assign_spec(layout, sharp)
+    exact_distance = FormSpec(
+        "assign.QK.exact_distance",
+        "The point query also reads NX = |x|^2 against every key's ONE: NX x ONE is -beta, so a point scores"
+        " centroid j exactly -beta*(|x - c_j|^2 + t_j), which a fixed sink logit can be compared with.",
+        (Entry("NX", "ONE", -beta, "-beta"),),
+    )
+    assign = replace(assign, qk=assign.qk + (exact_distance,), sink=(
+        "assign.sink.threshold",
+        "The assign head's attention sink (a virtual key with value 0) has logit -beta*(theta + tie_break*k), theta ="
+        " radius^2 (up to the builder's 4 roundings): a point farther than sqrt(theta) from every centroid attends to"
+        " the sink alone and stays unassigned (an outlier); a point exactly at the threshold stays in.",
+        -beta * (theta + tau * k), "-beta*(radius^2 + tie_break*k)", 5 * UNIT_ROUNDOFF))
+    update = lloyd_update_spec(layout, sharp)
+
+    def nx_square(layout: ResidualLayout, flags: dict[str, int]) -> dict[str, Poly]:
+        return squared_norm_change(layout, "X", "NX")
+
+    mlp = MLPSpec(
+        "The update MLP's live units read only C, C_stage, N, X, NX, IS_CENTROID and ONE and write only C, C_stage,"
+        " N and NX; there are no biases; every other coordinate is unchanged on every token.",
+        update.mlp.reads + ("X", "NX"), update.mlp.writes + ("NX",),
+        update.mlp.groups + (MLPGroup(
+            "update.MLP.nx_square",
+            "NX becomes |X|^2 on every token (change sum_m X[m]^2 - NX, for NX >= 0): points carry |x|^2 for the"
+            " exact-distance channel, other tokens 0.", ("NX",), nx_square),),
+    )
+    update = replace(update, mlp=mlp, sink=(
+        "update.sink.never",
+        "The update head's sink logit is -1e300, below every score the head produces (>= 0 for the maximal key), so"
+        " it is never attended.", Fraction(-1e300), "-1e300", Fraction(0)))
+    return assign, update
 
 
 def _lab(layout: ResidualLayout, name: str, i: int) -> str:
@@ -421,6 +504,15 @@ def check_block(layout: ResidualLayout, params: LayerParams, spec: BlockSpec) ->
     for name, problems in named.items():
         out[name] = (exact_method, problems)
     out[f"{spec.kind}.OV.zero_elsewhere"] = (exact_method, zero)
+    if spec.sink is not None:
+        name, _, value, formula, rel = spec.sink
+        got = params.head.sinks
+        if got is None:
+            problems = ["the head has no attention sink"]
+        else:
+            problems = [] if abs(exact(got) - value) <= rel * abs(value) else [
+                f"sink logit = {got!r}, intended {formula} = {_show(value)}"]
+        out[name] = ("exact rational value of the sink parameter", problems)
     units = mlp_units(params.mlp)
     b_out = {i: exact(float(params.mlp.b_out[i])) for i in range(layout.d_model) if params.mlp.b_out[i] != 0}
     mlp = check_mlp(layout, units, b_out, spec.mlp)
@@ -435,6 +527,8 @@ def block_statements(spec: BlockSpec) -> list[tuple[str, str, str]]:
     """(name, component, statement) of every obligation of a block spec, in order."""
     rows = [(s.name, "QK", s.statement) for s in spec.qk]
     rows.append((f"{spec.kind}.QK.zero_elsewhere", "QK", spec.qk_zero_statement))
+    if spec.sink is not None:
+        rows.append((spec.sink[0], "QK", spec.sink[1]))
     rows += [(s.name, "OV", s.statement) for s in spec.ov]
     rows.append((f"{spec.kind}.OV.zero_elsewhere", "OV", spec.ov_zero_statement))
     rows.append((f"{spec.kind}.MLP.support", "MLP", spec.mlp.support_statement))
@@ -495,10 +589,11 @@ SEMANTICS_STATEMENT = (
 )
 
 
-def check_architecture(cfg) -> list[str]:
+def check_architecture(cfg, overrides: dict[str, object] | None = None) -> list[str]:
+    """Configuration fields that differ from :data:`REQUIRED_CONFIG` (with a variant's ``overrides``)."""
     problems = []
     missing = object()
-    for name, required in REQUIRED_CONFIG.items():
+    for name, required in {**REQUIRED_CONFIG, **(overrides or {})}.items():
         value = getattr(cfg, name, missing)
         if value is missing:
             continue
@@ -547,8 +642,12 @@ def check_semantics(model, params: ModelParams, seed: int = 0, n_tokens: int = 7
         scores = (r @ h.W_Q + h.b_Q) @ (r @ h.W_K + h.b_K).T
         close(hook_names.attn_scores(lp.layer), get(hook_names.attn_scores(lp.layer))[0], scores)
         s = get(hook_names.attn_scores(lp.layer))[0]
+        if h.sinks is not None:
+            # A sink is one more key with logit `sinks` and value 0: it joins the softmax and is dropped after.
+            s = np.concatenate([s, np.full((s.shape[0], 1), h.sinks)], axis=1)
         p = np.exp(s - s.max(axis=-1, keepdims=True))
-        close(hook_names.pattern(lp.layer), get(hook_names.pattern(lp.layer))[0], p / p.sum(axis=-1, keepdims=True))
+        p = p / p.sum(axis=-1, keepdims=True)
+        close(hook_names.pattern(lp.layer), get(hook_names.pattern(lp.layer))[0], p[:, : n_tokens])
         pattern = get(hook_names.pattern(lp.layer))[0]
         out = pattern @ (r @ h.W_V + h.b_V) @ h.W_O + h.b_O
         close(hook_names.attn_out(lp.layer), get(hook_names.attn_out(lp.layer)), out)

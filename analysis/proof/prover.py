@@ -17,8 +17,8 @@ from typing import Callable
 
 from analysis.proof.obligations import (
     ARCHITECTURE_STATEMENT, CHECKED, FAILED, NOT_APPLICABLE, PROVED, SEMANTICS_STATEMENT, UNEMBED_STATEMENT, BlockSpec,
-    Obligation, block_statements, check_architecture, check_block, check_semantics, check_unembed, lloyd_assign_spec,
-    lloyd_update_spec,
+    Obligation, block_statements, check_architecture, check_block, check_semantics, check_unembed, damped_update_spec,
+    lloyd_assign_spec, lloyd_update_spec, trimmed_specs,
 )
 
 
@@ -65,9 +65,10 @@ class ProofReport:
 
         kinds = "".join("U" if s == "update" else "A" if s == "assign" else "?" for s in self.schedule)
         knobs = ", ".join(f"{k}={v:g}" for k, v in self.sharpness.items())
-        if all(o.status == NOT_APPLICABLE for o in self.obligations + self.theorem):
+        if self.obligations and all(o.method == "none" for o in self.obligations):
+            verdict = "NOT APPLICABLE" if self.ok else "NOT PROVEN"
             reasons = "; ".join(o.statement for o in self.obligations)
-            return f"variant {self.variant}: d={self.d}, k={self.k}\nNOT APPLICABLE: {reasons}"
+            return f"variant {self.variant}: d={self.d}, k={self.k}\n{verdict}: {reasons}"
         lines = [f"variant {self.variant}: d={self.d}, k={self.k}, {self.n_layers} layers ({kinds}); {knobs}", ""]
         name_w = max(len(o.name) for o in self.obligations + self.theorem) if self.obligations else 20
 
@@ -116,40 +117,64 @@ def _merge(name: str, component: str, statement: str, method: str, per_layer: li
                       [layer for layer, _ in per_layer], detail)
 
 
-def block_obligations(circuit, params, specs: dict[str, BlockSpec]) -> list[Obligation]:
-    """Check each layer against the spec of its kind; one :class:`Obligation` per statement, merged over layers."""
-    cache: dict[tuple[str, str], dict[str, tuple[str, list[str]]]] = {}
+def block_obligations(circuit, params, spec_of_layer: Callable[[int], BlockSpec]) -> list[Obligation]:
+    """Check each layer against its spec; one :class:`Obligation` per statement, merged over the layers it covers."""
+    cache: dict[tuple[int, str], dict[str, tuple[str, list[str]]]] = {}
     results: dict[str, list[tuple[int, list[str]]]] = {}
     methods: dict[str, str] = {}
+    rows: dict[str, tuple[str, str]] = {}
+    order: dict[str, int] = {"assign": 0, "update": 1}
     for lp in params.layers:
-        kind = circuit.schedule[lp.layer]
-        if kind not in specs:
-            results.setdefault(f"model.layer_kinds", []).append((lp.layer, [f"layer {lp.layer} has unknown kind {kind!r}"]))
-            continue
-        key = (kind, lp.fingerprint())
+        spec = spec_of_layer(lp.layer)
+        key = (id(spec), lp.fingerprint())
         if key not in cache:
-            cache[key] = check_block(circuit.layout, lp, specs[kind])
+            cache[key] = check_block(circuit.layout, lp, spec)
+        for name, component, statement in block_statements(spec):
+            rows.setdefault(name, (component, statement))
         for name, (method, problems) in cache[key].items():
             results.setdefault(name, []).append((lp.layer, problems))
             methods[name] = method
-    out = []
-    for kind, spec in specs.items():
-        for name, component, statement in block_statements(spec):
-            if name in results:
-                out.append(_merge(name, component, statement, methods[name], results[name]))
-    return out
+    names = sorted(rows, key=lambda n: (order.get(n.split(".")[0], 2), list(rows).index(n)))
+    return [_merge(name, *rows[name], methods[name], results[name]) for name in names]
 
 
-def lloyd_obligations(circuit) -> tuple[list[Obligation], object]:
-    """All obligations of the exact Lloyd circuit, and the parameters they were checked on."""
+def lloyd_specs(circuit) -> Callable[[int], BlockSpec]:
+    """The spec of each layer of Lloyd's circuit: one assign and one update spec (weights are tied)."""
+    from circuits.blocks import ASSIGN
+
+    assign, update = lloyd_assign_spec(circuit.layout, circuit.sharpness), lloyd_update_spec(circuit.layout, circuit.sharpness)
+    return lambda layer: assign if circuit.schedule[layer] == ASSIGN else update
+
+
+def damped_specs(circuit) -> Callable[[int], BlockSpec]:
+    """Damped Lloyd: Lloyd's blocks, except that updates after the first move C a fraction eta of the way."""
+    from circuits.blocks import ASSIGN
+
+    layout, sharp = circuit.layout, circuit.sharpness
+    assign, commit = lloyd_assign_spec(layout, sharp), lloyd_update_spec(layout, sharp)
+    damped = damped_update_spec(layout, sharp, circuit.params["eta"])
+    return lambda layer: assign if circuit.schedule[layer] == ASSIGN else commit if layer == 0 else damped
+
+
+def trimmed_spec_of(circuit) -> Callable[[int], BlockSpec]:
+    from circuits.blocks import ASSIGN
+
+    assign, update = trimmed_specs(circuit.layout, circuit.sharpness, circuit.params["radius"])
+    return lambda layer: assign if circuit.schedule[layer] == ASSIGN else update
+
+
+def lloyd_obligations(circuit, spec_of_layer: Callable[[int], BlockSpec] | None = None,
+                      config: dict[str, object] | None = None) -> tuple[list[Obligation], object]:
+    """All obligations of the exact Lloyd circuit (or of a variant given its specs), and the parameters checked."""
     from analysis.proof.exact import read_params
-    from circuits.blocks import ASSIGN, UPDATE, lloyd_schedule
+    from circuits.blocks import lloyd_schedule
 
     params = read_params(circuit.model)
     layout, sharp = circuit.layout, circuit.sharpness
     obligations = [
         Obligation("model.architecture", "architecture", ARCHITECTURE_STATEMENT,
-                   FAILED if (p := check_architecture(circuit.model.cfg)) else PROVED, "configuration fields, exact",
+                   FAILED if (p := check_architecture(circuit.model.cfg, config)) else PROVED,
+                   "configuration fields, exact",
                    detail="; ".join(p)),
     ]
     sem = check_semantics(circuit.model, params)
@@ -165,45 +190,84 @@ def lloyd_obligations(circuit) -> tuple[list[Obligation], object]:
         "layer kinds of the circuit",
         detail="" if list(circuit.schedule) == expected else f"schedule {circuit.schedule}, intended {expected}",
     ))
-    specs = {ASSIGN: lloyd_assign_spec(layout, sharp), UPDATE: lloyd_update_spec(layout, sharp)}
-    obligations += block_obligations(circuit, params, specs)
+    obligations += block_obligations(circuit, params, spec_of_layer or lloyd_specs(circuit))
     unembed = check_unembed(layout, params)
     obligations.append(Obligation("unembed.reads_y", "unembed", UNEMBED_STATEMENT, FAILED if unembed else PROVED,
                                   "exact rational entries of (W_U; b_U)", detail="; ".join(unembed[:3])))
     return obligations, params
 
 
-def prove_lloyd(circuit, examples: int = 1) -> ProofReport:
+def prove_lloyd(circuit, examples: int = 1, specs: Callable[[int], BlockSpec] | None = None,
+                config: dict[str, object] | None = None) -> ProofReport:
     from analysis.proof.theorem import lloyd_theorem
 
-    obligations, params = lloyd_obligations(circuit)
+    specs = specs or lloyd_specs(circuit)
+    obligations, params = lloyd_obligations(circuit, specs, config)
     report = ProofReport(circuit.variant, circuit.layout.d, circuit.layout.k, len(circuit.schedule),
-                         list(circuit.schedule), circuit.sharpness.to_dict(), obligations)
-    report.theorem = lloyd_theorem(circuit, params, {o.name: o for o in obligations}, examples=examples)
+                         list(circuit.schedule), {**circuit.sharpness.to_dict(), **circuit.params}, obligations)
+    report.theorem = lloyd_theorem(circuit, params, {o.name: o for o in obligations}, examples=examples, specs=specs)
     return report
 
 
-#: Variant name -> prover (a function of the built circuit), or a sentence saying why no exactness obligation applies.
-OBLIGATION_SETS: dict[str, Callable | str] = {
+def prove_damped(circuit, examples: int = 1) -> ProofReport:
+    return prove_lloyd(circuit, examples, damped_specs(circuit))
+
+
+def prove_trimmed(circuit, examples: int = 1) -> ProofReport:
+    return prove_lloyd(circuit, examples, trimmed_spec_of(circuit), config={"use_attention_sinks": True})
+
+
+@dataclass(frozen=True)
+class NoObligations:
+    """A variant without an obligation set: approximate by design (``N/A``, nothing to prove), or claimed exact
+    but not covered by the prover (``NOT PROVEN``, which fails: exactness is a claim that needs a certificate)."""
+
+    reason: str
+    exact: bool
+
+
+APPROXIMATE = ("approximate by design, so no exactness obligation applies; `kmeans-circuits cluster --variant {name}`"
+               " checks it numerically against its own reference, block by block")
+
+#: Variant name -> prover (a function of the built circuit), or why there is no obligation set.
+OBLIGATION_SETS: dict[str, Callable | NoObligations] = {
     "lloyd": prove_lloyd,
+    "damped": prove_damped,
+    "trimmed": prove_trimmed,
+    "soft": NoObligations("soft k-means: finite temperature is the algorithm; " + APPROXIMATE.format(name="soft"), False),
+    "annealed": NoObligations("deterministic annealing: soft assignments at every temperature; "
+                              + APPROXIMATE.format(name="annealed"), False),
+    "sparse": NoObligations("sparsemax-weighted update: the normalisation is a Python hook on hook_pattern, exact only to"
+                            " float rounding; " + APPROXIMATE.format(name="sparse"), False),
+    "spherical": NoObligations(
+        "spherical k-means runs its scores through RMSNorm (use_qk_norm: q / sqrt(mean(q^2) + eps)), which is neither"
+        " polynomial nor exactly a normalisation (eps); no obligation set covers it yet, so it is not proven here"
+        " (the verifier checks it numerically)", True),
+    "gumbel": NoObligations(
+        "Gumbel k-means draws its update with a Python hook on hook_attn_scores, not with weights; obligations on the"
+        " state dict cannot cover it, so it is not proven here (the verifier checks it draw for draw)", True),
 }
 
 
-def register(name: str, prover: Callable | str) -> None:
-    """Add the obligations of a variant (or the reason it has none)."""
+def register(name: str, prover: Callable | NoObligations) -> None:
+    """Add the obligations of a variant (or why it has none)."""
     OBLIGATION_SETS[name] = prover
 
 
-def not_applicable(variant: str, d: int, k: int, reason: str | None) -> ProofReport:
-    """The report of a variant without exactness obligations: one N/A row saying why."""
-    reason = reason or f"no obligation set is registered for variant {variant!r}"
-    return ProofReport(variant, d, k, 0, [], {}, [Obligation(f"{variant}.exactness", "variant", reason,
-                                                           NOT_APPLICABLE, "none")])
+NOT_PROVEN = "NOT PROVEN"
+
+
+def without_obligations(variant: str, d: int, k: int, entry: NoObligations | None) -> ProofReport:
+    """The report of a variant without an obligation set: one row saying why (``N/A`` or ``NOT PROVEN``)."""
+    entry = entry or NoObligations(f"no obligation set is registered for variant {variant!r}", True)
+    status = NOT_PROVEN if entry.exact else NOT_APPLICABLE
+    return ProofReport(variant, d, k, 0, [], {}, [Obligation(f"{variant}.exactness", "variant", entry.reason, status,
+                                                           "none")])
 
 
 def prove_circuit(circuit, examples: int = 1) -> ProofReport:
     """Prove ``circuit`` against the obligations of its variant."""
     prover = OBLIGATION_SETS.get(circuit.variant)
-    if prover is None or isinstance(prover, str):
-        return not_applicable(circuit.variant, circuit.layout.d, circuit.layout.k, prover)
+    if prover is None or isinstance(prover, NoObligations):
+        return without_obligations(circuit.variant, circuit.layout.d, circuit.layout.k, prover)
     return prover(circuit, examples=examples)

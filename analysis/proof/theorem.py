@@ -166,26 +166,33 @@ def _short(expr, limit: int = 160) -> str:
 
 
 def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligation], examples: int = 1,
-                  seed: int = 0) -> list[Obligation]:
-    """Execute the theorem's steps on the circuit's weights; one row per step."""
+                  seed: int = 0, specs=None) -> list[Obligation]:
+    """Execute the theorem's steps on the circuit's weights; one row per step.
+
+    ``specs(layer)`` gives each layer's :class:`~analysis.proof.obligations.BlockSpec` (default: Lloyd's); an update
+    spec's ``step`` (``eta``) makes the commit a damped one, ``C + eta (C_stage - C)``.
+    """
     import sympy as sp
 
     from circuits.blocks import ASSIGN, UPDATE
 
     layout, sharp = circuit.layout, circuit.sharpness
     L, d, k = layout, layout.d, layout.k
-    assign_spec, update_spec = lloyd_assign_spec(layout, sharp), lloyd_update_spec(layout, sharp)
+    if specs is None:
+        assign_default, update_default = lloyd_assign_spec(layout, sharp), lloyd_update_spec(layout, sharp)
+        specs = lambda layer: assign_default if circuit.schedule[layer] == "assign" else update_default  # noqa: E731
     steps = _Steps(obligations)
     T = SymbolicTokens(layout)
     beta, M = _R(Fraction(sharp.beta)), _R(Fraction(sharp.mask))
     bu = _R(Fraction(sharp.beta_update))
     t = [Fraction(float(sharp.tie_break * j)) for j in range(k)]
     # The theorem runs once for each distinct set of weights of each kind (layers are usually tied).
-    seen: dict[tuple[str, str], int] = {}
+    groups: dict[tuple[str, str, int], list[int]] = {}
     for lp in params.layers:
-        seen.setdefault((circuit.schedule[lp.layer], lp.fingerprint()), lp.layer)
-    assign_layers = [layer for (kind, _), layer in seen.items() if kind == ASSIGN]
-    update_layers = [layer for (kind, _), layer in seen.items() if kind == UPDATE]
+        groups.setdefault((circuit.schedule[lp.layer], lp.fingerprint(), id(specs(lp.layer))), []).append(lp.layer)
+    assign_layers = [layers[0] for (kind, _, _), layers in groups.items() if kind == ASSIGN]
+    update_layers = [layers[0] for (kind, _, _), layers in groups.items() if kind == UPDATE]
+    roles = {layers[0]: layers for layers in groups.values()}
     x2 = sum(xi**2 for xi in T.x)
     cc = sum(ci**2 for ci in T.c)
     dist = sum((xi - ci) ** 2 for xi, ci in zip(T.x, T.c))
@@ -195,23 +202,31 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         head = params.layers[layer].head
         qk = qk_form(head)
         ov, b_O = ov_form(head)
-        tag = f" (layer {layer})" if len(assign_layers) > 1 else ""
+        tag = f"[L{layer}]" if len(assign_layers) > 1 else ""
+        block = specs(layer)
+        # Variants with the exact-distance channel (trimmed) read NX = |x|^2 and drop it from every score.
+        nx = 1 if any(f.name == "assign.QK.exact_distance" for f in block.qk) else 0
         problems: list[str] = []
-        point_q = T.vector("point", X=list(T.x), Y=list(T.y))
+        point_q = T.vector("point", X=list(T.x), Y=list(T.y), **({"NX": x2} if nx else {}))
         for j in range(k):
             cent = T.vector("centroid", C=list(T.c), N=cc, ID=T.onehot(j, k))
-            _check_eq(sp, score(qk, point_q, cent), beta * (x2 - dist - _R(t[j])), f"score(point, centroid {j})", problems)
+            _check_eq(sp, score(qk, point_q, cent), beta * ((1 - nx) * x2 - dist - _R(t[j])), f"score(point, centroid {j})",
+                      problems)
         point_k = T.vector("point", X=list(T.x2), Y=list(T.y2), N=T.n2)
-        _check_eq(sp, score(qk, point_q, point_k), -beta * M - beta * T.n2, "score(point, point)", problems)
+        masked = -beta * M - beta * T.n2 - nx * beta * x2
+        _check_eq(sp, score(qk, point_q, point_k), masked, "score(point, point)", problems)
         bos_k = T.vector("bos", N=T.n2)
-        _check_eq(sp, score(qk, point_q, bos_k), -beta * M - beta * T.n2, "score(point, BOS)", problems)
+        _check_eq(sp, score(qk, point_q, bos_k), masked, "score(point, BOS)", problems)
         steps.add(
-            "theorem.assign.point_scores" + tag.replace(" ", "_"),
-            "A point query x (any Y) scores centroid key j, holding c_j and N = |c_j|^2, with"
-            " beta*(|x|^2 - |x - c_j|^2 - t_j); point and BOS keys (any N' >= 0) get -beta*(mask + N').",
-            problems, uses=("assign.QK.distance", "assign.QK.tie_break", "assign.QK.mask", "assign.QK.zero_elsewhere"),
-            detail=f"computed for j = 0..{k - 1} with d = {d} symbolic coordinates: score(x, c_j) - [beta*(|x|^2 -"
-                   f" |x - c_j|^2 - t_j)] expands to 0",
+            "theorem.assign.point_scores" + tag,
+            ("A point query x (any Y, NX = |x|^2) scores centroid key j, holding c_j and N = |c_j|^2, with exactly"
+             " -beta*(|x - c_j|^2 + t_j); point and BOS keys (any N' >= 0) get -beta*(mask + N' + |x|^2)." if nx else
+             "A point query x (any Y) scores centroid key j, holding c_j and N = |c_j|^2, with"
+             " beta*(|x|^2 - |x - c_j|^2 - t_j); point and BOS keys (any N' >= 0) get -beta*(mask + N')."),
+            problems, uses=("assign.QK.distance", "assign.QK.tie_break", "assign.QK.mask", "assign.QK.zero_elsewhere")
+            + (("assign.QK.exact_distance",) if nx else ()),
+            detail=f"computed for j = 0..{k - 1} with d = {d} symbolic coordinates: score(x, c_j) minus the claimed"
+                   f" expression expands to 0",
         )
         # Masked keys lose; the argmax over centroids is the tie-broken nearest centroid.
         problems = []
@@ -221,7 +236,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         if not Fraction(sharp.mask) - 4 - t_max > 0:
             problems.append(f"mask - 4 - t_max = {float(Fraction(sharp.mask) - 4 - t_max):.6g} <= 0")
         steps.add(
-            "theorem.assign.argmax" + tag.replace(" ", "_"),
+            "theorem.assign.argmax" + tag,
             "For a point query, every centroid key beats every point or BOS key: with |x|, |c_j| <= 1 (unit ball),"
             " score(centroid) >= beta*(|x|^2 - 4 - t_max) > -beta*mask >= score(masked), since beta > 0 and"
             " mask - 4 - t_max > 0. So the hardmax keys of point i are argmin_j V_ij, V_ij = |x_i - c_j|^2 + t_j.",
@@ -233,7 +248,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         increasing = all(t[j] < t[j + 1] for j in range(k - 1))
         if sharp.tie_break > 0:
             steps.add(
-                "theorem.assign.tie_rule" + tag.replace(" ", "_"),
+                "theorem.assign.tie_rule" + tag,
                 "The tie-breaks increase strictly, t_0 = 0 < t_1 < ... < t_{k-1}: of centroids at exactly equal"
                 " distance the lowest index has the smallest V, so exact ties go to the lowest index. A point whose"
                 " distances differ by less than t_j - t_l also goes to the lower index l.",
@@ -242,10 +257,33 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
             )
         else:
             steps.add(
-                "theorem.assign.tie_rule" + tag.replace(" ", "_"),
+                "theorem.assign.tie_rule" + tag,
                 "tie_break = 0: there is no tie rule; a point with two exactly nearest centroids is split evenly by"
                 " hardmax, so the theorem covers only points with a unique nearest centroid.",
                 [],
+            )
+        if block.sink is not None:
+            # The attention sink: a virtual key with value 0 and a fixed logit.
+            problems = []
+            sink = head.sinks
+            if sink is None:
+                problems.append("the head has no sink")
+                theta_eff = Fraction(0)
+            else:
+                theta_eff = -Fraction(sink) / Fraction(sharp.beta)
+                theta = Fraction(block.sink[2]) / -Fraction(sharp.beta) - Fraction(sharp.tie_break) * k
+                if not theta_eff - theta > max(t):
+                    problems.append("a point exactly at the threshold would not stay in (theta_eff - theta <= t_max)")
+                if not (theta_eff < Fraction(sharp.mask) or theta_eff > 4 + max(t)):
+                    problems.append("the sink could lose to masked keys for an outlier")
+            steps.add(
+                "theorem.assign.sink" + tag,
+                "With the sink logit -beta*theta_eff, a point query attends to its tie-broken nearest centroid when"
+                " min_j V_ij < theta_eff and to the sink alone (value 0: Y_stage = 0, an outlier) when min_j V_ij >"
+                " theta_eff; theta_eff exceeds theta + t_max, so a point exactly at the threshold stays in, and the sink"
+                " beats every masked key (theta_eff < mask) unless no point can be an outlier (theta_eff > 4 + t_max).",
+                problems, uses=(block.sink[0],),
+                detail=f"theta_eff = {float(theta_eff):.17g}",
             )
         # Centroid and BOS queries attend to the sink; values.
         problems = []
@@ -273,7 +311,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         if any(e != 0 for e in v_bos):
             problems.append("the BOS key's value is not 0")
         steps.add(
-            "theorem.assign.values" + tag.replace(" ", "_"),
+            "theorem.assign.values" + tag,
             "Centroid and BOS queries score the BOS key beta*mask > 0 and every other key 0, so they attend to BOS"
             " alone. Values: centroid key j writes e_j into Y_stage, point and BOS keys write 0. Hence after the head"
             " Y_stage = e_a(i) at point i (hardmax on its unique minimiser) and Y_stage = 0 on other tokens.",
@@ -283,8 +321,8 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         )
         # MLP: apply the change the MLP obligations proved, on the post-attention states.
         problems = []
-        spec = assign_spec.mlp
-        for a in range(k):
+        spec = specs(layer).mlp
+        for a in [*range(k), *([None] if block.sink is not None else [])]:
             for old in [None, *range(k)]:
                 state = {_lab(L, "Y_stage", j): int(j == a) for j in range(k)}
                 state.update({_lab(L, "Y", j): int(j == old) for j in range(k)})
@@ -299,7 +337,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
             if any(apply_delta(spec, L, kind, state)[lab] != 0 for lab in state):
                 problems.append(f"{kind} tokens change")
         steps.add(
-            "theorem.assign.commit" + tag.replace(" ", "_"),
+            "theorem.assign.commit" + tag,
             "The post-attention state lies in the MLP's domain (Y_stage = e_a >= 0, Y in {0, e_b}, flags one-hot),"
             " so by the MLP obligations Y becomes e_a(i) on points, Y_stage becomes 0, other tokens and coordinates"
             " are unchanged: the assign block maps (X, C, Y) to (X, C, e_a).",
@@ -312,7 +350,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         head = params.layers[layer].head
         qk = qk_form(head)
         ov, b_O = ov_form(head)
-        tag = f"_(layer_{layer})" if len(update_layers) > 1 else ""
+        tag = f"[L{layer}]" if len(update_layers) > 1 else ""
         problems = []
         for j in range(k):
             cent_q = T.vector("centroid", C=list(T.c), N=cc, ID=T.onehot(j, k), C_stage=list(T.s))
@@ -361,30 +399,50 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         )
         # MLP on the two kinds of update input: the first block (C = 0, C_stage = c0) and later ones (C_stage = 0).
         problems = []
-        spec = update_spec.mlp
-        for case, C, Cs, N in (("first update", [0] * d, list(T.s), 0),
-                               ("later update, members (C_stage = their mean m)", list(T.c), list(T.x), cc),
-                               ("later update, empty cluster (C_stage = own C)", list(T.c), list(T.c), cc)):
+        spec = specs(layer)
+        eta = _R(spec.step)
+        cases = []
+        if 0 in roles[layer]:
+            cases.append(("first update", [0] * d, list(T.s), 0, list(T.s)))
+        if any(other > 0 for other in roles[layer]):
+            cases.append(("later update, members (C_stage = their mean m)", list(T.c), list(T.x), cc,
+                          [T.c[m] + eta * (T.x[m] - T.c[m]) for m in range(d)]))
+            cases.append(("later update, empty cluster (C_stage = own C)", list(T.c), list(T.c), cc, list(T.c)))
+        for case, C, Cs, N, want in cases:
             state = {_lab(L, "C", m): C[m] for m in range(d)} | {_lab(L, "C_stage", m): Cs[m] for m in range(d)}
             state["N"] = N
-            new = apply_delta(spec, L, "centroid", state)
-            if any(sp.expand(new[_lab(L, "C", m)] - Cs[m]) != 0 for m in range(d)) \
-                    or sp.expand(new["N"] - sum(v**2 for v in Cs)) != 0 \
+            new = apply_delta(spec.mlp, L, "centroid", state)
+            if any(sp.expand(new[_lab(L, "C", m)] - want[m]) != 0 for m in range(d)) \
+                    or sp.expand(new["N"] - sum(v**2 for v in want)) != 0 \
                     or any(sp.expand(new[_lab(L, "C_stage", m)]) != 0 for m in range(d)):
-                problems.append(f"{case}: C, N, C_stage are not (staged centroid, its squared norm, 0)")
+                problems.append(f"{case}: C, N, C_stage are not (new centroid, its squared norm, 0)")
         for kind in ("point", "bos"):
             state = {_lab(L, "C", m): 0 for m in range(d)} | {_lab(L, "C_stage", m): 0 for m in range(d)} | {"N": 0}
-            if any(sp.expand(v) != 0 for v in apply_delta(spec, L, kind, state).values()):
+            if "NX" in L:
+                # Variants that keep |x|^2: NX becomes |X|^2 (X = x on points, 0 on BOS), from any NX >= 0.
+                xs = list(T.x) if kind == "point" else [0] * d
+                state |= {_lab(L, "X", m): xs[m] for m in range(d)} | {"NX": T.n2}
+            new = apply_delta(spec.mlp, L, kind, state)
+            if "NX" in L and sp.expand(new.pop("NX") - sum(v**2 for v in state_x(L, state, d))) != 0:
+                problems.append(f"{kind} tokens: NX is not |x|^2")
+            if any(sp.expand(new[lab] - state[lab]) != 0 for lab in new if lab.startswith("X")) or \
+                    any(sp.expand(v) != 0 for lab, v in new.items() if not lab.startswith("X")):
                 problems.append(f"{kind} tokens change")
+        if head.sinks is not None and not head.sinks < 0:
+            problems.append(f"the update head's sink logit {head.sinks!r} is not below 0, the smallest maximal score")
+        moves = "becomes the staged centroid" if spec.step == 1 else f"moves a fraction eta = {float(spec.step):g} of the way to the staged centroid"
         steps.add(
             "theorem.update.commit" + tag,
-            "N >= 0 and C, C_stage are real, so by the MLP obligations C becomes the staged centroid, N its squared"
-            " norm and C_stage 0 on centroid tokens; point and BOS tokens are unchanged. First block (C = 0,"
-            " C_stage = c0): C = c0. Later blocks (C_stage = 0 before the head): C = mean of the members, or the old"
-            " C for an empty cluster. Means of points in the unit ball stay in it (convexity).",
-            problems, uses=("update.MLP.commit_centroid", "update.MLP.clear_stage", "update.MLP.square_norm",
-                            "update.MLP.support"),
-            detail="the proven changes applied symbolically to the three cases",
+            f"N >= 0 and C, C_stage are real, so by the MLP obligations C {moves}, N becomes the squared norm of the new"
+            " C and C_stage 0 on centroid tokens; point and BOS tokens are unchanged. "
+            + ("First block (C = 0, C_stage = c0): C = c0. " if 0 in roles[layer] else "")
+            + ("Later blocks (C_stage = 0 before the head): C = " + ("mean of the members" if spec.step == 1 else
+               "c + eta*(mean of the members - c)") + ", or the old C for an empty cluster. "
+               if any(other > 0 for other in roles[layer]) else "")
+            + "Means of points in the unit ball stay in it (convexity).",
+            problems, uses=tuple(g.name for g in spec.mlp.groups) + ("update.MLP.support",)
+            + ((spec.sink[0],) if spec.sink is not None else ()),
+            detail="the proven changes applied symbolically to " + ", ".join(c[0] for c in cases),
         )
 
     # --- unembedding and composition ------------------------------------------------------------------------------
@@ -400,18 +458,31 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         "theorem.composition",
         "By induction over the schedule U A (U A)^T: the encoder's state (C = 0, N = 0, C_stage = c0, Y = 0)"
         " is mapped by the first U to (C = c0, N = |c0|^2); each following A then U performs one Lloyd iteration"
-        " (assignment to the tie-broken nearest centroid, then means, empty clusters kept); the last A leaves the"
+        " (assignment to the tie-broken nearest centroid" + (", or none (an outlier, Y = 0) when every V exceeds the"
+        " sink's threshold" if any(specs(layer).sink is not None for layer in assign_layers) else "")
+        + ", then " + ("means" if _later_step(circuit, specs) == 1 else "c + eta*(mean - c)")
+        + ", empty clusters kept); the last A leaves the"
         " final assignment in Y, which the unembedding reads. This holds whenever every assignment has a unique"
         " minimiser of V.",
         [], uses=("model.architecture", "model.schedule"),
     )
     if examples:
-        steps.rows.append(run_examples(circuit, params, examples, seed))
+        steps.rows.append(run_examples(circuit, params, examples, seed, eta=_later_step(circuit, specs)))
     return steps.rows
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The theorem, run: exact rational forward pass with hardmax attention vs exact Lloyd.
+
+
+def state_x(L: ResidualLayout, state: dict, d: int) -> list:
+    return [state[_lab(L, "X", m)] for m in range(d)]
+
+
+def _later_step(circuit, specs) -> Fraction:
+    """The step of the update blocks after the first (1 for Lloyd's)."""
+    later = [layer for layer, kind in enumerate(circuit.schedule) if kind == "update" and layer > 0]
+    return specs(later[0]).step if later else Fraction(1)
 
 
 def _sparse_cols(W: np.ndarray) -> list[list[tuple[int, Fraction]]]:
@@ -428,6 +499,7 @@ def hard_forward(params: ModelParams, resid: list[list[Fraction]]) -> list[list[
         Oc = _sparse_cols(h.W_O)  # per output coordinate o: the head dimensions writing it
         bq, bk, bv = ([Fraction(float(v)) for v in b] for b in (h.b_Q, h.b_K, h.b_V))
         bo = [Fraction(float(v)) for v in h.b_O]
+        sink = None if h.sinks is None else Fraction(h.sinks)
 
         def proj(cols, bias, r):
             return [sum((r[i] * w for i, w in col), zero) + b for col, b in zip(cols, bias)]
@@ -438,9 +510,11 @@ def hard_forward(params: ModelParams, resid: list[list[Fraction]]) -> list[list[
         new = []
         for a, qa in enumerate(q):
             s = [sum((x * y for x, y in zip(qa, kb) if x and y), zero) for kb in kk]
-            top = max(s)
+            top = max(s) if sink is None else max(max(s), sink)
             chosen = [b for b, sb in enumerate(s) if sb == top]
-            z = [sum((v[b][c] for b in chosen), zero) / len(chosen) for c in range(len(bv))]
+            # A sink (use_attention_sinks) is one more key with value 0: it counts in the average, adds nothing.
+            share = len(chosen) + (1 if sink is not None and sink == top else 0)
+            z = [sum((v[b][c] for b in chosen), zero) / share for c in range(len(bv))]
             out = [sum((z[c] * w for c, w in col), zero) + bo[o] for o, col in enumerate(Oc)]
             new.append([x + y for x, y in zip(resid[a], out)])
         Gc, Ic = _sparse_cols(m.W_gate), _sparse_cols(m.W_in)
@@ -466,8 +540,11 @@ def hard_forward(params: ModelParams, resid: list[list[Fraction]]) -> list[list[
     return states
 
 
-def exact_lloyd(X: list[list[Fraction]], C0: list[list[Fraction]], iterations: int, t: list[Fraction]):
-    """Lloyd in exact arithmetic with the circuit's rule: argmin |x - c_j|^2 + t_j, means, empty clusters kept."""
+def exact_lloyd(X: list[list[Fraction]], C0: list[list[Fraction]], iterations: int, t: list[Fraction],
+                eta: Fraction = Fraction(1), theta: Fraction | None = None):
+    """Lloyd in exact arithmetic with the circuit's rule: argmin |x - c_j|^2 + t_j, means, empty clusters kept
+    (``eta != 1``: damped, each centroid moves a fraction ``eta`` of the way to its mean; ``theta``: trimmed, a
+    point with ``min_j |x - c_j|^2 + t_j > theta`` is an outlier, label -1, left out of the update)."""
     C = [list(c) for c in C0]
     cents, labs = [C], []
     for it in range(iterations + 1):
@@ -475,21 +552,23 @@ def exact_lloyd(X: list[list[Fraction]], C0: list[list[Fraction]], iterations: i
         for x in X:
             V = [sum(((a - b) ** 2 for a, b in zip(x, c)), Fraction(0)) + t[j] for j, c in enumerate(C)]
             best = min(V)
-            if V.count(best) > 1:
+            if V.count(best) > 1 or best == theta:
                 return None  # a split point: outside the theorem
-            labels.append(V.index(best))
+            labels.append(-1 if theta is not None and best > theta else V.index(best))
         labs.append(labels)
         if it < iterations:
             new = []
             for j, c in enumerate(C):
                 members = [x for x, lab in zip(X, labels) if lab == j]
-                new.append([sum(col, Fraction(0)) / len(members) for col in zip(*members)] if members else list(c))
+                mean = [sum(col, Fraction(0)) / len(members) for col in zip(*members)] if members else list(c)
+                new.append([a + eta * (m - a) for a, m in zip(c, mean)])
             C = new
             cents.append(C)
     return cents, labs
 
 
-def run_examples(circuit, params: ModelParams, examples: int, seed: int = 0) -> Obligation:
+def run_examples(circuit, params: ModelParams, examples: int, seed: int = 0, eta: Fraction = Fraction(1)) -> Obligation:
+    # Trimmed circuits: the threshold is what the assign head's sink logit says (its obligation ties it to radius).
     """Run the exact hardmax circuit on small random problems; compare every layer with exact Lloyd."""
     from circuits.blocks import ASSIGN, UPDATE
 
@@ -505,7 +584,9 @@ def run_examples(circuit, params: ModelParams, examples: int, seed: int = 0) -> 
         X = [[Fraction(int(v), denom) for v in row] for row in rng.integers(-4, 5, size=(n, d))]
         rows = rng.choice(n, size=k, replace=False)
         C0 = [list(X[r]) for r in rows]
-        ref = exact_lloyd(X, C0, circuit.iterations, t)
+        sinks = [lp.head.sinks for lp in params.layers if circuit.schedule[lp.layer] == ASSIGN]
+        theta = None if sinks[0] is None else -Fraction(sinks[0]) / Fraction(sharp.beta)
+        ref = exact_lloyd(X, C0, circuit.iterations, t, eta, theta)
         if ref is None:
             continue
         ran += 1
@@ -536,7 +617,7 @@ def run_examples(circuit, params: ModelParams, examples: int, seed: int = 0) -> 
                     row = state[1 + n + j]
                     c = [row[L.index("C", m)] for m in range(d)]
                     if c != cents[it_u][j] or row[L.index("N")] != sum((v * v for v in c), Fraction(0)):
-                        problems.append(f"layer {layer}: centroid {j} is not Lloyd's")
+                        problems.append(f"layer {layer}: centroid {j} (C or N) differs from the exact reference")
                     if any(row[L.index("C_stage", m)] for m in range(d)):
                         problems.append(f"layer {layer}: C_stage not emptied")
                 it_u += 1
@@ -545,7 +626,7 @@ def run_examples(circuit, params: ModelParams, examples: int, seed: int = 0) -> 
                     row = state[1 + i]
                     y = [row[L.index("Y", j)] for j in range(k)]
                     if y != [Fraction(int(j == labs[it_a][i])) for j in range(k)]:
-                        problems.append(f"layer {layer}: point {i} is not assigned like Lloyd")
+                        problems.append(f"layer {layer}: point {i} is not assigned like the exact reference")
                 it_a += 1
         if problems:
             break

@@ -19,12 +19,21 @@ def test_every_registered_variant_has_an_obligation_set_or_a_reason():
             assert entry.reason
 
 
-@pytest.mark.parametrize("spec", ["damped", "damped:eta=1.5", "damped:eta=0.75"])
+@pytest.mark.parametrize("spec", ["damped", "damped:eta=1.2", "damped:eta=0.75"])
 def test_damped_is_proved(spec):
     report = prove_circuit(get_variant(spec).build(2, 3, 2), examples=2)
     assert report.ok, report.render()
     assert report.get("update.MLP.damped_commit").layers == [2, 4]
     assert report.get("update.MLP.commit_centroid").layers == [0]  # the first update commits C0 undamped
+
+
+def test_over_relaxed_damping_fails_the_masking_argument():
+    """eta = 1.5: every weight obligation holds, but centroids c + 1.5 (m - c) can reach norm 3 (= eta / (2 - eta)),
+    and at distance 4 a centroid no longer provably beats the masked keys (mask = 16)."""
+    report = prove_circuit(get_variant("damped:eta=1.5").build(2, 3, 2), examples=0)
+    assert all(o.ok for o in report.obligations)
+    assert [o.name for o in report.failed] == ["theorem.assign.argmax"]
+    assert "r_c = 3" in report.get("theorem.assign.argmax").detail
 
 
 @pytest.mark.parametrize("eta", [0.1, 0.3, 0.5, 0.9])

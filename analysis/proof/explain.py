@@ -61,7 +61,9 @@ def variants_text() -> str:
         " assign head's attention sink at `-beta (radius^2 + tie_break k)` (outliers attend to it and stay"
         " unassigned) and `use_attention_sinks` in the configuration. The prover finds that damped's `N` equals the"
         " new centroid's squared norm exactly only when `1 - eta` is a float64 (`eta = 0.5` yes, `eta = 0.1` no: it"
-        " names `update.MLP.damped_square_norm`). Approximate by design, with nothing to prove (`N/A`, exit 0): "
+        " names `update.MLP.damped_square_norm`); over-relaxed damping (`eta = 1.5`) passes every obligation but not"
+        " `theorem.assign.argmax`, since its centroids can reach norm `eta / (2 - eta) = 3`, where `mask = 16` no"
+        " longer guarantees that a centroid beats the masked keys. Approximate by design, with nothing to prove (`N/A`, exit 0): "
         + ", ".join(f"`{n}`" for n in approximate) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
     ]
     for name in unproven:

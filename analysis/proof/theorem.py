@@ -231,19 +231,26 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         # Masked keys lose; the argmax over centroids is the tie-broken nearest centroid.
         problems = []
         t_max = max(t)
+        # Points and initial centroids lie in the unit ball, and so do means; a damped step c + eta (m - c) with
+        # eta > 1 can leave it: |c| <= (eta - 1)|c| + eta stays below eta / (2 - eta).
+        eta = _later_step(circuit, specs)
+        radius = Fraction(1) if eta <= 1 else max(Fraction(1), eta / (2 - eta))
+        far = (1 + radius) ** 2
+        slack = Fraction(sharp.mask) - far - t_max
         if not beta > 0:
             problems.append("beta <= 0")
-        if not Fraction(sharp.mask) - 4 - t_max > 0:
-            problems.append(f"mask - 4 - t_max = {float(Fraction(sharp.mask) - 4 - t_max):.6g} <= 0")
+        if not slack > 0:
+            problems.append(f"mask - (1 + r_c)^2 - t_max = {float(slack):.6g} <= 0 with centroids of norm up to"
+                            f" r_c = {float(radius):g}: a centroid's score is not guaranteed to beat the masked keys")
         steps.add(
             "theorem.assign.argmax" + tag,
-            "For a point query, every centroid key beats every point or BOS key: with |x|, |c_j| <= 1 (unit ball),"
-            " score(centroid) >= beta*(|x|^2 - 4 - t_max) > -beta*mask >= score(masked), since beta > 0 and"
-            " mask - 4 - t_max > 0. So the hardmax keys of point i are argmin_j V_ij, V_ij = |x_i - c_j|^2 + t_j.",
+            "For a point query, every centroid key beats every point or BOS key: with |x| <= 1 and |c_j| <= r_c"
+            " (r_c = 1: the unit ball holds the points, the initial centroids and every mean), score(centroid) >="
+            " beta*(|x|^2 - (1 + r_c)^2 - t_max) > -beta*mask >= score(masked), since beta > 0 and"
+            " mask - (1 + r_c)^2 - t_max > 0. So the hardmax keys of point i are argmin_j V_ij, V_ij = |x_i - c_j|^2 + t_j.",
             problems, uses=(),
-            detail=f"beta = {float(beta):g} > 0; mask - 4 - t_max = {float(Fraction(sharp.mask) - 4 - t_max):.6g} > 0"
-                   f" (the argument holds for points and centroids of norm up to"
-                   f" {float((Fraction(sharp.mask) - t_max) / 4) ** 0.5:.4g}, which covers rounding in the encoder)",
+            detail=f"beta = {float(beta):g} > 0; r_c = {float(radius):g}; mask - (1 + r_c)^2 - t_max = {float(slack):.6g}"
+                   f" > 0 (slack for the encoder's rounding of the unit ball)",
         )
         increasing = all(t[j] < t[j + 1] for j in range(k - 1))
         if sharp.tie_break > 0:

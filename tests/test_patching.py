@@ -232,12 +232,17 @@ def test_subspace_sweep_labels_and_staging_slots_do_nothing():
     the flags are the same in both, so those columns are exactly 0 everywhere."""
     exp = experiment("move-point")
     sweep = sweep_layer_subspace(exp)
-    assert sweep.col_labels == list(exp.layout.names)
-    assert sweep["restored"].shape == (exp.n_layers + 1, len(exp.layout.names))
+    assert sweep.col_labels == [*exp.layout.names, "C+N"]
+    assert sweep["restored"].shape == (exp.n_layers + 1, len(exp.layout.names) + 1)
     inert = [sweep.col_labels.index(n) for n in ("C_stage", "Y_stage", "ID", "ONE", "IS_POINT", "IS_CENTROID",
                                                  "IS_BOS")]
     assert (sweep["restored"][1:, inert] == 0).all()  # row 0: C_stage holds the initial centroids (same here)
-    assert sweep.flipped.shape == (exp.n_layers + 1, len(exp.layout.names), exp.pair.compared_points.size)
+    assert sweep.flipped.shape == (exp.n_layers + 1, len(exp.layout.names) + 1, exp.pair.compared_points.size)
+    # With a moved centroid (the points the same in both runs) C+N restores every assign block's input.
+    moved = sweep_layer_subspace(experiment("move-centroid"), subspaces=[("C", "N"), "C", "Y"])
+    assert moved.col_labels == ["C+N", "C", "Y"]
+    for t, A in enumerate(exp.circuit.assignment_layers):
+        assert moved["restored"][moved.row_labels.index(f"pre L{A} A{t}"), 0] == 1.0
     assert sweep.displacement.shape[-1] == exp.pair.k
 
 

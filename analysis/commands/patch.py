@@ -3,8 +3,9 @@
 Builds the circuit, makes the clean/corrupted pair (:mod:`analysis.patching.pairs`), verifies both unpatched runs
 against the Lloyd reference, runs the sweeps (:mod:`analysis.patching.sweeps`) and writes ``patching.json`` (every
 metric of every cell) and ``patching.html`` (self-contained heatmaps, plotly.js embedded) into ``--out``, all or
-nothing. Exit codes as everywhere: 0 done and both unpatched runs verified, 1 an unpatched run disagrees with the
-reference (results are still written), 2 bad input.
+nothing; with ``--report`` also ``report.html``, the circuit report of the clean run with a patching section.
+Exit codes as everywhere: 0 done and both unpatched runs verified, 1 an unpatched run disagrees with the reference
+(results are still written), 2 bad input.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="read the outcome after this layer (default final: the last layer)")
     parser.add_argument("--out", metavar="DIR",
                         help="write patching.json and patching.html here (default ./patching-SOURCE-KIND)")
+    parser.add_argument("--report", action="store_true",
+                        help="also write report.html: the circuit report of the clean run with a patching section")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the summary")
 
 
@@ -144,10 +147,20 @@ def run(args: argparse.Namespace) -> int:
     problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
                     "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}
     doc = result_document(exp, results, check, read, problem_info)
-    write_output_dir(out, {
+    files = {
         "patching.json": json.dumps(doc, indent=1) + "\n",
         "patching.html": patching_page(exp, results, check, read, problem_info),
-    })
+    }
+    if args.report:
+        from analysis.patching.report import add_patching_section
+        from analysis.pipeline import run_problem
+        from analysis.report import build_report
+
+        clean_run = run_problem(pair.X_clean, pair.C0_clean, problem.iterations, circuit=circuit)
+        report = build_report(clean_run, problem, seed=args.seed)
+        add_patching_section(report, exp, results, check, read)
+        files["report.html"] = report.to_html()
+    write_output_dir(out, files)
     if args.json:
         print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
     else:
@@ -158,8 +171,12 @@ def run(args: argparse.Namespace) -> int:
               f" |C_clean - C_corrupted| = {s['centroid_error']:.4g}")
         for sw in doc["sweeps"]:
             rows = sw["restoring_rows"]
-            print(f"{sw['name']}: fully restoring at {len(rows)} of {len(sw['rows'])} rows"
-                  + (f" ({', '.join(rows[:6])}{', ...' if len(rows) > 6 else ''})" if rows else ""))
+            print(f"{sw['name']}: the clean readout comes back exactly at {len(rows)} of {len(sw['rows'])} rows")
+            for row in rows[:6]:
+                cols = [c["col"] for c in sw["restoring_cells"] if c["row"] == row]
+                print(f"  {row:>18}: {', '.join(cols[:8])}{', ...' if len(cols) > 8 else ''}")
+            if len(rows) > 6:
+                print(f"  {'...':>18}  (every cell in {out / 'patching.json'})")
         print(("unpatched runs VERIFIED against the reference" if check.verified else
                "unpatched runs NOT VERIFIED: " + "; ".join(check.clean.failures + check.corrupted.failures))
               + f"; wrote {out}")

@@ -27,8 +27,9 @@ READING = {
         "restores everything there. Single tokens restore partially: one centroid, or one point's vote."
     ),
     "layer_subspace": (
-        "Each cell patches one named subspace of the residual stream on every token. Before an assign block only "
-        "`C` and `N` are read by it (the query reads `X`, the keys `C`, `N` and the flags), and the MLP of an assign "
+        "Each cell patches one named subspace of the residual stream on every token (the last column `C+N` both "
+        "together). Before an assign block the state it reads is the points' `X` and the centroids' `C` and `N` "
+        "(the score is `2 beta x.c - beta |c|^2`: neither `C` nor `N` alone fixes it), and the MLP of an assign "
         "block overwrites `Y`; before an update block the head reads `Y` (keys) and `X + C` (values) and its MLP "
         "overwrites `C` and `N`. Staging slots are empty between blocks, so patching them does nothing, and "
         "`ID`, `ONE` and the flags are the same in both runs."

@@ -54,6 +54,8 @@ class SweepResult:
     read_label: str = ""
     note: str = ""
     extra: dict = field(default_factory=dict)
+    #: Columns that patch every token's whole residual vector: a sanity check (always 1), left out of summaries.
+    control_cols: tuple[str, ...] = ()
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -66,12 +68,13 @@ class SweepResult:
         """Cells whose ``metric`` reaches ``threshold``: the patches that bring the clean readout back."""
         v = self.values[metric]
         hits = torch.nonzero(v >= threshold).tolist()
-        return [{"row": self.row_labels[r], "col": self.col_labels[c], metric: float(v[r, c])} for r, c in hits]
+        return [{"row": self.row_labels[r], "col": self.col_labels[c], metric: float(v[r, c])} for r, c in hits
+                if self.col_labels[c] not in self.control_cols]
 
     def restoring_rows(self, metric: str = "restored", threshold: float = RESTORED) -> list[str]:
-        """Rows (layers) where some column restores the clean readout."""
-        v = torch.nan_to_num(self.values[metric], nan=-np.inf)
-        return [self.row_labels[r] for r in range(v.shape[0]) if bool((v[r] >= threshold).any())]
+        """Rows (layers) where some column (other than the control columns) restores the clean readout."""
+        rows = {cell["row"] for cell in self.restoring_cells(metric, threshold)}
+        return [label for label in self.row_labels if label in rows]
 
     def figure(self, metric: str = "restored"):
         from analysis.patching.figures import heatmap
@@ -94,6 +97,7 @@ class SweepResult:
             "col_sites": self.cols,
             "note": self.note,
             "values": {name: lists(t) for name, t in self.values.items()},
+            "control_cols": list(self.control_cols),
             "restoring_rows": self.restoring_rows(),
             "restoring_cells": self.restoring_cells(),
         }
@@ -161,22 +165,27 @@ def sweep_layer_position(exp: PatchingExperiment, columns=None, subspaces: Seque
              for clabel, pos in cols] for comp, layer, rlabel in rows]
     values, flipped, disp = _collect(exp, grid, read)
     what = "the residual stream" if subspaces is None else "+".join(subspaces)
+    everything = positions_of(exp.sequence, "all")
+    control = tuple(label for label, pos in cols if pos == everything and subspaces is None)
     return SweepResult(
         "layer_position", f"Patching {what} by layer and position", [r[2] for r in rows], [c[0] for c in cols],
         [{"component": c, "layer": L} for c, L, _ in rows], [{"positions": list(p)} for _, p in cols],
         values, flipped, disp, read, exp.layer_label(read),
-        extra={"subspaces": list(subspaces) if subspaces else None})
+        extra={"subspaces": list(subspaces) if subspaces else None}, control_cols=control)
 
 
 def sweep_layer_subspace(exp: PatchingExperiment, subspaces=None, positions="all",
                          read_layer: int | None = None) -> SweepResult:
     """Patch each named subspace (or group of subspaces) on ``positions`` entering each block.
 
-    ``subspaces``: names or tuples of names of the layout (default: every subspace alone).
+    ``subspaces``: names or tuples of names of the layout (default: every subspace alone, then ``C+N``, the pair
+    an assign block's keys read: neither alone determines the score ``2 beta x.c - beta |c|^2``).
     """
     read = exp.check_read_layer(read_layer)
     rows = residual_rows(exp, read)
-    groups = [(s,) if isinstance(s, str) else tuple(s) for s in (subspaces or exp.layout.names)]
+    if subspaces is None:
+        subspaces = [*exp.layout.names, ("C", "N")]
+    groups = [(s,) if isinstance(s, str) else tuple(s) for s in subspaces]
     pos = positions_of(exp.sequence, positions)
     grid = [[Patch.of(exp.site(comp, layer, list(pos), list(g)), label=f"{rlabel} / {'+'.join(g)}")
              for g in groups] for comp, layer, rlabel in rows]

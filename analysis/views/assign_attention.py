@@ -80,21 +80,19 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         rows = order[a][drawn[order[a]]]
         ylab = [plabels[i] for i in rows]
         top = pattern[a, rows].argmax(axis=-1)
-        gap_to_top = scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)
-        custom = np.stack(
-            [np.broadcast_to(np.array(ylab)[:, None], gap_to_top.shape), scores[a, rows].astype(str),
-             gap_to_top.astype(str)], axis=-1,
-        )
-        z, xlab = pattern[a, rows], clabels
+        # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
+        # every assign layer, and strings per cell would dominate the file.
+        gap_to_top = (scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)).astype(np.float32)
+        z, xlab = pattern[a, rows].astype(np.float32), clabels
         if sink is not None:
-            z, xlab = np.concatenate([z, sink[a, rows][:, None]], axis=1), [*clabels, "sink"]
-            custom = np.concatenate([custom, np.stack([np.array(ylab), np.full(len(rows), "n/a"),
-                                                       np.full(len(rows), "n/a")], axis=-1)[:, None]], axis=1)
+            z = np.concatenate([z, sink[a, rows][:, None].astype(np.float32)], axis=1)
+            gap_to_top = np.concatenate([gap_to_top, np.full((len(rows), 1), np.nan, np.float32)], axis=1)
+            xlab = [*clabels, "sink"]
         fig.add_trace(go.Heatmap(
-            z=z, x=xlab, y=ylab, customdata=custom, zmin=0, zmax=1,
+            z=z, x=xlab, y=ylab, customdata=gap_to_top, zmin=0, zmax=1,
             colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
-            hovertemplate="query %{customdata[0]} -> key %{x}<br>weight %{z:.6g}<br>score %{customdata[1]}"
-                          "<br>score - top score %{customdata[2]}<extra></extra>",
+            hovertemplate="query %{y} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
+                          "<extra></extra>",
             visible=a == 0, name=layer_title(circ, lc.layer),
         ), row=1, col=1)
         mg = margin[a, rows]
@@ -103,10 +101,9 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         fig.add_trace(go.Scatter(
             x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ylab, mode="markers",
             marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
-            customdata=np.stack([np.array([clabels[j] for j in top]), mg.astype(str),
-                                 leak[a, rows].astype(str)], axis=-1),
-            hovertemplate="%{y} picks %{customdata[0]}<br>margin %{customdata[1]}<br>"
-                          "leak bound %{customdata[2]}<extra></extra>",
+            text=[clabels[j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
+            hovertemplate="%{y} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
+                          "leak bound %{customdata[1]:.3g}<extra></extra>",
             showlegend=False, visible=a == 0, name=f"{layer_title(circ, lc.layer)} margin",
         ), row=1, col=2)
         fig.add_trace(go.Scatter(

@@ -131,7 +131,7 @@ def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> V
     return View("residual_norms", "Residual stream by subspace", fig, data, notes)
 
 
-def default_tokens(obj, b: int = 0, per_cluster: int = 1, max_centroids: int = 8) -> list[int]:
+def default_tokens(obj, b: int = 0, per_cluster: int = 1, max_centroids: int = 12) -> list[int]:
     """Sequence positions worth reading in full: the BOS sink, in each final cluster the point with the
     smallest assignment margin (the closest call), and the first centroid tokens."""
     cap = as_capture(obj)
@@ -165,7 +165,8 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
     fig = go.Figure()
     for p, label in enumerate(streams.labels):
         fig.add_trace(go.Heatmap(
-            z=values[p], x=dims, y=ylab, coloraxis="coloraxis", visible=p == len(streams.labels) - 1,
+            z=values[p].astype(np.float32), x=dims, y=ylab, coloraxis="coloraxis",
+            visible=p == len(streams.labels) - 1,
             hovertemplate="%{y} . %{x}<br>%{z:.6g}<extra>" + label + "</extra>", name=label,
         ))
     # Vertical rules and names between the layout's subspaces.
@@ -175,8 +176,9 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
         if s.start > 0:
             shapes.append(dict(type="line", xref="x", x0=s.start - 0.5, x1=s.start - 0.5, yref="paper", y0=0, y1=1,
                                line=dict(color="#333", width=1)))
-        notes_ann.append(dict(x=(s.start + s.stop - 1) / 2, y=1.0, xref="x", yref="paper", yanchor="bottom",
-                              text=name, showarrow=False, font=dict(size=10), textangle=-45 if s.stop - s.start < 3 else 0))
+        if s.stop - s.start > 1:  # a one-dimensional subspace is named by its tick label already
+            notes_ann.append(dict(x=(s.start + s.stop - 1) / 2, y=1.0, xref="x", yref="paper", yanchor="bottom",
+                                  text=name, showarrow=False, font=dict(size=11)))
     masks = [[i == p for i in range(len(streams.labels))] for p in range(len(streams.labels))]
     steps = [dict(label=label, args=[{"visible": masks[p]}, {}]) for p, label in enumerate(streams.labels)]
     height, top, bottom = max(420, 300 + 22 * len(positions)), 80, 200

@@ -67,7 +67,7 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
         pts = sample.indices[np.lexsort((sample.indices, cluster))]
         keys = [seq.bos, *(seq.point(int(i)) for i in pts), *range(seq.centroids.start, seq.centroids.stop)]
         xlab = [tokens[p] for p in keys]
-        z = pattern[u][:, keys]
+        z = pattern[u][:, keys].astype(np.float32)  # display only; view.data keeps float64
         fig.add_trace(go.Heatmap(
             z=z, x=xlab, y=clabels, zmin=0, colorscale="Blues",
             colorbar=dict(title=dict(text="weight"), x=1.02, len=0.9),

@@ -116,14 +116,6 @@ def component(name: str, layer: int) -> str:
         raise ValueError(f"unknown block component {name!r}; expected one of {tuple(BLOCK_COMPONENTS)}") from None
 
 
-def layer_of(name: str) -> int | None:
-    """The block index of a ``blocks.{layer}....`` hook name, or ``None`` for hooks outside the blocks."""
-    parts = name.split(".")
-    if len(parts) > 1 and parts[0] == "blocks" and parts[1].isdigit():
-        return int(parts[1])
-    return None
-
-
 # State-dict keys of the parameters the builder writes, for the same reason the hook names live here.
 def param(layer: int, component: str, name: str) -> str:
     """``param(3, "attn", "W_Q")`` -> ``"blocks.3.attn.W_Q"``."""

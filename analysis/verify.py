@@ -322,15 +322,7 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
             ties=ties_t,
             proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
-    if diverged is not None:
-        notes.append(
-            f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
-            " reference; from there on the trajectory is compared for information only (the step-wise check still"
-            " covers every layer)"
-        )
-    n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
-    if n_traj_errors:
-        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
+    trajectory_verdict(diverged, mismatches, failures, notes)
     if ties:
         notes.append(
             f"{len(ties)} tied assignment(s) (nearest centroids equal within the tie window) went to the lower index"
@@ -370,6 +362,20 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
         notes=notes,
         sharpness_bound=sharpness_bound,
     )
+
+
+def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str]) -> None:
+    """What the trajectory comparison adds to the verdict: a note if a tie sent it another way, a failure per
+    label that differs beyond the tie window (shared by Lloyd's and the variants' verification)."""
+    if diverged is not None:
+        notes.append(
+            f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
+            " reference; from there on the trajectory is compared for information only (the step-wise check still"
+            " covers every layer)"
+        )
+    n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
+    if n_traj_errors:
+        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
 
 
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:

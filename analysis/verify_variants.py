@@ -35,10 +35,10 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify import (
-    IterationRecord, Mismatch, Tie, VerificationReport, circuit_n_iter, tolerances,
+    IterationRecord, Mismatch, Tie, VerificationReport, circuit_n_iter, tolerances, trajectory_verdict,
 )
 from circuits.sharpness import FLOAT64_UNDERFLOW
-from circuits.variants.references import Costs, Reference, one_hot
+from circuits.variants.references import Costs, DegenerateUpdate, Reference, one_hot
 
 #: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
 FLOOR_FACTOR = 100.0
@@ -115,7 +115,29 @@ def _noise_floor(spec, enc, b: int, T: int, trace) -> np.ndarray:
 
 
 def verify_variant_problem(cap: Capture, b: int = 0) -> VerificationReport:
-    """Verify problem ``b`` of a captured batch of a variant circuit against the variant's reference."""
+    """Verify problem ``b`` of a captured batch of a variant circuit against the variant's reference.
+
+    Where the reference algorithm itself is undefined (a spherical cluster whose members' directions cancel), the
+    report says so and is not verified: there is nothing to compare with."""
+    try:
+        return _verify(cap, b)
+    except DegenerateUpdate as exc:
+        circ, enc = cap.circuit, cap.encoded
+        X, C0 = enc.X[b], enc.C0[b]
+        s = float(enc.scaling.scale[b])
+        tol = tolerances(circ.dtype, circ.layout.d, s, float(np.abs(np.concatenate([X, C0])).max()))
+        return VerificationReport(
+            variant=circ.variant, dtype=str(circ.dtype).replace("torch.", ""), n=enc.n, d=enc.d, k=enc.k,
+            iterations=circ.iterations, verified=False, exact=False, hard_attention=False, per_iteration=[],
+            final_label_agreement=math.nan, final_min_margin=math.nan, final_leak_bound=math.nan, mismatches=[],
+            ties=[], tolerances=tol, scale=s, n_iter=circuit_n_iter(cap, b),
+            failures=[f"the reference algorithm is undefined on this problem: {exc}"],
+            notes=[f"variant {circ.spec.name}: {circ.spec.algorithm}"], variant_params=circ.params,
+            reference=f"{circ.spec.name} reference (circuits.variants.references): undefined here",
+        )
+
+
+def _verify(cap: Capture, b: int) -> VerificationReport:
     circ, enc = cap.circuit, cap.encoded
     spec = circ.spec
     X, C0 = enc.X[b], enc.C0[b]
@@ -242,15 +264,7 @@ def verify_variant_problem(cap: Capture, b: int = 0) -> VerificationReport:
             update_weight_error=step_w_err.get(t + 1, 0.0),
             outliers=int((labels_t < 0).sum()),
         ))
-    if diverged is not None:
-        notes.append(
-            f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
-            " reference; from there on the trajectory is compared for information only (the step-wise check still"
-            " covers every layer)"
-        )
-    n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
-    if n_traj_errors:
-        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
+    trajectory_verdict(diverged, mismatches, failures, notes)
     if ties:
         notes.append(f"{len(ties)} tied assignment(s) (candidates equal within the tie window) went to the lower index")
     final_labels = cap.assignments(T)[b]

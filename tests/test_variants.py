@@ -24,7 +24,7 @@ from circuits import reference
 from circuits.initialisation import initial_centroids
 from circuits.variants import VARIANTS, get_variant, parse_variant
 from circuits.variants.references import (
-    DampedKMeans, GumbelKMeans, SoftKMeans, SparseKMeans, SphericalKMeans, TrimmedKMeans, labels_of, one_hot,
+    DampedKMeans, DegenerateUpdate, GumbelKMeans, SoftKMeans, SparseKMeans, SphericalKMeans, TrimmedKMeans, labels_of, one_hot,
 )
 
 from test_hypothesis import problems as lloyd_problems
@@ -142,6 +142,10 @@ def test_gumbel_equals_reference_draw_for_draw(problem, seed):
 def test_spherical_equals_reference_at_every_layer(problem):
     X, C0 = problem
     assume((np.linalg.norm(X, axis=1) > 0).all())
+    try:
+        SphericalKMeans().run(X, C0, T)
+    except DegenerateUpdate:
+        assume(False)  # opposite directions in one cluster: spherical k-means itself is undefined (tested below)
     result = check_hard_variant("spherical", X, C0)
     np.testing.assert_allclose(np.linalg.norm(result.centroids, axis=1), 1.0, atol=1e-14)
 
@@ -226,6 +230,12 @@ def test_spherical_rejects_a_zero_point_as_input_error():
     X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     with pytest.raises(InputError, match="non-zero"):
         run_variant("spherical", X, X[1:])
+
+
+def test_spherical_with_cancelling_directions_is_reported_undefined_not_verified():
+    X = np.array([[-0.5], [2.0]])  # two opposite directions in one cluster: their unit vectors sum to 0
+    rep = run_variant("spherical", X, X[:1]).report
+    assert not rep.verified and "undefined" in rep.failures[0] and rep.per_iteration == []
 
 
 def test_float32_variants_are_reported_as_approximations():

@@ -68,6 +68,12 @@ def sparsemax(z: Float[np.ndarray, " m"]) -> Float[np.ndarray, " m"]:
     return np.maximum(z - tau, 0.0)
 
 
+def closeness(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], members: Int[np.ndarray, " m"], j: int,
+              gamma: float) -> Float[np.ndarray, " m"]:
+    """``-gamma |x_i - c_j|^2`` for the members ``i`` of centroid ``j``."""
+    return -gamma * sq_distances(X[members], C[j : j + 1])[:, 0]
+
+
 def gumbel_noise(seed: int, update: int, problem: int, k: int, n_tokens: int) -> Float[np.ndarray, "k n_tokens"]:
     """The Gumbel noise centroid queries add to their update scores: one draw per (centroid, key position).
 
@@ -141,13 +147,18 @@ class Reference:
     def update_weights(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
                        u: int) -> Float[np.ndarray, "k n_plus_1"]:
         """Row ``j``: the weight of each point in the new centroid ``j``, and last the weight of the old ``c_j``."""
-        members = labels_of(R)
+        return self.member_weights(X, R, C, lambda members, j: np.full(len(members), 1.0 / len(members)))
+
+    def member_weights(self, X, R, C, weigh) -> Float[np.ndarray, "k n_plus_1"]:
+        """Update weights of a hard assignment: ``weigh(member indices, j)`` spreads centroid ``j`` over its
+        members; a centroid without members keeps itself (weight 1 on the last column)."""
+        labels = labels_of(R)
         k, n = C.shape[0], X.shape[0]
         W = np.zeros((k, n + 1))
         for j in range(k):
-            inside = members == j
-            if inside.any():
-                W[j, :n][inside] = 1.0 / inside.sum()
+            members = np.flatnonzero(labels == j)
+            if len(members):
+                W[j, members] = weigh(members, j)
             else:
                 W[j, n] = 1.0
         return W
@@ -204,6 +215,14 @@ class SoftKMeans(Reference):
         return W
 
 
+class DegenerateUpdate(ValueError):
+    """The algorithm is undefined at this state (a spherical cluster whose members' directions cancel)."""
+
+
+#: A spherical cluster is degenerate when its members' unit vectors sum to at most this much per member.
+DEGENERATE = 1e-12
+
+
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
     A = np.asarray(A, dtype=np.float64)
     norms = np.linalg.norm(A, axis=1, keepdims=True)
@@ -232,7 +251,13 @@ class SphericalKMeans(Reference):
             inside = members == j
             if inside.any():
                 s = Xu[inside].sum(axis=0)
-                new[j] = s / np.linalg.norm(s)
+                norm = np.linalg.norm(s)
+                # Members whose directions cancel (e.g. two opposite points) leave no direction to move to.
+                if norm <= DEGENERATE * inside.sum():
+                    raise DegenerateUpdate(
+                        f"spherical k-means is undefined at update {u}: the {int(inside.sum())} unit vectors of cluster"
+                        f" {j} sum to {norm:.2g} (no mean direction)")
+                new[j] = s / norm
         return new
 
     def objective(self, X, C, R):
@@ -267,17 +292,7 @@ class SparseKMeans(Reference):
     name: str = "sparse"
 
     def update_weights(self, X, R, C, u):
-        members = labels_of(R)
-        k, n = C.shape[0], X.shape[0]
-        W = np.zeros((k, n + 1))
-        for j in range(k):
-            inside = np.flatnonzero(members == j)
-            if len(inside):
-                closeness = -self.gamma * sq_distances(X[inside], C[j : j + 1])[:, 0]
-                W[j, inside] = sparsemax(closeness)
-            else:
-                W[j, n] = 1.0
-        return W
+        return self.member_weights(X, R, C, lambda members, j: sparsemax(closeness(X, C, members, j, self.gamma)))
 
 
 @dataclass
@@ -293,18 +308,14 @@ class GumbelKMeans(Reference):
     name: str = "gumbel"
 
     def update_weights(self, X, R, C, u):
-        members = labels_of(R)
         k, n = C.shape[0], X.shape[0]
         noise = gumbel_noise(self.seed, u, self.problem, k, 1 + n + k)
-        W = np.zeros((k, n + 1))
-        for j in range(k):
-            inside = np.flatnonzero(members == j)
-            if len(inside):
-                closeness = -self.gamma * sq_distances(X[inside], C[j : j + 1])[:, 0]
-                W[j, inside[np.argmax(closeness + noise[j, 1 + inside])]] = 1.0
-            else:
-                W[j, n] = 1.0
-        return W
+
+        def draw(members, j):
+            # Point i is key 1 + i of the sequence, as in the circuit.
+            return np.eye(len(members))[np.argmax(closeness(X, C, members, j, self.gamma) + noise[j, 1 + members])]
+
+        return self.member_weights(X, R, C, draw)
 
 
 @dataclass

@@ -151,3 +151,22 @@ def test_readme_section_is_the_provers_output():
     end = readme.index("\n## ", start + 1) + 1
     expected = readme_section(prove_circuit(lloyd_circuit(README_D, README_K, 1)))
     assert readme[start:end] == expected + "\n"
+
+
+def test_exact_forms_are_transformer_lens_factored_circuits():
+    """The prover's exact QK and OV forms, read from the state dict, are TransformerLens' own FactoredMatrix circuits
+    (model.QK, model.OV) entry for entry, so the orientation of W_Q, W_K, W_V, W_O is TransformerLens'."""
+    from analysis.proof.exact import ov_form, qk_form, read_params
+
+    circuit = lloyd_circuit(2, 3, 1)
+    params = read_params(circuit.model)
+    d_model = circuit.layout.d_model
+    for lp in params.layers:
+        for exact, factored in ((qk_form(lp.head), circuit.model.QK[lp.layer, 0]),
+                                (ov_form(lp.head)[0], circuit.model.OV[lp.layer, 0])):
+            dense = np.zeros((d_model + 1, d_model + 1))
+            for (i, j), v in exact.items():
+                dense[i, j] = float(v)
+            AB = factored.AB.detach().double().numpy()
+            np.testing.assert_array_equal(dense[:d_model, : AB.shape[1]], AB)
+            assert not dense[d_model].any() and not dense[:, d_model].any()  # no biases in this construction

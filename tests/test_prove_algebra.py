@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from analysis.proof.algebra import FREE, NONNEG, GatedTerm, Lin, Poly, prove_piecewise_identity, strictly_feasible
+from analysis.proof.algebra import (
+    FREE, NONNEG, GatedTerm, Lin, Poly, prove_piecewise_identity, strict_witness, strictly_feasible,
+)
 
 VARS = ("a", "b", "c")
 
@@ -38,7 +40,13 @@ def lp_strictly_feasible(rows) -> bool:
 @settings(max_examples=200, deadline=None)
 @given(systems())
 def test_fourier_motzkin_agrees_with_linear_programming(rows):
-    assert strictly_feasible(rows) == lp_strictly_feasible(rows)
+    feasible = strictly_feasible(rows)
+    assert feasible == lp_strictly_feasible(rows)
+    # A feasible system comes with an exact witness; an infeasible one with none.
+    point = strict_witness(rows)
+    assert (point is not None) == feasible
+    if point is not None:
+        assert all(g.evaluate({v: point.get(v, Fraction(0)) for v in VARS}) > 0 for g in rows)
 
 
 def test_known_identities_hold_and_near_misses_fail():
@@ -112,7 +120,10 @@ def test_piecewise_prover_agrees_with_exact_evaluation(case):
     if result.holds:
         assert all(d == 0 for d in diffs)
     else:
-        assert any(d != 0 for d in diffs), result.counterexample
+        # The prover's witness lies in the open cell it names, and there the two sides differ.
+        assert all(g.evaluate(result.witness) > 0 for g in result.cell)
+        point = {v: result.witness.get(v, Fraction(0)) for v in VARS[:2]}
+        assert evaluate(terms, intended, point) != 0, result.counterexample
 
 
 def test_poly_arithmetic():

@@ -233,6 +233,50 @@ def strictly_feasible(constraints: Iterable[Lin]) -> bool:
         system = rest + combined
 
 
+def strict_witness(constraints: Iterable[Lin], choose=Fraction(1, 2)) -> dict[str, Fraction] | None:
+    """A rational point with ``g(v) > 0`` for every constraint, or ``None`` if there is none.
+
+    Fourier-Motzkin elimination, then back-substitution: each variable, in reverse order of elimination, is put at
+    the fraction ``choose`` (in (0, 1); or a function of the variable's name) of its open interval given the values
+    already chosen (``1 + choose`` beyond a one-sided bound). Different ``choose`` give different points of the
+    same open cell.
+    """
+    pick = choose if callable(choose) else (lambda v: choose)
+    system = list(constraints)
+    stages: list[tuple[str, list[Lin]]] = []
+    for v in sorted(set().union(*(g.variables for g in system)) if system else set()):
+        stages.append((v, system))
+        pos = [g for g in system if g.coeffs.get(v, ZERO) > 0]
+        neg = [g for g in system if g.coeffs.get(v, ZERO) < 0]
+        system = [g for g in system if v not in g.coeffs] + [p.scale(-q.coeffs[v]) + q.scale(p.coeffs[v])
+                                                              for p in pos for q in neg]
+    if any(g.const <= 0 for g in system):
+        return None
+    point: dict[str, Fraction] = {}
+    for v, stage in reversed(stages):
+        lo, hi = None, None
+        for g in stage:
+            a = g.coeffs.get(v, ZERO)
+            if a == 0:
+                continue
+            rest = g.const + sum((c * point[w] for w, c in g.coeffs.items() if w != v), ZERO)
+            bound = -rest / a
+            if a > 0:
+                lo = bound if lo is None else max(lo, bound)
+            else:
+                hi = bound if hi is None else min(hi, bound)
+        c = Fraction(pick(v))
+        if lo is None and hi is None:
+            point[v] = c
+        elif hi is None:
+            point[v] = lo + 1 + c
+        elif lo is None:
+            point[v] = hi - 1 - c
+        else:
+            point[v] = lo + (hi - lo) * c
+    return point
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Piecewise identities: sum_u w_u * relu(g_u) * l_u + const == intended, on a domain.
 
@@ -252,6 +296,10 @@ class IdentityResult:
     holds: bool
     cells: int
     counterexample: str = ""
+    #: When it fails: the open cell (constraints ``g > 0``, domain included) where the two sides differ, and a point
+    #: of it where they do.
+    cell: list[Lin] = field(default_factory=list)
+    witness: dict[str, Fraction] = field(default_factory=dict)
 
 
 def _components(terms: list[GatedTerm], intended: Poly) -> list[frozenset[str]]:
@@ -292,6 +340,32 @@ def _cells(hyperplanes: list[Lin], domain: list[Lin]) -> list[list[tuple[Lin, in
                     nxt.append(cand)
         cells = nxt
     return cells
+
+
+def _witness(region: list[Lin], diff: Poly) -> dict[str, Fraction]:
+    """A point of the open region where the non-constant ``diff`` is not equal to its constant term."""
+    point: dict[str, Fraction] = {}
+    names = sorted(set(diff.variables).union(*(g.variables for g in region)))
+    for trial in range(12):
+        # A different fraction per variable and per trial: points on no common level set of ``diff``.
+        choose = {v: Fraction(1 + (3 * i + 5 * trial) % 11, 12) for i, v in enumerate(names)}
+        point = strict_witness(region, choose.__getitem__) or {}
+        values = {v: point.get(v, choose[v]) for v in diff.variables}
+        point = {**point, **{v: x for v, x in values.items() if v not in point}}
+        if evaluate(diff, values) != diff.constant_term():
+            return point
+    return point
+
+
+def evaluate(poly: Poly, point: Mapping[str, Fraction]) -> Fraction:
+    """Exact value of ``poly`` at ``point``."""
+    total = ZERO
+    for m, c in poly.terms.items():
+        term = c
+        for v in m:
+            term *= point[v]
+        total += term
+    return total
 
 
 def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intended: Poly,
@@ -344,9 +418,13 @@ def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intende
             if not diff.is_constant():
                 where = " and ".join(f"{h} {'>' if s > 0 else '<'} 0" for h, s in cell) or "everywhere"
                 dom_text = ", ".join(f"{v} > 0" for v in sorted(comp) if domain.get(v, FREE) == NONNEG)
+                region = dom + [h.scale(Fraction(s)) for h, s in cell]
+                witness = _witness(region, diff)
+                at = ", ".join(f"{v} = {_fmt(x)}" for v, x in sorted(witness.items()))
                 return IdentityResult(False, n_cells, f"{context}where {where}{' (with ' + dom_text + ')' if dom_text else ''}:"
                                                        f" computed {value}"
-                                                       f", intended {target} (difference {diff})")
+                                                       f", intended {target} (difference {diff}; e.g. at {at})",
+                                      region, witness)
             constants.add(diff.constant_term())
         if len(constants) > 1:
             return IdentityResult(False, n_cells, f"{context}the result jumps between regions of {sorted(comp)}")

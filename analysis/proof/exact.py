@@ -158,12 +158,6 @@ def coordinate_label(layout: ResidualLayout, index: int) -> str:
     return layout.labels[index]
 
 
-def subspace_name(layout: ResidualLayout, index: int) -> str:
-    if index == layout.d_model:
-        return BIAS
-    return layout.subspace_of(index)[0]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # MLP units as exact affine forms of a token's residual.
 

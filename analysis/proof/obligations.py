@@ -27,8 +27,7 @@ from typing import Callable
 
 from analysis.proof.algebra import FREE, NONNEG, GatedTerm, Lin, Poly, exact, prove_piecewise_identity
 from analysis.proof.exact import (
-    BIAS, LayerParams, ModelParams, Sparse, Unit, affine, coordinate_label, mlp_units, ov_form, qk_form, subspace_name,
-    unembed_form,
+    BIAS, LayerParams, ModelParams, Sparse, Unit, affine, coordinate_label, mlp_units, ov_form, qk_form, unembed_form,
 )
 from circuits.layout import ResidualLayout
 

@@ -26,6 +26,11 @@ conditions on the knobs are checked in exact arithmetic; the MLP steps apply the
 and check that the state lies in the domain they were proven on. Finally the whole circuit is run on small random
 problems in exact rational arithmetic with hardmax attention and compared with Lloyd's algorithm in exact rational
 arithmetic (evidence, marked CHECKED, not part of the proof).
+
+Variants with an obligation set run the same steps with their blocks' specs: damped updates move ``C`` a fraction
+``eta`` of the way (``BlockSpec.step``; centroids may then leave the unit ball, which the masking step accounts
+for), and trimmed assignments add an attention sink, a virtual key with value 0 that takes the points farther
+than its threshold (outliers, ``Y = 0``, left out of every update).
 """
 
 from __future__ import annotations

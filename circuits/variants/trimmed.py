@@ -5,7 +5,8 @@ that every query also attends to, with value 0. Here the assign head's sink logi
 scores are made *exactly* ``-beta |x - c_j|^2`` (the query also reads ``|x|^2``, a feature the update MLP keeps in
 a new subspace ``NX``). So a point whose nearest centroid is farther than ``sqrt(theta)`` puts all its attention
 on the sink, writes nothing to ``Y_stage``, and is left unassigned: no update head counts it (its ``Y`` is 0),
-and its label reads -1, an outlier. Update heads get a sink logit of ``-1e300`` (never attended).
+and its label reads -1, an outlier. Update heads get a sink logit of -1e300 (never attended; float32: a quarter
+of its most negative number).
 
 Why a threshold and not a fraction ``alpha``: leaving out the ``alpha n`` farthest points needs each point's
 *rank* among all the points' distances, a global order statistic that one attention layer cannot compute (a
@@ -31,8 +32,10 @@ from circuits.variants.base import NX, VariantSpec, assemble, nx_units, unit_sha
 from circuits.variants.references import TrimmedKMeans
 from circuits.weights import BlockWeights, HeadBuilder
 
-#: Sink logit of the heads that must never use the sink.
-NO_SINK = -1e300
+def no_sink(dtype: torch.dtype) -> float:
+    """Sink logit of the heads that must never use the sink: -1e300, far below any score (float64), or a quarter
+    of the most negative number where -1e300 does not fit (float32)."""
+    return max(-1e300, -0.25 * float(torch.finfo(dtype).max))
 
 
 def trimmed_assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
@@ -57,7 +60,7 @@ def build_trimmed_circuit(d: int, k: int, iterations: int = 10, radius: float = 
     mlp = update_mlp(layout)
     nx_units(mlp)
     update = BlockWeights(UPDATE, update_head(layout, sharp).build(), mlp.build(),
-                          notes={"beta_update": sharp.beta_update}, params={"attn.sinks": np.array([NO_SINK])})
+                          notes={"beta_update": sharp.beta_update}, params={"attn.sinks": np.array([no_sink(dtype)])})
     assign = BlockWeights(ASSIGN, trimmed_assign_head(layout, sharp).build(), assign_mlp(layout).build(),
                           notes={"beta": sharp.beta, "theta": theta},
                           params={"attn.sinks": np.array([sink_logit])})

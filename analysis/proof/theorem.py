@@ -209,6 +209,9 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
         ov, b_O = ov_form(head)
         tag = f"[L{layer}]" if len(assign_layers) > 1 else ""
         block = specs(layer)
+        # The tie-breaks as the weights hold them: t_j = -W_QK[IS_POINT, ID[j]] / beta (the tie_break obligation
+        # ties them to tie_break * j up to one rounding; the steps below use these exact values).
+        t = [-qk.get((L.index("IS_POINT"), L.index("ID", j)), Fraction(0)) / Fraction(sharp.beta) for j in range(k)]
         # Variants with the exact-distance channel (trimmed) read NX = |x|^2 and drop it from every score.
         nx = 1 if any(f.name == "assign.QK.exact_distance" for f in block.qk) else 0
         problems: list[str] = []
@@ -253,7 +256,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
             " (r_c = 1: the unit ball holds the points, the initial centroids and every mean), score(centroid) >="
             " beta*(|x|^2 - (1 + r_c)^2 - t_max) > -beta*mask >= score(masked), since beta > 0 and"
             " mask - (1 + r_c)^2 - t_max > 0. So the hardmax keys of point i are argmin_j V_ij, V_ij = |x_i - c_j|^2 + t_j.",
-            problems, uses=(),
+            problems, uses=("assign.QK.distance", "assign.QK.tie_break", "assign.QK.mask", "assign.QK.zero_elsewhere"),
             detail=f"beta = {float(beta):g} > 0; r_c = {float(radius):g}; mask - (1 + r_c)^2 - t_max = {float(slack):.6g}"
                    f" > 0 (slack for the encoder's rounding of the unit ball)",
         )
@@ -390,6 +393,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
             " (everything else): the hardmax keys of centroid j are its members if it has any, else its own key;"
             " point and BOS queries attend to BOS alone.",
             [] if bu > 0 else ["beta_update <= 0"], detail=f"beta_update = {float(bu):g}",
+            uses=("update.QK.membership", "update.QK.self", "update.QK.sink", "update.QK.zero_elsewhere"),
         )
         problems = []
         vp = value_out(ov, b_O, T.vector("point", X=list(T.x), Y=list(T.y), N=T.n2), L.d_model)

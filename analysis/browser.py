@@ -99,6 +99,7 @@ class Chromium:
         self._next_id = 0
         self._replies: dict[int, dict] = {}
         self._events: list[dict] = []
+        self._targets: dict[str, str] = {}
         self._inbox: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -188,6 +189,7 @@ class Chromium:
         """A new tab with network and console recording on, navigated to ``url``; returns its session id."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self._targets[session] = target
         for domain in ("Runtime", "Log", "Network", "Page"):
             self.send(f"{domain}.enable", session=session)
         if offline:
@@ -198,6 +200,13 @@ class Chromium:
         self.send("Page.navigate", {"url": url}, session)
         self.wait_for_event("Page.loadEventFired", session)
         return session
+
+    def close_tab(self, session: str) -> None:
+        """Close the tab of ``session`` and forget its events."""
+        target = self._targets.pop(session, None)
+        if target is not None:
+            self.send("Target.closeTarget", {"targetId": target})
+        self._events = [e for e in self._events if e.get("sessionId") != session]
 
     def screenshot(self, session: str, path: str | os.PathLike, full_page: bool = True) -> Path:
         params: dict = {"format": "png"}
@@ -374,6 +383,7 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
     """
     own = browser is None
     browser = browser or Chromium(timeout=timeout)
+    session = None
     try:
         url = Path(path).resolve().as_uri()
         t0 = time.monotonic()
@@ -407,6 +417,8 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
     finally:
         if own:
             browser.close()
+        elif session is not None:
+            browser.close_tab(session)
 
 
 # ----------------------------------------------------------------------------------------------- static scan

@@ -47,9 +47,12 @@ STEP_JS = """
 
 def slowest_step_ms(browser, path: Path) -> float:
     session = browser.open(path.resolve().as_uri())
-    while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
-        browser.drain(0.1)
-    return float(browser.evaluate(session, STEP_JS, await_promise=True))
+    try:
+        while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
+            browser.drain(0.1)
+        return float(browser.evaluate(session, STEP_JS, await_promise=True))
+    finally:
+        browser.close_tab(session)
 
 
 def main() -> None:

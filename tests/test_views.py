@@ -79,6 +79,24 @@ def test_assign_view_has_one_slider_step_per_assign_layer(line_run):
     np.testing.assert_array_equal(view.data["attended"][1], FIRST)
 
 
+def test_assign_view_shows_an_attention_sink_as_a_column():
+    # A variant with an attention sink (trimmed k-means) lets a point attend to nothing; fake one on x4.
+    run = run_circuit(X_LINE, C0_LINE, 1)
+    for layer in run.circuit.assignment_layers:
+        att = run.capture.layers[layer].attention
+        att.pattern = att.pattern.copy()
+        att.pattern[0, 4] = 0.0
+        att.sink_mass = np.zeros((1, 5))
+        att.sink_mass[0, 4] = 1.0
+    view = views.assign_attention(run)
+    assert view.data["attended"][0].tolist() == [0, 0, 1, 1, 2]  # 2 = k: the sink
+    assert view.data["order"][0].tolist() == [1, 0, 2, 3, 4]
+    heat = view.figure.data[0]
+    assert list(heat.x) == ["c0", "c1", "sink"] and list(heat.y)[-1] == "x4"
+    np.testing.assert_array_equal(np.asarray(heat.z)[-1], [0, 0, 1])
+    assert view.figure.data[1].text[-1] == "sink"
+
+
 # ----------------------------------------------------------------------------------------------- update heads
 
 

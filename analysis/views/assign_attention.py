@@ -52,7 +52,9 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     scores = np.stack([lc.attention.scores[b] for lc in layers])
     margin = np.stack([lc.attention.margin[b] for lc in layers])
     leak = np.stack([lc.attention.leak_bound[b] for lc in layers])
-    order = np.stack([display_order(p, m) for p, m in zip(pattern, margin)])
+    # What each point attends to most: a centroid j, or k for the sink (a point the variant leaves out).
+    keys = pattern if sink is None else np.concatenate([pattern, sink[..., None]], axis=-1)
+    order = np.stack([display_order(p, m) for p, m in zip(keys, margin)])
     data = dict(
         layers=[lc.layer for lc in layers],
         point_labels=plabels,
@@ -62,7 +64,7 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         scores=scores,
         margin=margin,
         leak_bound=leak,
-        attended=pattern.argmax(axis=-1),
+        attended=keys.argmax(axis=-1),
         order=order,
         drawn=sample.indices,
     )
@@ -79,7 +81,7 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     for a, lc in enumerate(layers):
         rows = order[a][drawn[order[a]]]
         ylab = [plabels[i] for i in rows]
-        top = pattern[a, rows].argmax(axis=-1)
+        top = keys[a, rows].argmax(axis=-1)
         # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
         # every assign layer, and strings per cell would dominate the file.
         gap_to_top = (scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)).astype(np.float32)
@@ -101,7 +103,7 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         fig.add_trace(go.Scatter(
             x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ylab, mode="markers",
             marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
-            text=[clabels[j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
+            text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
             hovertemplate="%{y} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
                           "leak bound %{customdata[1]:.3g}<extra></extra>",
             showlegend=False, visible=a == 0, name=f"{layer_title(circ, lc.layer)} margin",

@@ -147,7 +147,9 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
         fig.add_trace(go.Scatter(
             x=P[idx, 0], y=P[idx, 1], mode="markers", name="points", showlegend=False,
             marker=dict(size=6, color=[cluster_colour(c) for c in members],
-                        opacity=np.clip(weights[t, idx], 0.15, 1.0).tolist(), line=dict(width=0)),
+                        # Fade soft assignments by their weight; a point with none (left out) stays visible.
+                        opacity=np.where(members < 0, 0.6, np.clip(weights[t, idx], 0.15, 1.0)).tolist(),
+                        line=dict(width=0)),
             customdata=np.stack([np.array(plab)[idx], np.array([clab[c] if c >= 0 else "none" for c in members]),
                                  weights[t, idx].astype(str)], axis=-1),
             hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",

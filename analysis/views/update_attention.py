@@ -19,6 +19,7 @@ from analysis.views._common import (
     PointSample,
     View,
     as_capture,
+    below_plot,
     cluster_colour,
     layer_title,
     point_sample,
@@ -97,13 +98,15 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
         steps.append(dict(label=f"L{lc.layer}: {what}", args=[{"visible": masks[u]}, {"shapes": rules[u]}]))
     # Start at the first update that averages members (the first one only commits the initial centroids).
     active = 1 if len(layers) > 1 else 0
+    height, top, bottom = max(420, 250 + 28 * k), 60, 190
     for i, trace in enumerate(fig.data):
         trace.visible = masks[active][i]
     fig.update_layout(
         shapes=rules[active] if rules else [],
-        sliders=[slider(steps, "update layer (writing the centroids of iteration t; C0: commit the initial ones): ", active=active)],
-        height=max(320, 140 + 28 * k),
-        margin=dict(l=70, r=20, t=60, b=40),
+        sliders=[slider(steps, "update layer (writing the centroids of iteration t; C0: commit the initial ones): ",
+                        active=active, y=below_plot(125, height, top, bottom))],
+        height=height,
+        margin=dict(l=70, r=20, t=top, b=bottom),
         xaxis=dict(title=dict(text="key (BOS, points grouped by cluster read from Y, centroids)"), type="category"),
         yaxis=dict(title=dict(text="centroid query"), autorange="reversed", type="category"),
         xaxis2=dict(title=dict(text="members (soft count)")),

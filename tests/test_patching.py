@@ -183,6 +183,8 @@ def test_site_validation():
     with pytest.raises(ValueError):
         exp.site("hook_q", 1, "all")
     with pytest.raises(ValueError):
+        exp.site("z", 1, "all", heads=[1])
+    with pytest.raises(ValueError):
         exp.check_read_layer(exp.n_layers)
     with pytest.raises(ValueError, match="use_attn_result"):
         exp.run([Patch.of(exp.site("result", 1, "all"))])

@@ -175,7 +175,7 @@ class PatchingExperiment:
         self.clean_input, self.corrupted_input = encode_pair(circuit, pair)
         self.sequence = self.clean_input.sequence
         self.scaling = self.clean_input.scaling
-        self._X_compared = pair.X_clean
+        self.X_compared = pair.X_clean
         self._caches: dict[str, dict[str, torch.Tensor]] = {"clean": {}, "corrupted": {}}
         every_resid = [hook_names.resid_pre(L) for L in range(self.n_layers)]
         every_resid += [hook_names.resid_post(L) for L in range(self.n_layers)]
@@ -228,7 +228,7 @@ class PatchingExperiment:
         return decode(self.layout, self.cache(run, [name])[name], self.sequence, self.scaling)
 
     def outcome(self, run: str, read_layer: int | None = None) -> Outcome:
-        return outcome_of(self.state(run, read_layer), self.pair.compared_points, self._X_compared)
+        return outcome_of(self.state(run, read_layer), self.pair.compared_points, self.X_compared)
 
     def site(self, component: str, layer: int, positions="all", subspaces: Sequence[str] | str | None = None,
              heads: Sequence[int] | None = None) -> PatchSite:
@@ -243,6 +243,9 @@ class PatchingExperiment:
             raise ValueError(f"{component} is per head, not residual-width: it has no named subspaces")
         if heads is not None and component not in PER_HEAD:
             raise ValueError(f"{component} is residual-width: restrict it by subspace, not by head")
+        n_heads = self.model.cfg.n_heads
+        if heads is not None and not all(0 <= h < n_heads for h in heads):
+            raise ValueError(f"heads {list(heads)} outside the model's {n_heads} head(s)")
         pos = positions_of(self.sequence, positions)
         dims = None if subspaces is None else tuple(int(i) for i in np.flatnonzero(self.layout.mask(subspaces)))
         label = f"{component}@{layer} {positions if isinstance(positions, str) else list(pos)}"
@@ -256,7 +259,9 @@ class PatchingExperiment:
         """Residual stream after ``read_layer`` of the corrupted run with each patch applied (one batch row each)."""
         read = self.check_read_layer(read_layer)
         hooks = {s.hook for p in patches for s in p.sites if s.layer <= read}
-        self.cache("clean", hooks), self.cache("corrupted", hooks)  # one run each for every hook needed
+        # One run of each for every hook needed, rather than one per hook as the sites are checked.
+        self.cache("clean", hooks)
+        self.cache("corrupted", hooks)
         patches = [self.effective(p, read) for p in patches]
         # One batch (or more, if large) per first layer, so that every run starts as late as it can.
         groups: dict[int | None, list[int]] = {}
@@ -330,7 +335,7 @@ class PatchingExperiment:
     def measure(self, patches: Sequence[Patch], read_layer: int | None = None) -> PatchMetrics:
         """Metrics of each patched run against the clean and corrupted runs, all read after ``read_layer``."""
         read = self.check_read_layer(read_layer)
-        patched = outcome_of(self.patched_states(patches, read), self.pair.compared_points, self._X_compared)
+        patched = outcome_of(self.patched_states(patches, read), self.pair.compared_points, self.X_compared)
         return compare(patched, self.outcome("clean", read), self.outcome("corrupted", read))
 
     # ----------------------------------------------------------------------------------------------- labels

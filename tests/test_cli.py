@@ -55,6 +55,10 @@ def test_exit_0_json_schema_and_files(tmp_path):
     ver = json.loads((out_dir / "verification.json").read_text())
     assert ver["verified"] is True and ver["problem"]["source"] == "iris"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left behind"
+    # The folder gets mkdir's permissions, not the private ones of the temporary folder it was written in.
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out_dir.stat().st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_exit_0_table_on_a_csv_with_header_and_init_file(tmp_path):

@@ -27,6 +27,10 @@ def write_output_dir(path: Path, files: dict[str, str | bytes]) -> None:
     """Write ``files`` (name -> content) into ``path`` so that either all of them land or none does."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    # mkdtemp makes the folder private (0700); the output folder gets the permissions mkdir would give it.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
     try:
         for name, content in files.items():
             target = tmp / name

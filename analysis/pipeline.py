@@ -42,16 +42,23 @@ class RunResult:
 
     @property
     def inertia(self) -> float:
-        return reference.objective(self.encoded.X[0], self.centroids, self.labels)
+        """k-means objective of the final labels and centroids, on the points as the circuit saw them.
+
+        That is ``capture.encoded.X`` (a variant may map its input, e.g. spherical k-means projects the points onto
+        the unit sphere); points with label -1 (trimmed k-means outliers) are left out.
+        """
+        X, labels = self.capture.encoded.X[0], self.labels
+        kept = labels >= 0
+        return reference.objective(X[kept], self.centroids, labels[kept])
 
     def to_json(self) -> dict:
         """The command line's ``--json`` object (DESIGN.md section 4) plus a few self-describing extras."""
         rep = self.report.to_dict()
-        per_iteration = [
-            {key: rec[key] for key in ("iteration", "label_agreement", "max_centroid_error", "objective_circuit",
-                                       "objective_reference", "min_margin", "leak_bound", "ties")}
-            for rec in rep["per_iteration"]
-        ]
+        keys = ["iteration", "label_agreement", "max_centroid_error", "objective_circuit", "objective_reference",
+                "min_margin", "leak_bound", "ties", "proven_bound"]
+        if self.circuit.spec is not None:
+            keys += ["max_assignment_error", "update_weight_error", "outliers"]
+        per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
         return {
             "variant": self.circuit.variant,
             "k": self.encoded.k,
@@ -74,6 +81,8 @@ class RunResult:
             },
             "n_ties": rep["n_ties"],
             "n_errors": rep["n_errors"],
+            "variant_params": rep["variant_params"],
+            "reference": rep["reference"],
             "sharpness": self.circuit.sharpness.to_dict(),
             "scale": rep["scale"],
             "failures": rep["failures"],

@@ -78,6 +78,10 @@ class Capture:
     layers: list[LayerCapture]
     logits: Float[np.ndarray, "batch n k"]
     cache: object = field(default=None, repr=False)
+    #: Which execution path ran: "dense" (the HookedTransformer forward) or "structured" (circuits.structured).
+    path: str = "dense"
+    #: Why the dense path ran when the structured one was asked for (``path="auto"``); empty otherwise.
+    path_note: str = ""
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""
@@ -126,6 +130,51 @@ def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: Enco
     )
 
 
+def _summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False) -> AssignAttention:
+    """The assign summary of :func:`_summarise_assign`, from grouped attention (one per problem).
+
+    Per query group: the best key group (lowest position among equal scores, as a dense argmax would pick), the
+    runner-up (the best group again when it holds several equal keys), and the leak sums with multiplicities.
+    """
+    seq = encoded.sequence
+    fields = {name: [] for name in ("scores", "pattern", "chosen", "margin", "leak_bound", "leak_observed", "sink_mass")}
+    for g in groups:
+        S, P = g.scores, g.pattern
+        counts = g.keys.counts.to(S.dtype)
+        rep = g.keys.representative
+        top_score = S.max(dim=-1).values
+        at_top = S == top_score[:, None]
+        top = torch.where(at_top, rep[None, :], torch.iinfo(torch.long).max).argmin(dim=-1)
+        others = counts[None, :].expand_as(S).clone()
+        others.scatter_(-1, top[:, None], others.gather(-1, top[:, None]) - 1)
+        masked = torch.where(others > 0, S, torch.full_like(S, -torch.inf))
+        runner_up = masked.max(dim=-1).values
+        leak_bound = (torch.exp(S - top_score[:, None]) * others).sum(dim=-1)
+        leak_observed = (P * others).sum(dim=-1)
+        top_position = rep[top]
+        chosen = torch.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
+                             top_position - seq.centroids.start, -1)
+        rows = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
+        centroid_cols = seq.centroids if g.keys.is_identity else g.keys.inverse[seq.centroids]
+        fields["scores"].append(to_numpy(S[rows][:, centroid_cols]))
+        fields["pattern"].append(to_numpy(P[rows][:, centroid_cols]))
+        fields["chosen"].append(chosen[rows].numpy())
+        fields["margin"].append(to_numpy((top_score - runner_up)[rows]))
+        fields["leak_bound"].append(to_numpy(leak_bound[rows]))
+        fields["leak_observed"].append(to_numpy(leak_observed[rows]))
+        fields["sink_mass"].append(to_numpy((1.0 - P @ counts)[rows]))
+    out = {name: np.stack(values) for name, values in fields.items()}
+    if not with_sink:
+        out["sink_mass"] = None
+    return AssignAttention(**out)
+
+
+def _update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
+    rows = [g.block(encoded.sequence.centroids, slice(None)) for g in groups]
+    return UpdateAttention(scores=np.stack([to_numpy(s) for s, _ in rows]),
+                           pattern=np.stack([to_numpy(p) for _, p in rows]))
+
+
 def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
     """Fill the certificate of an update head against its intended support (members, or itself if none)."""
     seq = encoded.sequence
@@ -159,17 +208,104 @@ def _reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
     return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
 
 
+PATHS = ("dense", "structured", "auto")
+
+
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
-            on_layer: Callable[[int], None] | None = None) -> Capture:
+            on_layer: Callable[[int], None] | None = None, path: str = "dense") -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
-    ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps the
-    TransformerLens ``ActivationCache`` of the residual streams on the result.
+    ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
+    :func:`circuits.structured.structured_forward` on the same weights (same residual stream, O(n k d) attention;
+    raises :class:`~circuits.structured.StructuredPathUnavailable` when the run is not structured); ``"auto"``
+    tries the structured path and falls back to the dense one, recording why in ``Capture.path_note``.
+    ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps an
+    ``ActivationCache`` of the residual streams on the result.
     """
-    model = circuit.model
+    if path not in PATHS:
+        raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
     spec = getattr(circuit, "spec", None)
     if spec is not None and spec.input_map is not None:
         encoded = _reencode(circuit, encoded)
+    if path != "dense":
+        from circuits.structured import StructuredPathUnavailable
+
+        try:
+            return _capture_structured(circuit, encoded, keep_cache, on_layer)
+        except StructuredPathUnavailable as exc:
+            if path == "structured":
+                raise
+            note = str(exc)
+        cap = _capture_dense(circuit, encoded, keep_cache, on_layer)
+        cap.path_note = note
+        return cap
+    return _capture_dense(circuit, encoded, keep_cache, on_layer)
+
+
+class _LayerDecoder:
+    """Decodes each block's output once (a block's input is the previous block's output) into LayerCaptures."""
+
+    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in):
+        self.circuit, self.encoded = circuit, encoded
+        self.spec = getattr(circuit, "spec", None)
+        self.pre = self.read(resid_in)
+        self.layers: list[LayerCapture] = []
+
+    def read(self, resid) -> DecodedState:
+        state = decode(self.circuit.layout, resid, self.encoded.sequence, self.encoded.scaling)
+        return self.spec.readout(state) if self.spec is not None else state
+
+    def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
+        post = self.read(resid_post)
+        if isinstance(att, UpdateAttention):
+            if self.spec is not None and self.spec.swapped_update_normalisation:
+                # Not a softmax over members: the membership certificate does not apply (NaN = not applicable);
+                # the verifier checks this head's pattern against the reference's weights instead.
+                att.margin, att.leak_bound, att.leak_observed, att.member_spread = (
+                    np.full(att.scores.shape[:2], np.nan) for _ in range(4))
+            else:
+                update_certificate(att, self.pre.labels, self.encoded)
+        self.layers.append(LayerCapture(layer, self.circuit.schedule[layer], self.pre, post, att))
+        self.pre = post
+
+
+def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
+                        on_layer: Callable[[int], None] | None) -> Capture:
+    from circuits.structured import structured_forward
+
+    model = circuit.model
+    with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
+    decoder = _LayerDecoder(circuit, encoded, encoded.resid)
+    entries: dict[str, torch.Tensor] = {}
+
+    def take(layer: int, record) -> None:
+        # Summarise and decode as each block finishes, so that no residual stream outlives its layer.
+        kind = circuit.schedule[layer]
+        if kind == ASSIGN:
+            att = _summarise_assign_grouped(record.attention, encoded, with_sink)
+        elif kind == UPDATE:
+            att = _update_rows_grouped(record.attention, encoded)
+        else:
+            att = None
+        decoder.add(layer, record.resid_post, att)
+        if keep_cache:
+            entries[hook_names.resid_pre(layer)] = record.resid_pre
+            entries[hook_names.resid_post(layer)] = record.resid_post
+
+    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, keep=False, on_layer=on_layer,
+                                   on_record=take)
+    cache = None
+    if keep_cache:
+        from transformer_lens import ActivationCache
+
+        cache = ActivationCache(entries, model)
+    point_logits = to_numpy(logits[:, encoded.sequence.points])
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path="structured")
+
+
+def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
+                   on_layer: Callable[[int], None] | None) -> Capture:
+    model = circuit.model
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
     wanted = {hook_names.resid_pre(layer) for layer in range(circuit.n_layers)}
     wanted |= {hook_names.resid_post(layer) for layer in range(circuit.n_layers)}
@@ -207,21 +343,8 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         logits, cache = model.run_with_cache(
             encoded.resid, start_at_layer=0, names_filter=hook_names.names_filter(wanted)
         )
-    layers = []
-    for layer, kind in enumerate(circuit.schedule):
-        pre = decode(circuit.layout, cache[hook_names.resid_pre(layer)], encoded.sequence, encoded.scaling)
-        post = decode(circuit.layout, cache[hook_names.resid_post(layer)], encoded.sequence, encoded.scaling)
-        if spec is not None:
-            pre, post = spec.readout(pre), spec.readout(post)
-        att = summaries.get(layer)
-        if isinstance(att, UpdateAttention):
-            if spec is not None and spec.swapped_update_normalisation:
-                # Not a softmax over members: the membership certificate does not apply (NaN = not applicable);
-                # the verifier checks this head's pattern against the reference's weights instead.
-                att.margin, att.leak_bound, att.leak_observed, att.member_spread = (
-                    np.full(att.scores.shape[:2], np.nan) for _ in range(4))
-            else:
-                update_certificate(att, pre.labels, encoded)
-        layers.append(LayerCapture(layer, kind, pre, post, att))
+    decoder = _LayerDecoder(circuit, encoded, cache[hook_names.resid_pre(0)])
+    for layer in range(circuit.n_layers):
+        decoder.add(layer, cache[hook_names.resid_post(layer)], summaries.get(layer))
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, layers, point_logits, cache if keep_cache else None)
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache if keep_cache else None, path="dense")

@@ -61,6 +61,7 @@ class RunResult:
         per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
         return {
             "variant": self.circuit.variant,
+            "path": self.capture.path,
             "k": self.encoded.k,
             "iterations": self.circuit.iterations,
             "labels": [int(v) for v in self.labels],
@@ -86,21 +87,22 @@ class RunResult:
             "sharpness": self.circuit.sharpness.to_dict(),
             "scale": rep["scale"],
             "failures": rep["failures"],
-            "notes": rep["notes"],
+            "notes": rep["notes"] + ([f"dense path: {self.capture.path_note}"] if self.capture.path_note else []),
         }
 
 
 def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: str = "lloyd",
                 dtype: torch.dtype = torch.float64, sharpness: Sharpness | None = None,
                 on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
-                circuit: KMeansCircuit | None = None) -> RunResult:
+                circuit: KMeansCircuit | None = None, path: str = "dense") -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
-    Pass ``circuit`` to reuse a built model (it must match d, k and iterations).
+    Pass ``circuit`` to reuse a built model (it must match d, k and iterations). ``path`` chooses the execution
+    path (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     if circuit is None:
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype)
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype)
-    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer)
+    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
     return RunResult(circuit, encoded, cap, verify_problem(cap, 0))

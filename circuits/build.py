@@ -159,6 +159,9 @@ class KMeansCircuit:
     spec: object = field(default=None, repr=False)
     #: Permanent TransformerLens hooks that are part of the architecture: ``(hook name, what it does)``.
     hooks: list[tuple[str, str]] = field(default_factory=list)
+    #: The functions of the permanent ``hook_attn_scores`` hooks by layer, for execution paths that do not run
+    #: TransformerLens hooks (:mod:`circuits.structured` uses their ``structured`` counterpart).
+    score_hooks: dict[int, object] = field(default_factory=dict, repr=False)
 
     @property
     def params(self) -> dict[str, float]:

@@ -113,8 +113,10 @@ def assemble(spec: VariantSpec, layout: ResidualLayout, blocks: list[BlockWeight
     if [b.kind for b in blocks] != schedule:
         raise ValueError(f"blocks {[b.kind for b in blocks]} do not follow the schedule {schedule}")
     model = build_model(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device, **cfg_overrides)
-    described = []
+    described, score_hooks = [], {}
     for layer, (name, fn, description) in sorted((hooks or {}).items()):
         model.add_hook(name, fn, is_permanent=True)
         described.append((name, description))
-    return KMeansCircuit(model, layout, schedule, sharpness, iterations, spec.name, blocks, spec=spec, hooks=described)
+        score_hooks[layer] = fn
+    return KMeansCircuit(model, layout, schedule, sharpness, iterations, spec.name, blocks, spec=spec, hooks=described,
+                         score_hooks=score_hooks)

@@ -1,0 +1,160 @@
+"""The structured execution path: same residual stream as the dense HookedTransformer forward, refusals, capture."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+
+from analysis.capture import capture
+from analysis.verify import verify_problem
+from circuits import hook_names
+from circuits.build import build_lloyd_circuit
+from circuits.encoding import encode
+from circuits.initialisation import initial_centroids
+from circuits.structured import (
+    PAIR_BUDGET,
+    StructuredPathUnavailable,
+    group_identical_rows,
+    structured_forward,
+)
+from circuits.variants import VARIANTS, get_variant
+from circuits.variants.attention import sparsemax_grouped_rows, sparsemax_rows
+
+from conftest import lloyd_circuit
+
+
+def problem(n, d, k, seed=0):
+    X, _ = make_blobs(n, n_features=d, centers=max(k, 1), random_state=seed)
+    return X, initial_centroids(X, k, "random", seed)
+
+
+def dense_residuals(circuit, encoded):
+    with torch.no_grad():
+        _, cache = circuit.model.run_with_cache(encoded.resid, start_at_layer=0,
+                                                names_filter=lambda name: name.endswith("resid_post"))
+    return [cache[hook_names.resid_post(layer)] for layer in range(circuit.n_layers)]
+
+
+def max_layer_difference(circuit, encoded):
+    _, records = structured_forward(circuit.model, encoded.resid, circuit.score_hooks)
+    dense = dense_residuals(circuit, encoded)
+    return max(float((r.resid_post - d).abs().max()) for r, d in zip(records, dense))
+
+
+@pytest.mark.parametrize("n", [1, 7, 300, 2000])
+def test_lloyd_residual_stream_equals_the_dense_forward(n):
+    X, C0 = problem(n, 3, min(4, n))
+    circuit = lloyd_circuit(3, C0.shape[0], 2)
+    # The residual stream is unit-scaled, so 1e-12 here is 1e-12 of the data scale.
+    assert max_layer_difference(circuit, encode(circuit.layout, X, C0)) <= 1e-12
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("n", [5, 300])
+def test_every_variant_equals_the_dense_forward(variant, n):
+    X, C0 = problem(n, 2, 3, seed=2)
+    circuit = get_variant(variant).build(2, 3, 3)
+    cap = capture(circuit, encode(circuit.layout, X, C0), path="structured")  # re-encodes as the variant asks
+    assert cap.path == "structured"
+    assert max_layer_difference(circuit, cap.encoded) <= 1e-12
+
+
+def test_batch_of_problems():
+    Xs = np.stack([problem(50, 2, 3, seed=s)[0] for s in range(3)])
+    C0s = Xs[:, :3]
+    circuit = lloyd_circuit(2, 3, 2)
+    assert max_layer_difference(circuit, encode(circuit.layout, Xs, C0s)) <= 1e-12
+
+
+def test_groups_are_few_in_the_constructed_circuit():
+    """Assign heads: all point keys coincide; update heads: points with one label share a key. So one side of
+    every head has at most k + 2 groups (k centroids, BOS, and the points), and an update head k + 1 + (k + 1)."""
+    X, C0 = problem(600, 2, 5)
+    circuit = lloyd_circuit(2, 5, 3)
+    _, records = structured_forward(circuit.model, encode(circuit.layout, X, C0).resid)
+    for layer, record in enumerate(records):
+        g = record.attention[0]
+        assert min(g.queries.size, g.keys.size) <= 2 * 5 + 2, layer
+
+
+def test_capture_and_verification_agree_with_the_dense_path():
+    X, C0 = problem(400, 2, 4, seed=3)
+    circuit = lloyd_circuit(2, 4, 3)
+    enc = encode(circuit.layout, X, C0)
+    dense, fast = capture(circuit, enc), capture(circuit, enc, path="structured")
+    rd, rf = verify_problem(dense), verify_problem(fast)
+    assert rd.verified and rf.verified and rf.hard_attention
+    for a, b in zip(dense.layers, fast.layers):
+        np.testing.assert_allclose(b.post.centroids, a.post.centroids, rtol=0, atol=1e-12 * rd.scale)
+        np.testing.assert_array_equal(b.post.labels, a.post.labels)
+        if b.kind == "assign":
+            np.testing.assert_array_equal(b.attention.chosen, a.attention.chosen)
+            np.testing.assert_allclose(b.attention.pattern, a.attention.pattern, atol=1e-15)
+            np.testing.assert_allclose(b.attention.margin, a.attention.margin, rtol=1e-9)
+            np.testing.assert_array_equal(b.attention.leak_bound, a.attention.leak_bound)
+        else:
+            np.testing.assert_allclose(b.attention.pattern, a.attention.pattern, atol=1e-15)
+            np.testing.assert_allclose(b.attention.margin, a.attention.margin, rtol=1e-9)
+    assert [r.min_margin for r in rf.per_iteration] == pytest.approx([r.min_margin for r in rd.per_iteration], rel=1e-9)
+
+
+def test_small_beta_certificate_matches_the_dense_one():
+    """With soft attention the leak sums (with multiplicities) must match the dense sums over every key."""
+    from circuits.sharpness import Sharpness
+
+    X, C0 = problem(300, 2, 3, seed=4)
+    circuit = build_lloyd_circuit(2, 3, 2, sharpness=Sharpness(beta=20.0))
+    enc = encode(circuit.layout, X, C0)
+    dense, fast = capture(circuit, enc), capture(circuit, enc, path="structured")
+    for a, b in zip(dense.layers, fast.layers):
+        if a.kind == "assign":
+            assert a.attention.leak_bound.max() > 1e-3
+            np.testing.assert_allclose(b.attention.leak_bound, a.attention.leak_bound, rtol=1e-9)
+            np.testing.assert_allclose(b.attention.leak_observed, a.attention.leak_observed, rtol=1e-9, atol=1e-15)
+
+
+def test_refuses_unstructured_weights_and_auto_falls_back():
+    """A model whose queries and keys all differ (random weights, as after training) is not structured."""
+    circuit = build_lloyd_circuit(2, 3, 1)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for block in circuit.model.blocks:
+            block.attn.W_Q.copy_(torch.randn(block.attn.W_Q.shape, generator=gen, dtype=torch.float64))
+            block.attn.W_K.copy_(torch.randn(block.attn.W_K.shape, generator=gen, dtype=torch.float64))
+    X, C0 = problem(PAIR_BUDGET + 50, 2, 3)
+    enc = encode(circuit.layout, X, C0)
+    with pytest.raises(StructuredPathUnavailable, match="not structured"):
+        structured_forward(circuit.model, enc.resid)
+    cap = capture(circuit, enc, path="auto")
+    assert cap.path == "dense" and "not structured" in cap.path_note
+    with pytest.raises(StructuredPathUnavailable):
+        capture(circuit, enc, path="structured")
+
+
+def test_refuses_a_hook_it_cannot_see_through():
+    circuit = build_lloyd_circuit(2, 3, 1)
+    circuit.model.add_hook(hook_names.pattern(1), lambda pattern, hook: pattern, is_permanent=True)
+    X, C0 = problem(20, 2, 3)
+    with pytest.raises(StructuredPathUnavailable, match="hook"):
+        structured_forward(circuit.model, encode(circuit.layout, X, C0).resid)
+
+
+def test_grouping_is_exact_even_when_the_hash_collides():
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [2.0, -1.0]], dtype=torch.float64)
+    # Every row projects to 1 on (1, 1): all collide, yet only rows 0 and 2 are equal.
+    groups = group_identical_rows(rows, direction=torch.tensor([1.0, 1.0], dtype=torch.float64))
+    assert groups.inverse[0] == groups.inverse[2]
+    assert len({int(groups.inverse[i]) for i in (0, 1, 3)}) == 3
+    assert torch.equal(rows[groups.representative][groups.inverse], rows)
+    assert groups.counts.sum() == 4
+
+
+def test_grouped_sparsemax_equals_sparsemax_of_the_expanded_rows():
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        z = torch.randn(4, 6, generator=gen, dtype=torch.float64) * 2
+        counts = torch.randint(1, 5, (6,), generator=gen)
+        expanded = z.repeat_interleave(counts, dim=1)
+        dense = sparsemax_rows(expanded)
+        grouped = sparsemax_grouped_rows(z, counts).repeat_interleave(counts, dim=1)
+        torch.testing.assert_close(grouped, dense, rtol=0, atol=1e-14)

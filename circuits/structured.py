@@ -189,6 +189,8 @@ class LayerRecord:
     resid_pre: Float[Tensor, "batch pos d_model"]
     resid_post: Float[Tensor, "batch pos d_model"]
     attention: list[GroupedAttention] = field(default_factory=list)  # one per problem of the batch
+    #: The residual after the attention, before the MLP (``hook_resid_mid``); only with ``keep_mid=True``.
+    resid_mid: Float[Tensor, "batch pos d_model"] | None = None
 
 
 def check_supported(model, score_hooks: dict[int, object] | None = None) -> None:
@@ -300,14 +302,15 @@ def grouped_attention(attn, x: Float[Tensor, "pos d_model"], score_hook=None, pr
 def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_hooks: dict[int, object] | None = None,
                        keep: bool = True, on_layer: Callable[[int], None] | None = None,
                        on_record: Callable[[int, LayerRecord], None] | None = None,
-                       pair_budget: int = PAIR_BUDGET
+                       pair_budget: int = PAIR_BUDGET, keep_mid: bool = False
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention.
 
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
     logits and, per layer, the residual stream before and after the block and the grouped attention of each
     problem. ``on_record(layer, record)`` sees each record as the block finishes; with ``keep=False`` records are
-    not kept (at a million points each residual is hundreds of MB). Raises :class:`StructuredPathUnavailable` when
+    not kept (at a million points each residual is hundreds of MB); ``keep_mid`` also records the residual between
+    attention and MLP. Raises :class:`StructuredPathUnavailable` when
     the model or the run is not structured; nothing is computed approximately.
     """
     score_hooks = score_hooks or {}
@@ -324,6 +327,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
             out, grouped = grouped_attention(block.attn, normed[b], score_hooks.get(layer), b, pair_budget, attn_plan)
             post[b][:, attn_plan.out.cols] += out
             groups.append(grouped)
+        mid = post.clone() if keep_mid else None
         if plain_mlp(block):
             mlp_plan = MLPPlan.of(block.mlp)
             for b in range(x.shape[0]):
@@ -331,7 +335,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
                 post[b][:, mlp_plan.out.cols] += mlp_out
         else:
             post = post + block.mlp(block.ln2(post))
-        record = LayerRecord(x, post, groups)
+        record = LayerRecord(x, post, groups, mid)
         if on_record is not None:
             on_record(layer, record)
         if keep:

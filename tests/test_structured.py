@@ -158,3 +158,19 @@ def test_grouped_sparsemax_equals_sparsemax_of_the_expanded_rows():
         dense = sparsemax_rows(expanded)
         grouped = sparsemax_grouped_rows(z, counts).repeat_interleave(counts, dim=1)
         torch.testing.assert_close(grouped, dense, rtol=0, atol=1e-14)
+
+
+def test_report_residual_views_rerun_on_the_structured_path():
+    """The residual views re-run the circuit; after a structured capture they re-run it structured (resid_mid
+    included) and must read the same streams as after a dense capture."""
+    from analysis import views
+
+    X, C0 = problem(60, 2, 3, seed=5)
+    circuit = lloyd_circuit(2, 3, 2)
+    enc = encode(circuit.layout, X, C0)
+    dense = views.residual_streams(capture(circuit, enc))
+    fast = views.residual_streams(capture(circuit, enc, path="structured"))
+    assert fast.hooks == dense.hooks and fast.token_positions == dense.token_positions
+    np.testing.assert_allclose(fast.values, dense.values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast.mean_norm, dense.mean_norm, rtol=1e-12, atol=1e-15)
+    assert fast.notes == [] and dense.notes == []

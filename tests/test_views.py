@@ -157,6 +157,7 @@ def test_residual_streams_equal_the_captured_cache_and_read_mid_block():
     circ = lloyd_circuit(1, 2, 2)
     cap = capture(circ, encode(circ.layout, X_LINE, C0_LINE), keep_cache=True)
     streams = views.residual_streams(cap)
+    assert streams.token_positions == list(range(cap.encoded.sequence.n_tokens))
     for layer in range(circ.n_layers):
         got = streams.values[streams.hooks.index(hook_names.resid_post(layer))]
         np.testing.assert_array_equal(got, cap.cache[hook_names.resid_post(layer)][0].numpy())

@@ -37,13 +37,25 @@ from circuits.encoding import UnitScaling, decode
 from circuits.layout import TOKEN_TYPES
 
 
+#: Up to this many tokens the streams keep every token's full residual; beyond it, only the chosen tokens'.
+ALL_TOKENS_LIMIT = 2000
+
+
 @dataclass
 class ResidualStreams:
-    """Residual vectors of one problem at every read-out position: ``values[p]`` is ``(tokens, d_model)``."""
+    """The residual of one problem at every read-out position ``p``.
+
+    ``values[p]`` holds the full vectors of the tokens ``token_positions`` (every token for small problems);
+    ``mean_norm[p, t, s]`` / ``max_norm[p, t, s]`` aggregate the norm of subspace ``s`` over *all* tokens of type
+    ``t``, so the norms view covers every token even when only a few are kept in full.
+    """
 
     labels: list[str]
     hooks: list[str]
+    token_positions: list[int]
     values: np.ndarray
+    mean_norm: np.ndarray
+    max_norm: np.ndarray
     notes: list[str] = field(default_factory=list)
 
 
@@ -56,32 +68,68 @@ def read_positions(circuit) -> list[tuple[str, str]]:
     return out
 
 
-def residual_streams(obj, b: int = 0) -> ResidualStreams:
-    """The residual of problem ``b`` at every read-out position (re-run with ``run_with_cache``).
+def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> ResidualStreams:
+    """The residual of problem ``b`` at every read-out position, from a re-run of the circuit.
 
-    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input with a
-    ``names_filter``; the re-run's final state is compared with the verified capture and any difference is
-    reported in ``notes`` (a deterministic circuit reproduces it bit for bit).
+    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input: with
+    ``run_with_cache`` and a ``names_filter`` after a dense capture, with the structured path (recording
+    ``resid_mid``, one layer at a time) after a structured one. The re-run's final state is compared with the
+    verified capture and any difference is reported in ``notes`` (a deterministic circuit reproduces it bit for
+    bit). ``tokens``: the positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else
+    :func:`default_tokens`).
     """
     cap = as_capture(obj)
     circ, enc = cap.circuit, cap.encoded
+    seq, layout = enc.sequence, circ.layout
     positions = read_positions(circ)
-    wanted = [hook for _, hook in positions]
-    with torch.no_grad():
-        _, cache = circ.model.run_with_cache(enc.resid[b : b + 1], start_at_layer=0,
-                                             names_filter=hook_names.names_filter(wanted))
-    values = np.stack([np.array(cache[hook][0].detach().cpu().to(torch.float64).numpy(), copy=True)
-                       for hook in wanted])
-    del cache
+    if tokens is None:
+        tokens = list(range(seq.n_tokens)) if seq.n_tokens <= ALL_TOKENS_LIMIT else default_tokens(cap, b)
+    names = list(layout.names)
+    P = len(positions)
+    values = np.zeros((P, len(tokens), layout.d_model))
+    mean = np.zeros((P, len(TOKEN_TYPES), len(names)))
+    peak = np.zeros_like(mean)
+
+    def take(p: int, resid: torch.Tensor) -> None:
+        r = resid[0].detach().cpu().to(torch.float64)
+        values[p] = r[tokens].numpy()
+        for t, ttype in enumerate(TOKEN_TYPES):
+            tok = r[seq.positions(ttype)]
+            for s, name in enumerate(names):
+                norms = torch.linalg.vector_norm(tok[:, layout[name]], dim=-1)
+                mean[p, t, s], peak[p, t, s] = float(norms.mean()), float(norms.max())
+
+    hooks = [hook for _, hook in positions]
+    resid_in = enc.resid[b : b + 1]
+    last = None
+    if cap.path == "structured":
+        from circuits.structured import structured_forward
+
+        take(0, resid_in)
+
+        def on_record(layer: int, record) -> None:
+            nonlocal last
+            take(1 + 2 * layer, record.resid_mid)
+            take(2 + 2 * layer, record.resid_post)
+            last = record.resid_post
+
+        structured_forward(circ.model, resid_in, circ.score_hooks, keep=False, on_record=on_record, keep_mid=True)
+    else:
+        with torch.no_grad():
+            _, cache = circ.model.run_with_cache(resid_in, start_at_layer=0, names_filter=hook_names.names_filter(hooks))
+        for p, hook in enumerate(hooks):
+            take(p, cache[hook])
+        last = cache[hooks[-1]]
+        del cache
     notes = []
-    last = decode(circ.layout, torch.as_tensor(values[-1][None]), enc.sequence, _scaling_of(enc.scaling, b))
+    final_state = decode(layout, last, seq, _scaling_of(enc.scaling, b))
     final = cap.final
-    dc = float(np.abs(last.unit_centroids[0] - final.unit_centroids[b]).max())
-    dy = float(np.abs(last.assignments[0] - final.assignments[b]).max())
+    dc = float(np.abs(final_state.unit_centroids[0] - final.unit_centroids[b]).max())
+    dy = float(np.abs(final_state.assignments[0] - final.assignments[b]).max())
     if dc or dy:
         notes.append(f"the re-run for these views differs from the verified run (centroids by {dc:.3g}, "
                      f"assignments by {dy:.3g}, unit-scaled): a stochastic variant, or batching rounding")
-    return ResidualStreams([label for label, _ in positions], wanted, values, notes)
+    return ResidualStreams([label for label, _ in positions], hooks, list(tokens), values, mean, peak, notes)
 
 
 def _scaling_of(scaling: UnitScaling, b: int) -> UnitScaling:
@@ -95,14 +143,7 @@ def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> V
     streams = streams if streams is not None else residual_streams(obj, b)
     names = list(layout.names)
     P = len(streams.labels)
-    mean = np.zeros((P, len(TOKEN_TYPES), len(names)))
-    peak = np.zeros_like(mean)
-    for t, ttype in enumerate(TOKEN_TYPES):
-        tok = streams.values[:, seq.positions(ttype)]  # [P, tokens, d_model]
-        for s, name in enumerate(names):
-            norms = np.linalg.norm(tok[..., layout[name]], axis=-1)
-            mean[:, t, s] = norms.mean(axis=1)
-            peak[:, t, s] = norms.max(axis=1)
+    mean, peak = streams.mean_norm, streams.max_norm
     data = dict(positions=streams.labels, token_types=list(TOKEN_TYPES), subspaces=names, mean_norm=mean,
                 max_norm=peak)
     counts = {"bos": 1, "point": seq.n, "centroid": seq.k}
@@ -156,8 +197,9 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
     if tokens is None:
         tokens = default_tokens(obj, b)
     positions = [labels.index(t) if isinstance(t, str) else int(t) for t in tokens]
-    streams = streams if streams is not None else residual_streams(obj, b)
-    values = streams.values[:, positions]  # [P, m, d_model]
+    if streams is None or not set(positions) <= set(streams.token_positions):
+        streams = residual_streams(obj, b, tokens=positions)
+    values = streams.values[:, [streams.token_positions.index(p) for p in positions]]  # [P, m, d_model]
     ylab = [labels[p] for p in positions]
     dims = layout.labels
     data = dict(positions=streams.labels, tokens=ylab, token_positions=positions, dims=dims, values=values)

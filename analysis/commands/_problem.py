@@ -74,3 +74,46 @@ def load_problem(args: argparse.Namespace) -> Problem:
     validate_problem(X, args.k)
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+
+
+def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
+    """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluate.cluster_with_checkpoint`)."""
+    import json
+
+    from analysis.evaluate import checkpoint_shape
+
+    d, k = checkpoint_shape(args.checkpoint)
+    if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
+        raise InputError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
+    if problem.X.shape[1] != d or problem.k != k:
+        raise InputError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
+                         f" d={problem.X.shape[1]} and --k is {problem.k}")
+    from analysis.commands._output import write_output_dir
+    from analysis.commands.cluster import csv_text
+    from analysis.evaluate import cluster_with_checkpoint
+    from circuits.training.checkpoint import CheckpointError
+
+    try:
+        doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)
+    except CheckpointError as exc:
+        raise InputError(str(exc)) from None
+    if out is not None:
+        write_output_dir(out, {
+            "labels.csv": csv_text(([v] for v in doc["labels"]), ["label"]),
+            "centroids.csv": csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
+            "evaluation.json": json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+        })
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"{problem.source}: n={doc['n']} d={d} k={k}, init {problem.init}, trained model {args.checkpoint},"
+              f" {problem.iterations} steps")
+        print(" iter  objective model  objective Lloyd's  labels = Lloyd's")
+        for rec in doc["per_iteration"]:
+            print(f"{rec['iteration']:5d} {rec['objective_circuit']:16.6g} {rec['objective_reference']:18.6g}"
+                  f" {rec['label_agreement']:16.2%}")
+        status = "reproduces" if doc["verified"] else "does NOT reproduce"
+        print(f"the exported HookedTransformer {status} the trained forward pass (max centroid difference"
+              f" {doc['export_error']:.2g} of the data scale); inertia {doc['inertia']:.10g} (Lloyd's"
+              f" {doc['lloyd_inertia']:.10g})" + (f"; wrote {out}" if out else ""))
+    return 0 if doc["verified"] else 1

@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR",
                         help="write labels.csv, centroids.csv, verification.json and report.html here")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
+    parser.add_argument("--checkpoint", metavar="FILE", default=None,
+                        help="run a trained model (checkpoint folder from `train`) instead of the construction;"
+                             " the data must have the model's d and --k its k")
 
 
 def progress_bar(total: int, desc: str):
@@ -51,6 +54,10 @@ def output_files(result, problem) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     out = check_out_dir(args.out)
+    if getattr(args, "checkpoint", None) is not None:
+        from analysis.commands._problem import run_checkpoint
+
+        return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args)
 
     from analysis.pipeline import DTYPES, run_problem

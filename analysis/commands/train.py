@@ -1,0 +1,122 @@
+"""``kmeans-circuits train``: train the recurrent k-means transformer on random clustering tasks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analysis.commands._output import check_out_dir
+from analysis.data import InputError
+
+NAME = "train"
+HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--d", type=int, required=True, help="dimension of the points")
+    parser.add_argument("--k", type=int, required=True, help="number of clusters")
+    parser.add_argument("--n", type=int, default=512, help="points per training and validation task (default 512)")
+    parser.add_argument("--steps", type=int, required=True, help="optimiser steps (total, also when resuming)")
+    parser.add_argument("--init", choices=("exact", "random"), default="exact",
+                        help="start from the construction at finite sharpness (default) or from random weights")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the tasks and of a random init (default 0)")
+    parser.add_argument("--out", metavar="DIR", required=True, help="checkpoint folder (created or resumed)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in DIR up to --steps")
+    parser.add_argument("--json", action="store_true", help="print the last log record as JSON on stdout")
+    opt = parser.add_argument_group("optimisation")
+    opt.add_argument("--batch", type=int, default=8, help="tasks per step (default 8)")
+    opt.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3; weights are"
+                     " preconditioned by their initial size)")
+    opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip (default 1)")
+    opt.add_argument("--gamma", type=float, default=10.0, help="temperature gamma_L of the soft-min loss (default 10)")
+    opt.add_argument("--iterations", type=int, default=20, help="recurrent steps in training (default 20)")
+    opt.add_argument("--eval-iterations", type=int, default=20, help="recurrent steps in validation (default 20)")
+    opt.add_argument("--val-tasks", type=int, default=64, help="held-out validation tasks (default 64)")
+    opt.add_argument("--val-every", type=int, default=50, help="validate and checkpoint every this many steps")
+    opt.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    arch = parser.add_argument_group("architecture and initial sharpness (unit-scaled squared distances)")
+    arch.add_argument("--beta", type=float, default=5.0, help="initial assignment stiffness a (default 5)")
+    arch.add_argument("--growth", type=float, default=0.0, help="initial schedule growth g (default 0: constant)")
+    arch.add_argument("--beta-update", type=float, default=5.0, help="initial update stiffness b (default 5)")
+    arch.add_argument("--d-head", type=int, default=None, help="head width (default: the construction's)")
+    arch.add_argument("--no-reembed", action="store_true", help="do not re-embed constants between steps")
+    arch.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    arch.add_argument("--last", action="store_true", help="model.safetensors holds the last weights, not the best"
+                      " validation step")
+
+
+def config_from(args: argparse.Namespace):
+    from circuits.training.construction import InitSharpness
+    from circuits.training.loop import TrainConfig
+
+    try:
+        sharp = InitSharpness(beta=args.beta, growth=args.growth, beta_update=args.beta_update)
+        return TrainConfig(
+            d=args.d, k=args.k, n=args.n, steps=args.steps, batch=args.batch, lr=args.lr, clip=args.clip,
+            gamma=args.gamma, train_iterations=args.iterations, eval_iterations=args.eval_iterations,
+            val_tasks=args.val_tasks, val_every=args.val_every, seed=args.seed, init=args.init,
+            sharpness=sharp.to_dict(), reembed=not args.no_reembed, d_head=args.d_head, dtype=args.dtype,
+            keep_best=not args.last,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Reject bad options before torch is imported (TrainConfig checks them again)."""
+    for name in ("d", "k", "steps", "batch", "iterations", "eval_iterations", "val_tasks", "val_every"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.n < args.k:
+        raise InputError(f"--n must be at least --k, got n={args.n}, k={args.k}")
+    for name in ("lr", "clip", "gamma", "beta", "beta_update"):
+        if not getattr(args, name) > 0:
+            raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.threads is not None and args.threads < 1:
+        raise InputError(f"--threads must be >= 1, got {args.threads}")
+
+
+def run(args: argparse.Namespace) -> int:
+    validate(args)
+    out = check_out_dir(args.out)
+    if args.resume and not (out / "config.json").is_file():
+        raise InputError(f"--resume: {args.out!r} holds no checkpoint")
+    if not args.resume and out.exists() and any(out.iterdir()):
+        raise InputError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
+    cfg = config_from(args)
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from circuits.training.checkpoint import CheckpointError
+    from circuits.training.loop import train
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    bar = tqdm(total=cfg.steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
+
+    def progress(step: int, total: int, info: dict) -> None:
+        bar.n = step
+        val = info["val_ratio"]
+        bar.set_postfix(loss=f"{info['loss']:.4f}", val_ratio=f"{val:.4f}" if val is not None else "-", refresh=False)
+        bar.refresh()
+        rec = info.get("validated")
+        if bar.disable and rec is not None:
+            # No terminal (a log file): one line per validation instead of a bar.
+            print(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
+                  f" (best {info['best']:.4f}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr, flush=True)
+
+    try:
+        last = train(out, cfg, resume=args.resume, progress=progress)
+    except (CheckpointError, ValueError) as exc:
+        raise InputError(str(exc)) from None
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps(last))
+    else:
+        print(f"step {last['step']}: validation ratio model/Lloyd's {last['val_ratio']:.4f} after"
+              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}")
+    return 0

@@ -1,0 +1,277 @@
+"""How good is a trained model? Its k-means objective against Lloyd's, step by step, from the same initial centroids.
+
+On held-out random tasks (the test stream of :mod:`circuits.training.tasks`, never seen in training or validation)
+the trained model is applied for ``1..T`` steps and Lloyd's algorithm (:mod:`circuits.reference`, numpy) is run
+for as many iterations from the same initial centroids. Per step we report both mean objectives, the mean and
+median per-task ratio model / Lloyd's, how often the model is better or worse, and ARI / NMI of both clusterings
+(each point to its nearest centroid) against the components that generated the points (scikit-learn metrics).
+
+On real data (:func:`evaluate_dataset`) the same comparison runs from several random initialisations, with
+ARI / NMI against the true classes. A dataset with more dimensions than the model is reduced by PCA; one with
+fewer is padded with zero coordinates, which changes no distance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from circuits import reference
+from circuits.training.loss import kmeans_objective
+from circuits.training.model import RecurrentKMeans, unit_to_task
+from circuits.training.tasks import TaskBatch
+
+
+@dataclass
+class Trajectories:
+    """Centroids of the model and of Lloyd's after every step ``0..T``, per task, in the task's units."""
+
+    model: Float[np.ndarray, "T_plus_1 batch k d"]
+    lloyd: Float[np.ndarray, "T_plus_1 batch k d"]
+    readout_agreement: Float[np.ndarray, " T_plus_1"]
+
+
+def model_trajectory(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, steps: int,
+                     chunk: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """The model's centroids after steps ``0..steps`` and the fraction of points whose ``Y`` readout (argmax)
+    equals their nearest centroid, per step. Runs in chunks of tasks to bound memory."""
+    cents, agree = [], []
+    with torch.no_grad():
+        for start in range(0, X.shape[0], chunk):
+            x, c0 = X[start : start + chunk], C0[start : start + chunk]
+            enc = model.encode(x, c0)
+            n = x.shape[1]
+            per_step, per_agree = [], []
+
+            def observe(t: int, resid: torch.Tensor) -> None:
+                C = unit_to_task(resid[:, 1 + n :, model.layout["C"]], enc).double().numpy()
+                per_step.append(C)
+                Y = resid[:, 1 : 1 + n, model.layout["Y"]].double().numpy()
+                nearest = np.stack([reference.sq_distances(xi, ci).argmin(1) for xi, ci in zip(x, C)])
+                per_agree.append(float((Y.argmax(-1) == nearest).mean()))
+
+            model.run(enc.resid, steps, n, observe=observe)
+            cents.append(np.stack(per_step))
+            agree.append(np.array(per_agree) * len(x))
+    return np.concatenate(cents, axis=1), np.sum(agree, axis=0) / X.shape[0]
+
+
+def lloyd_trajectory(X: np.ndarray, C0: np.ndarray, steps: int) -> np.ndarray:
+    return np.stack([reference.lloyd(x, c, steps).centroids for x, c in zip(X, C0)], axis=1)
+
+
+def trajectories(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, steps: int, chunk: int = 16) -> Trajectories:
+    cm, agree = model_trajectory(model, X, C0, steps, chunk)
+    return Trajectories(cm, lloyd_trajectory(X, C0, steps), agree)
+
+
+def objectives(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``C``: (..., batch, k, d) -> objective (..., batch), each point to its nearest centroid."""
+    flat = C.reshape(-1, *C.shape[-3:])
+    out = [kmeans_objective(torch.as_tensor(X), torch.as_tensor(c)).numpy() for c in flat]
+    return np.stack(out).reshape(C.shape[:-2])
+
+
+def nearest_labels(X: np.ndarray, C: np.ndarray) -> Int[np.ndarray, "batch n"]:
+    return np.stack([reference.sq_distances(x, c).argmin(1) for x, c in zip(X, C)])
+
+
+def agreement_scores(labels: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """Mean ARI and NMI over tasks."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    ari = [adjusted_rand_score(t, l) for t, l in zip(truth, labels)]
+    nmi = [normalized_mutual_info_score(t, l) for t, l in zip(truth, labels)]
+    return float(np.mean(ari)), float(np.mean(nmi))
+
+
+@dataclass
+class StepRecord:
+    step: int
+    model_objective: float
+    lloyd_objective: float
+    ratio_mean: float
+    ratio_median: float
+    ratio_p95: float
+    frac_model_better: float
+    frac_model_worse: float
+    frac_model_rises: float
+    model_ari: float
+    lloyd_ari: float
+    model_nmi: float
+    lloyd_nmi: float
+    readout_agreement: float
+
+
+@dataclass
+class TaskEvaluation:
+    """The comparison on a batch of held-out tasks; ``per_step[t - 1]`` is step ``t``."""
+
+    description: dict
+    per_step: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def final(self) -> StepRecord:
+        return self.per_step[-1]
+
+    def to_dict(self) -> dict:
+        return {**self.description, "per_step": [asdict(r) for r in self.per_step], "final": asdict(self.final)}
+
+
+def compare(X: np.ndarray, truth: np.ndarray, traj: Trajectories, description: dict, rel_tol: float = 1e-9) -> TaskEvaluation:
+    """Per-step statistics from both trajectories. Ratios within ``rel_tol`` of 1 count as ties, not wins."""
+    obj_model = objectives(X, traj.model)  # [T+1, batch]
+    obj_lloyd = objectives(X, traj.lloyd)
+    ratio = obj_model / obj_lloyd
+    result = TaskEvaluation(description)
+    for t in range(1, obj_model.shape[0]):
+        m_lab, l_lab = nearest_labels(X, traj.model[t]), nearest_labels(X, traj.lloyd[t])
+        m_ari, m_nmi = agreement_scores(m_lab, truth)
+        l_ari, l_nmi = agreement_scores(l_lab, truth)
+        r = ratio[t]
+        result.per_step.append(StepRecord(
+            step=t,
+            model_objective=float(obj_model[t].mean()),
+            lloyd_objective=float(obj_lloyd[t].mean()),
+            ratio_mean=float(r.mean()),
+            ratio_median=float(np.median(r)),
+            ratio_p95=float(np.quantile(r, 0.95)),
+            frac_model_better=float((r < 1 - rel_tol).mean()),
+            frac_model_worse=float((r > 1 + rel_tol).mean()),
+            frac_model_rises=float((obj_model[t] > obj_model[t - 1] * (1 + rel_tol)).mean()),
+            model_ari=m_ari, lloyd_ari=l_ari, model_nmi=m_nmi, lloyd_nmi=l_nmi,
+            readout_agreement=float(traj.readout_agreement[t]),
+        ))
+    return result
+
+
+def evaluate_tasks(model: RecurrentKMeans, tasks: TaskBatch, steps: int = 20, chunk: int = 16) -> TaskEvaluation:
+    traj = trajectories(model, tasks.X, tasks.C0, steps, chunk)
+    desc = {"kind": "tasks", "count": tasks.batch, "n": tasks.n, "d": tasks.d, "k": tasks.k, "family": tasks.family,
+            "init": tasks.init, "steps": steps}
+    return compare(tasks.X, tasks.components, traj, desc)
+
+
+# ----------------------------------------------------------------------------------------------- real data
+#: Datasets used by default: digits has 10 classes; blobs is scikit-learn's make_blobs with k centres.
+DEFAULT_DATASETS = ("digits", "blobs")
+
+
+def dataset_points(name: str, d: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
+    """Points with ``d`` coordinates, true classes, and how they were prepared."""
+    from sklearn.decomposition import PCA
+
+    from analysis.data import load_dataset
+
+    if name == "blobs":
+        ds = load_dataset("blobs", n=1000, d=d, centers=k, seed=seed)
+    else:
+        ds = load_dataset(name)
+    X, y = ds.X, ds.y
+    if X.shape[1] > d:
+        X = PCA(n_components=d, random_state=seed).fit_transform(X)
+        how = f"PCA {ds.d} -> {d} dimensions"
+    elif X.shape[1] < d:
+        X = np.pad(X, ((0, 0), (0, d - X.shape[1])))
+        how = f"{ds.d} dimensions padded with zeros to {d} (distances unchanged)"
+    else:
+        how = "as is"
+    if name == "blobs":
+        how = f"make_blobs(n_samples=1000, n_features={d}, centers={k}, random_state={seed})"
+    return np.asarray(X, dtype=np.float64), np.asarray(y), how
+
+
+def evaluate_dataset(model: RecurrentKMeans, name: str, steps: int = 20, inits: int = 10, init: str = "random",
+                     seed: int = 0, chunk: int = 4) -> dict:
+    """Model vs Lloyd's on dataset ``name`` from ``inits`` initialisations (seeds ``seed..seed+inits-1``)."""
+    from circuits.initialisation import initial_centroids
+
+    d, k = model.config.d, model.config.k
+    X, y, how = dataset_points(name, d, k, seed)
+    C0 = np.stack([initial_centroids(X, k, init, seed + i) for i in range(inits)])
+    Xb = np.broadcast_to(X, (inits, *X.shape)).copy()
+    traj = trajectories(model, Xb, C0, steps, chunk)
+    ev = compare(Xb, np.broadcast_to(y, (inits, len(y))), traj,
+                 {"kind": "dataset", "name": name, "n": X.shape[0], "d": d, "k": k, "classes": int(len(np.unique(y))),
+                  "prepared": how, "init": init, "inits": inits, "steps": steps})
+    return ev.to_dict()
+
+
+# ----------------------------------------------------------------------------------------------- cluster --checkpoint
+def checkpoint_shape(path: str) -> tuple[int, int]:
+    """``(d, k)`` of a checkpoint from its config.json alone (no torch), for validating input early."""
+    import json
+    from pathlib import Path
+
+    from analysis.data import InputError
+
+    p = Path(path)
+    config_path = (p.parent if p.is_file() else p) / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+        return int(config["model"]["d"]), int(config["model"]["k"])
+    except FileNotFoundError:
+        raise InputError(f"--checkpoint {path!r}: no checkpoint there (no config.json)") from None
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"--checkpoint {path!r}: config.json does not describe a trained model") from None
+
+
+#: Largest relative difference allowed between the exported HookedTransformer and the training-time forward pass.
+EXPORT_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+
+def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iterations: int) -> dict:
+    """Run a trained model as a real ``HookedTransformer`` on one problem and compare it with Lloyd's.
+
+    ``verified`` says that the exported ``HookedTransformer`` reproduces the model's training-time forward pass
+    (largest centroid difference relative to the data scale within :data:`EXPORT_TOLERANCE`); the per-iteration
+    records compare with Lloyd's from the same initial centroids, which a trained model is meant to beat, not match.
+    """
+    from circuits.training.checkpoint import load_model
+    from circuits.training.model import run_hooked
+
+    model, config = load_model(checkpoint)
+    enc = model.encode(X, C0)
+    n = X.shape[0]
+    ht = model.hooked_transformer()
+    hooked = run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True)
+    with torch.no_grad():
+        fast = model.run(enc.resid, iterations, n, keep=True)
+    C = model.layout["C"]
+    cents = np.stack([unit_to_task(r[:, 1 + n :, C], enc)[0].double().numpy() for r in hooked])
+    fast_cents = np.stack([unit_to_task(r[:, 1 + n :, C], enc)[0].double().numpy() for r in fast])
+    scale = float(enc.scaling.scale[0])
+    export_error = float(np.abs(cents - fast_cents).max() / scale)
+    trace = reference.lloyd(X, C0, iterations)
+    per_iteration = []
+    for t in range(1, iterations + 1):
+        labels = reference.sq_distances(X, cents[t]).argmin(1)
+        Y = hooked[t][0, 1 : 1 + n, model.layout["Y"]].double().numpy()
+        top2 = np.sort(Y, axis=1)[:, -2:] if Y.shape[1] > 1 else np.c_[np.zeros(n), Y]
+        per_iteration.append({
+            "iteration": t,
+            "label_agreement": float((labels == trace.assignments[t]).mean()),
+            "max_centroid_error": float(np.abs(cents[t] - trace.centroids[t]).max()),
+            "objective_circuit": reference.objective(X, cents[t]),
+            "objective_reference": reference.objective(X, trace.centroids[t]),
+            "min_margin": float((top2[:, 1] - top2[:, 0]).min()),
+        })
+    final = cents[-1]
+    labels = reference.sq_distances(X, final).argmin(1)
+    return {
+        "variant": f"trained:{checkpoint}", "k": int(C0.shape[0]), "iterations": iterations,
+        "labels": [int(v) for v in labels], "centroids": final.tolist(),
+        "verified": bool(export_error <= EXPORT_TOLERANCE[model.dtype]),
+        "per_iteration": per_iteration, "n": n, "d": int(X.shape[1]),
+        "inertia": reference.objective(X, final), "lloyd_inertia": float(trace.objectives[-1]),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "export_error": export_error,
+        "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"
+                  " pass; per_iteration compares with Lloyd's from the same initial centroids (the reference),"
+                  " which the model is not meant to match; min_margin is the smallest gap between a point's two"
+                  " largest assignment weights (1: one-hot)"],
+        "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init")},
+    }

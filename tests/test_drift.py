@@ -1,0 +1,129 @@
+"""The drift analysis against hand-computed cases: a model equal to its construction has drifted nowhere; a known
+perturbation is found in the block it was put in, with the cosine it must have; the report opens in a browser."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.drift import (
+    analyse, attention_patterns, compare_circuit, compare_mlp, drift_report, unit_roles,
+)
+from analysis.browser import find_chromium, static_external_references
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.training.model import ModelConfig, RecurrentKMeans
+from circuits.training.tasks import make_tasks
+
+D, K = 3, 4
+
+
+def config_doc(model: RecurrentKMeans, n: int = 12) -> dict:
+    return {"model": model.config.to_dict(), "dtype": "float64",
+            "training": {"d": model.config.d, "k": model.config.k, "n": n, "steps": 0, "init": model.config.init}}
+
+
+@pytest.fixture(scope="module")
+def construction():
+    return RecurrentKMeans(ModelConfig(D, K, "exact"), dtype=torch.float64)
+
+
+def test_a_model_equal_to_its_construction_has_not_drifted(construction):
+    for kind in (UPDATE, ASSIGN):
+        for which in ("QK", "OV"):
+            c = compare_circuit(construction, construction, kind, which)
+            assert c.cosine == pytest.approx(1.0, abs=1e-12) and c.rel_frobenius == 0.0
+            assert all(b[4] == 0.0 for b in c.blocks)
+            np.testing.assert_allclose(c.sv_trained, c.sv_construction)
+        assert all(r.max_rel_change == 0.0 for r in compare_mlp(construction, construction, kind))
+
+
+def test_a_known_perturbation_is_found_where_it_was_put(construction):
+    L = construction.layout
+    trained = copy.deepcopy(construction)
+    # Update head channel m reads X[m] + C[m] (value) and writes C_stage[m]; make it also write XB[0].
+    m = 1
+    W_O = trained.update_W_O
+    with torch.no_grad():
+        W_O[m, L.index("XB", 0)] += 0.5 / trained.update_W_O_scale[m, L.index("XB", 0)]
+    c = compare_circuit(trained, construction, UPDATE, "OV")
+    # Delta W_OV = (X[m] + C[m]) outer 0.5 e_XB0: two entries of 0.5, in blocks (X, XB) and (C, XB), both new.
+    top = {(b[0], b[1]): b for b in c.blocks[:2]}
+    assert set(top) == {("X", "XB"), ("C", "XB")}
+    for b in top.values():
+        assert b[3] == 0.0 and b[4] == pytest.approx(0.5)
+    assert c.blocks[2][4] == 0.0
+    # Disjoint supports: cos = |W0| / sqrt(|W0|^2 + |Delta|^2), distance = |Delta| / |W0|.
+    w0 = np.linalg.norm(c.construction)
+    delta = np.sqrt(2 * 0.5**2)
+    assert c.cosine == pytest.approx(w0 / np.hypot(w0, delta), rel=1e-12)
+    assert c.rel_frobenius == pytest.approx(delta / w0, rel=1e-12)
+    assert compare_circuit(trained, construction, UPDATE, "QK").rel_frobenius == 0.0
+
+
+def test_unit_roles_of_the_construction(construction):
+    roles, eff = unit_roles(construction, UPDATE)
+    count = {r: roles.count(r) for r in set(roles)}
+    assert count["BETA x X -> XB"] == D and count["ONE x X -> XB"] == D and count["ONE x XB -> XB"] == D
+    assert count["C_stage x C_stage -> N"] == 2 * D and count["N x ONE -> N"] == 1
+    assert count["ONE x BETA -> BETA"] == 1 and count["ONE x IS_POINT -> BETA"] == 1
+    eff_of = lambda role: eff[[i for i, r in enumerate(roles) if r == role]]  # noqa: E731
+    np.testing.assert_allclose(eff_of("ONE x XB -> XB"), -1.0)  # erase the old XB
+    np.testing.assert_allclose(eff_of("ONE x BETA -> BETA"), -1.0)  # growth 0: BETA <- 0 * BETA + 1
+    np.testing.assert_allclose(eff_of("C_stage x C_stage -> N"), 1.0)  # relu(s) s + relu(-s)(-s) = s^2
+    roles_a, eff_a = unit_roles(construction, ASSIGN)
+    assert sorted(set(roles_a)) == ["Y x ONE -> Y", "Y_stage x IS_POINT -> Y", "Y_stage x ONE -> Y_stage"]
+
+
+def test_patterns_from_the_hooked_transformer_are_the_fast_passes(construction):
+    model = RecurrentKMeans(ModelConfig(D, K, "random", seed=2), dtype=torch.float64)
+    t = make_tasks(1, 10, D, K, seed=3)
+    pats = attention_patterns({"m": model}, t.X[0], t.C0[0], t.components[0], [0, 1])
+    enc = model.encode(t.X, t.C0)
+    seen = {}
+    with torch.no_grad():
+        r = model.step(enc.resid, 10, first=True, patterns=seen)
+        np.testing.assert_allclose(pats.assign["m"][0], seen[ASSIGN][0][0, :, 1:].numpy()[pats.order], atol=1e-12)
+        model.step(model.reembed(r, enc.resid), 10, patterns=seen)
+        np.testing.assert_allclose(pats.update["m"][1], seen[UPDATE][1][0, 1:, 1:11].numpy()[:, pats.order], atol=1e-12)
+        np.testing.assert_allclose(pats.assign["m"][1], seen[ASSIGN][0][0, :, 1:].numpy()[pats.order], atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def untrained_analysis(construction):
+    return analyse(construction, config_doc(construction), tasks=3, n=12, steps=3, pattern_steps=(0, 1))
+
+
+def test_analysis_of_an_untrained_model(untrained_analysis):
+    a = untrained_analysis
+    assert a.behaviour.ratio["trained"] == a.behaviour.ratio["construction"]
+    final = a.behaviour.ratio["trained"][-1]
+    for row in a.ablations:  # nothing to revert: every ablation leaves the model as it is
+        assert row["reverted"] == pytest.approx(final, rel=1e-12)
+        assert row["only_this_trained"] == pytest.approx(final, rel=1e-12)
+    assert a.knobs["trained"] == a.knobs["construction"]
+    assert f"{final:.3g} x Lloyd's" in a.summary[0]
+    sweep = {r["beta"]: r["ratio"] for r in a.sweep}
+    assert sweep[5.0] == pytest.approx(final, rel=1e-12)  # the construction's own stiffness is in the sweep
+
+
+def test_drift_report_is_self_contained(untrained_analysis, tmp_path):
+    path = drift_report(untrained_analysis).write(tmp_path / "drift.html")
+    html = path.read_text()
+    assert static_external_references(html) == []
+    import html as html_lib
+
+    for s in untrained_analysis.summary:
+        assert html_lib.escape(s) in html
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="headless Chromium is not installed")
+def test_drift_report_draws_every_figure_offline(untrained_analysis, tmp_path):
+    from analysis.browser import check_page
+
+    path = drift_report(untrained_analysis).write(tmp_path / "drift.html")
+    check = check_page(path, timeout=120)
+    assert check.problems() == []
+    assert check.state["done"] and check.state["rendered"] == check.state["total"] >= 7
+    assert all(f.svg for f in check.figures)
+    assert check.external_requests == []

@@ -130,6 +130,18 @@ def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: Enco
     )
 
 
+def _batch(arrays: list[np.ndarray]) -> np.ndarray:
+    """Stack per-problem arrays; a batch of one is a view, not a copy (at a million points copies add up)."""
+    return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
+
+
+def _own_numpy(t: torch.Tensor) -> np.ndarray:
+    """float64 numpy of a tensor that owns its storage (fresh results of indexing or arithmetic): no copy needed."""
+    t = t.detach().cpu().to(torch.float64)
+    owns = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t.numpy() if owns else to_numpy(t)
+
+
 def _summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False) -> AssignAttention:
     """The assign summary of :func:`_summarise_assign`, from grouped attention (one per problem).
 
@@ -142,13 +154,15 @@ def _summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = F
         S, P = g.scores, g.pattern
         counts = g.keys.counts.to(S.dtype)
         rep = g.keys.representative
-        top_score = S.max(dim=-1).values
-        at_top = S == top_score[:, None]
-        top = torch.where(at_top, rep[None, :], torch.iinfo(torch.long).max).argmin(dim=-1)
-        others = counts[None, :].expand_as(S).clone()
-        others.scatter_(-1, top[:, None], others.gather(-1, top[:, None]) - 1)
-        masked = torch.where(others > 0, S, torch.full_like(S, -torch.inf))
-        runner_up = masked.max(dim=-1).values
+        top_score, top = S.max(dim=-1)
+        tied = (S == top_score[:, None]).sum(dim=-1) > 1
+        if bool(tied.any()):
+            # Equal best scores in several key groups: the dense argmax takes the lowest position.
+            at_top = S[tied] == top_score[tied, None]
+            top[tied] = torch.where(at_top, rep[None, :], torch.iinfo(torch.long).max).argmin(dim=-1)
+        top_col = top[:, None]
+        others = counts.expand_as(S).scatter(-1, top_col, counts[top_col] - 1)
+        runner_up = S.masked_fill(others == 0, -torch.inf).max(dim=-1).values
         leak_bound = (torch.exp(S - top_score[:, None]) * others).sum(dim=-1)
         leak_observed = (P * others).sum(dim=-1)
         top_position = rep[top]
@@ -156,23 +170,22 @@ def _summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = F
                              top_position - seq.centroids.start, -1)
         rows = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
         centroid_cols = seq.centroids if g.keys.is_identity else g.keys.inverse[seq.centroids]
-        fields["scores"].append(to_numpy(S[rows][:, centroid_cols]))
-        fields["pattern"].append(to_numpy(P[rows][:, centroid_cols]))
-        fields["chosen"].append(chosen[rows].numpy())
-        fields["margin"].append(to_numpy((top_score - runner_up)[rows]))
-        fields["leak_bound"].append(to_numpy(leak_bound[rows]))
-        fields["leak_observed"].append(to_numpy(leak_observed[rows]))
-        fields["sink_mass"].append(to_numpy((1.0 - P @ counts)[rows]))
-    out = {name: np.stack(values) for name, values in fields.items()}
-    if not with_sink:
-        out["sink_mass"] = None
+        fields["scores"].append(_own_numpy(S[rows][:, centroid_cols]))
+        fields["pattern"].append(_own_numpy(P[rows][:, centroid_cols]))
+        fields["chosen"].append(chosen[rows].numpy().copy())
+        fields["margin"].append(_own_numpy((top_score - runner_up)[rows]))
+        fields["leak_bound"].append(_own_numpy(leak_bound[rows]))
+        fields["leak_observed"].append(_own_numpy(leak_observed[rows]))
+        if with_sink:
+            fields["sink_mass"].append(_own_numpy((1.0 - P @ counts)[rows]))
+    out = {name: _batch(values) if values else None for name, values in fields.items()}
     return AssignAttention(**out)
 
 
 def _update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
     rows = [g.block(encoded.sequence.centroids, slice(None)) for g in groups]
-    return UpdateAttention(scores=np.stack([to_numpy(s) for s, _ in rows]),
-                           pattern=np.stack([to_numpy(p) for _, p in rows]))
+    return UpdateAttention(scores=_batch([_own_numpy(s) for s, _ in rows]),
+                           pattern=_batch([_own_numpy(p) for _, p in rows]))
 
 
 def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
@@ -209,6 +222,13 @@ def _reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
 
 
 PATHS = ("dense", "structured", "auto")
+#: The dense forward holds a few (n + k + 1)^2 float64 matrices per layer: beyond this many tokens (~6 GB) it
+#: is refused rather than left to exhaust memory.
+DENSE_MAX_TOKENS = 12_000
+
+
+class PathUnavailable(RuntimeError):
+    """No execution path can run this problem (the message says why)."""
 
 
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
@@ -218,7 +238,8 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
     :func:`circuits.structured.structured_forward` on the same weights (same residual stream, O(n k d) attention;
     raises :class:`~circuits.structured.StructuredPathUnavailable` when the run is not structured); ``"auto"``
-    tries the structured path and falls back to the dense one, recording why in ``Capture.path_note``.
+    tries the structured path and falls back to the dense one, recording why in ``Capture.path_note``. Raises
+    :class:`PathUnavailable` when the asked-for path cannot run (not structured; too large for the dense path).
     ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps an
     ``ActivationCache`` of the residual streams on the result.
     """
@@ -227,6 +248,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     spec = getattr(circuit, "spec", None)
     if spec is not None and spec.input_map is not None:
         encoded = _reencode(circuit, encoded)
+    note = ""
     if path != "dense":
         from circuits.structured import StructuredPathUnavailable
 
@@ -234,12 +256,16 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
             return _capture_structured(circuit, encoded, keep_cache, on_layer)
         except StructuredPathUnavailable as exc:
             if path == "structured":
-                raise
+                raise PathUnavailable(str(exc)) from None
             note = str(exc)
-        cap = _capture_dense(circuit, encoded, keep_cache, on_layer)
-        cap.path_note = note
-        return cap
-    return _capture_dense(circuit, encoded, keep_cache, on_layer)
+    tokens = encoded.sequence.n_tokens
+    if tokens > DENSE_MAX_TOKENS:
+        raise PathUnavailable(
+            f"{tokens} tokens are too many for the dense path (about {5 * 8 * tokens**2 / 2**30:.0f} GiB of attention"
+            f" per layer; the limit is {DENSE_MAX_TOKENS})" + (f", and {note}" if note else ""))
+    cap = _capture_dense(circuit, encoded, keep_cache, on_layer)
+    cap.path_note = note
+    return cap
 
 
 class _LayerDecoder:

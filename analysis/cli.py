@@ -46,8 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory in the heap instead of returning large blocks to the kernel.
+
+    A structured run over a million points allocates and frees hundreds of 200 MB temporaries; by default each
+    comes from a fresh ``mmap`` whose pages the kernel must fault in and zero, which measured 38 s of system time
+    out of 93 s at n = 1e6. Reusing the heap brings that to ~5 s. No effect (and no error) off glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+        libc.mallopt(M_MMAP_MAX, 0)
+        libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()
     # TransformerLens 3.x warns at every HookedTransformer build; our models are built on purpose.
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
     try:

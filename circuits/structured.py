@@ -9,10 +9,14 @@ score with multiplicity ``c`` and contributes ``p * (sum of the group's values)`
 
 This module computes attention on those groups — an exact rewriting, nothing is dropped: each score that the
 dense path would compute is computed once per (query group, key group) pair and used with its multiplicity. The
-groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a random projection, then
-*verified* row by row for exact equality), so the rewriting holds for the weights and token flags at hand and no
-assumption about the construction is trusted. The only difference from the dense forward is the order of
-floating-point summation (relative 1e-16).
+groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a projection, then *verified*
+vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
+assumption about the construction is trusted.
+
+The weight matrices of the constructed circuits are almost all zeros; every linear map is applied as a sparse
+matrix to a feature-major copy of the residual stream (``d_model x pos``), and only the residual rows a map writes
+are updated. Exactly-zero terms change no sum, so the only difference from the dense forward is the order of
+floating-point summation (relative 1e-16); the tests hold it to 1e-12 of the data scale.
 
 When the groups are not few on at least one side — a trained model whose queries and keys all differ, say — the
 cost would be quadratic again: :func:`structured_forward` refuses with :class:`StructuredPathUnavailable` and says
@@ -24,6 +28,7 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,9 +46,9 @@ class StructuredPathUnavailable(RuntimeError):
 
 @dataclass
 class Groups:
-    """A partition of token positions into groups of identical rows."""
+    """A partition of token positions into groups of identical vectors."""
 
-    representative: Int[Tensor, " m"]  # one position per group
+    representative: Int[Tensor, " m"]  # one position per group (the lowest)
     inverse: Int[Tensor, " pos"]  # group of each position
     counts: Int[Tensor, " m"]
     #: Every position its own group, groups in position order (so group tensors are position tensors).
@@ -60,27 +65,34 @@ def identity_groups(pos: int) -> Groups:
     return Groups(every, every, torch.ones(pos, dtype=torch.long), is_identity=True)
 
 
-def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:
-    """Exact grouping of identical rows: hash by a projection (random unless given), then verify every row
-    against its group's representative and fall back to an exact row-wise ``unique`` on any collision."""
-    pos = rows.shape[0]
+def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None) -> Groups:
+    """Exact grouping of the identical columns of a feature-major ``(h, pos)`` tensor.
+
+    Hash every column by a projection (random unless given), then verify every column against its group's
+    representative and fall back to an exact ``unique`` on any collision.
+    """
+    pos = vectors.shape[1]
     if direction is None:
-        direction = torch.randn(rows.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    direction = direction.to(rows.dtype)
-    _, inverse = torch.unique(rows @ direction, return_inverse=True)
+        direction = torch.randn(vectors.shape[0], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    direction = direction.to(vectors.dtype)
+    _, inverse = torch.unique(direction @ vectors, return_inverse=True)
     m = int(inverse.max()) + 1 if pos else 0
     positions = torch.arange(pos)
     representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    if not bool((rows == rows[representative][inverse]).all()):
-        # Hash collision between different rows (or NaN): fall back to exact row-wise unique.
-        _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    if not bool((vectors == vectors[:, representative][:, inverse]).all()):
+        # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
+        _, inverse = torch.unique(vectors, dim=1, return_inverse=True)
         m = int(inverse.max()) + 1
         representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
     if m == pos:
-        # All rows distinct: every position its own group, in position order (the callers' shortcuts rely on it).
+        # All distinct: every position its own group, in position order (the callers' shortcuts rely on it).
         return identity_groups(pos)
-    counts = torch.bincount(inverse, minlength=m)
-    return Groups(representative, inverse, counts)
+    return Groups(representative, inverse, torch.bincount(inverse, minlength=m))
+
+
+def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:
+    """:func:`group_identical_columns` of ``rows.T``: exact grouping of identical rows."""
+    return group_identical_columns(rows.T, direction)
 
 
 @dataclass
@@ -110,37 +122,38 @@ class GroupedAttention:
 
 @dataclass
 class SparseMap:
-    """``x @ W + b`` restricted to the rows and columns of ``W`` (and ``b``) that are not exactly zero.
+    """A linear map ``x @ W + b`` as a sparse matrix acting on feature-major input: ``out^T = W^T x^T + b``.
 
-    Dropping terms that are exactly ``0 * x`` leaves every sum bit for bit the same (up to the sign of a zero), so
-    this is the dense map evaluated on the blocks that carry weight.
+    Only the output features where ``W`` or ``b`` is nonzero are produced (``rows``); the dense map is exactly
+    zero on the others, so the caller updates only these rows of the residual.
     """
 
-    rows: Int[Tensor, " r"]
-    cols: Int[Tensor, " c"]
-    W: Float[Tensor, "r c"]
-    b: Float[Tensor, " c"]
+    rows: Int[Tensor, " c"]
+    W_T: Tensor  # sparse CSR, (c, d_in)
+    b: Float[Tensor, "c 1"] | None
 
     @classmethod
-    def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None) -> "SparseMap":
-        b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b
-        rows = torch.nonzero((W != 0).any(dim=1)).flatten()
-        cols = torch.nonzero((W != 0).any(dim=0) | (b != 0)).flatten()
-        return cls(rows, cols, W[rows][:, cols], b[cols])
+    def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None,
+           all_outputs: bool = False) -> "SparseMap":
+        W = W.detach()
+        b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b.detach()
+        used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
+        rows = torch.nonzero(used).flatten()
+        bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
+        with warnings.catch_warnings():
+            # torch calls its sparse CSR support "beta"; sparse x dense products on CPU are what we need of it.
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+            W_T = W[:, rows].T.contiguous().to_sparse_csr()
+        return cls(rows, W_T, bias)
 
-    def apply(self, x: Float[Tensor, "pos d_in"]) -> Float[Tensor, "pos c"]:
-        return x[:, self.rows] @ self.W + self.b
-
-
-def _rows_map(W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"]) -> SparseMap:
-    """Like :meth:`SparseMap.of` but keeping every output column (the caller splits them)."""
-    used = (W != 0).any(dim=1)
-    return SparseMap(torch.nonzero(used).flatten(), torch.arange(W.shape[1]), W[used], b)
+    def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
+        out = self.W_T @ xT
+        return out if self.b is None else out + self.b
 
 
 @dataclass
 class AttentionPlan:
-    """The nonzero blocks of a head's projections."""
+    """A head's projections as sparse maps."""
 
     qkv: SparseMap
     d_head: int
@@ -148,40 +161,40 @@ class AttentionPlan:
 
     @classmethod
     def of(cls, attn) -> "AttentionPlan":
-        W_qkv = torch.cat([attn.W_Q[0], attn.W_K[0], attn.W_V[0]], dim=1).detach()
-        b_qkv = torch.cat([attn.b_Q[0], attn.b_K[0], attn.b_V[0]]).detach()
-        return cls(_rows_map(W_qkv, b_qkv), attn.W_Q.shape[-1], SparseMap.of(attn.W_O[0].detach(), attn.b_O.detach()))
+        W_qkv = torch.cat([attn.W_Q[0], attn.W_K[0], attn.W_V[0]], dim=1)
+        b_qkv = torch.cat([attn.b_Q[0], attn.b_K[0], attn.b_V[0]])
+        return cls(SparseMap.of(W_qkv, b_qkv, all_outputs=True), attn.W_Q.shape[-1], SparseMap.of(attn.W_O[0], attn.b_O))
 
 
 @dataclass
 class MLPPlan:
-    """The nonzero blocks of a gated MLP: ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``.
-
-    The gate and linear maps are evaluated as one map (their weights side by side): one pass over the residual.
-    """
+    """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as sparse maps (gate and linear
+    side by side: one pass over the residual)."""
 
     gate_linear: SparseMap
     d_mlp: int
-    bias: Float[Tensor, " d_mlp"]
+    bias: Float[Tensor, "d_mlp 1"]
     out: SparseMap
 
     @classmethod
     def of(cls, mlp) -> "MLPPlan":
-        W = torch.cat([mlp.W_gate, mlp.W_in], dim=1).detach()
-        return cls(_rows_map(W, torch.zeros(W.shape[1], dtype=W.dtype)), mlp.W_gate.shape[1], mlp.b_in.detach(),
-                   SparseMap.of(mlp.W_out.detach(), mlp.b_out.detach()))
+        W = torch.cat([mlp.W_gate, mlp.W_in], dim=1)
+        return cls(SparseMap.of(W, all_outputs=True), mlp.W_gate.shape[1], mlp.b_in.detach()[:, None],
+                   SparseMap.of(mlp.W_out, mlp.b_out))
 
-    def apply(self, x: Float[Tensor, "pos d_model"]) -> Float[Tensor, "pos c"]:
-        gate, linear = self.gate_linear.apply(x).split(self.d_mlp, dim=1)
+    def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
+        gate, linear = self.gate_linear.apply(xT).split(self.d_mlp, dim=0)
         return self.out.apply(torch.relu(gate) * linear + self.bias)
 
 
-def plain_mlp(block) -> bool:
-    """A gated ReLU MLP without normalisation around it: the one :class:`BlockPlan` evaluates itself."""
-    from transformer_lens.components.mlps.gated_mlp import GatedMLP
-
-    cfg = block.mlp.cfg
-    return type(block.mlp) is GatedMLP and cfg.act_fn == "relu" and cfg.normalization_type is None
+def _cached_plan(module, plan_type):
+    """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``)."""
+    key = tuple((p.data_ptr(), p._version) for p in module.parameters())
+    cached = module.__dict__.get("_structured_plan")
+    if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):
+        cached = (key, plan_type.of(module))
+        module.__dict__["_structured_plan"] = cached
+    return cached[1]
 
 
 @dataclass
@@ -218,6 +231,8 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         problems.append("logn scaling or soft-capped scores")
     if getattr(cfg, "original_architecture", None) in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"):
         problems.append("OLMo-style attention")
+    if not (cfg.gated_mlp and cfg.act_fn == "relu"):
+        problems.append("an MLP other than a gated ReLU")
     for layer, block in enumerate(model.blocks):
         attn = block.attn
         for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
@@ -243,46 +258,52 @@ class ScoreGroups:
     problem: int
 
 
-def grouped_attention(attn, x: Float[Tensor, "pos d_model"], score_hook=None, problem: int = 0,
+def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d_model pos"]:
+    """A per-token module (LayerNorm, RMSNorm) applied to a feature-major tensor; identity is free."""
+    if isinstance(module, torch.nn.Identity):
+        return xT
+    return module(xT.T[None])[0].T
+
+
+def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
                       pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None
-                      ) -> tuple[Float[Tensor, "pos c"], GroupedAttention]:
-    """One head's output for one problem, computed on groups of identical keys (or identical queries).
+                      ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
+    """One head's output on one problem (feature-major), computed on groups of identical keys (or queries).
 
     Keys are grouped first: in an assign head all point keys coincide. If that does not compress, queries are
     grouped instead: in an update head all point queries coincide. If neither side compresses to at most
     ``pair_budget`` groups, the attention is not structured: refuse. ``score_hook`` is a permanent
     ``hook_attn_scores`` hook of the model; its ``structured`` counterpart is applied to the grouped scores (and
-    keys stay ungrouped if it says ``single_keys``). Attention sinks and qk-norm are reproduced as
-    TransformerLens computes them. The projections read only the residual dimensions they use, and the output is
-    returned for the columns ``plan.out.cols`` only: the head writes exactly 0 everywhere else.
+    keys stay ungrouped if it says ``single_keys``). Attention sinks and qk-norm are reproduced as TransformerLens
+    computes them. The output is returned for the residual rows ``plan.out.rows`` only: the head writes exactly 0
+    to every other one.
     """
-    pos = x.shape[0]
+    pos = xT.shape[1]
     plan = plan if plan is not None else AttentionPlan.of(attn)
-    # One pass over the residual for all three projections.
-    q, k, v = plan.qkv.apply(x).split(plan.d_head, dim=1)
+    qT, kT, vT = plan.qkv.apply(xT).split(plan.d_head, dim=0)
     if attn.cfg.use_qk_norm:
-        q, k = attn.q_norm(q), attn.k_norm(k)
+        qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
-    kg = identity_groups(pos) if single_keys else group_identical_rows(k)
+    kg = identity_groups(pos) if single_keys else group_identical_columns(kT)
     if kg.size <= pair_budget:
         qg = identity_groups(pos)
     else:
-        qg = group_identical_rows(q)
+        qg = group_identical_columns(qT)
         if qg.size > pair_budget:
             raise StructuredPathUnavailable(
                 f"{qg.size} distinct queries and {kg.size} distinct keys over {pos} tokens: the attention is not"
                 " structured (e.g. a trained model); use the dense path"
             )
         kg = identity_groups(pos)
-    q_rows = q if qg.is_identity else q[qg.representative]
-    k_rows = k if kg.is_identity else k[kg.representative]
-    scores = (q_rows @ k_rows.T) / attn.attn_scale
+    q_rows = qT.T if qg.is_identity else qT[:, qg.representative].T
+    k_cols = kT if kg.is_identity else kT[:, kg.representative]
+    scores = (q_rows @ k_cols) / attn.attn_scale
     if score_hook is not None:
         scores = score_hook.structured(scores, ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem))
     top = scores.max(dim=-1, keepdim=True).values
     sink = None
     if attn.cfg.use_attention_sinks:
-        sink = attn.sinks[0].to(scores.dtype)
+        sink = attn.sinks[0].detach().to(scores.dtype)
         top = torch.maximum(top, sink)
     weights = torch.exp(scores - top)
     total = weights @ kg.counts.to(weights.dtype)
@@ -291,10 +312,10 @@ def grouped_attention(attn, x: Float[Tensor, "pos d_model"], score_hook=None, pr
     pattern = weights / total[:, None]
     # As TransformerLens: a row with no finite score has no pattern.
     pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-    value_sums = v if kg.is_identity else torch.zeros(kg.size, v.shape[-1], dtype=v.dtype).index_add_(0, kg.inverse, v)
-    # Project to d_model per query group, then spread to positions: one gather instead of a (pos x d_head) matmul.
-    out_groups = plan.out.apply(pattern @ value_sums)
-    out = out_groups if qg.is_identity else out_groups[qg.inverse]
+    value_sums = vT if kg.is_identity else torch.zeros(vT.shape[0], kg.size, dtype=vT.dtype).index_add_(1, kg.inverse, vT)
+    # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
+    out_groups = plan.out.apply(value_sums @ pattern.T)
+    out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
     return out, GroupedAttention(qg, kg, scores, pattern)
 
 
@@ -304,46 +325,47 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
                        on_record: Callable[[int, LayerRecord], None] | None = None,
                        pair_budget: int = PAIR_BUDGET, keep_mid: bool = False
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
-    """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention.
+    """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and sparse linear maps.
 
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
     logits and, per layer, the residual stream before and after the block and the grouped attention of each
     problem. ``on_record(layer, record)`` sees each record as the block finishes; with ``keep=False`` records are
     not kept (at a million points each residual is hundreds of MB); ``keep_mid`` also records the residual between
-    attention and MLP. Raises :class:`StructuredPathUnavailable` when
-    the model or the run is not structured; nothing is computed approximately.
+    attention and MLP. Residuals in the records are ``(batch, pos, d_model)`` views of feature-major storage.
+    Raises :class:`StructuredPathUnavailable` when the model or the run is not structured; nothing is computed
+    approximately.
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
     records: list[LayerRecord] = []
-    x = resid
+    states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem
+
+    def token_major(tensors: list[Tensor]) -> Tensor:
+        return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
+
     for layer, block in enumerate(model.blocks):
-        attn_plan = AttentionPlan.of(block.attn)
-        normed = block.ln1(x)
-        # resid_mid is built in place in a copy of the input, and becomes resid_post in place too.
-        post = x.clone()
-        groups = []
-        for b in range(x.shape[0]):
-            out, grouped = grouped_attention(block.attn, normed[b], score_hooks.get(layer), b, pair_budget, attn_plan)
-            post[b][:, attn_plan.out.cols] += out
+        attn_plan = _cached_plan(block.attn, AttentionPlan)
+        mlp_plan = _cached_plan(block.mlp, MLPPlan)
+        posts, mids, groups = [], [], []
+        for b, xT in enumerate(states):
+            out, grouped = grouped_attention(block.attn, _feature_major(block.ln1, xT), score_hooks.get(layer), b,
+                                             pair_budget, attn_plan)
+            post = xT.clone()
+            post[attn_plan.out.rows] += out
+            if keep_mid:
+                mids.append(post.clone())
+            post[mlp_plan.out.rows] += mlp_plan.apply(_feature_major(block.ln2, post))
+            posts.append(post)
             groups.append(grouped)
-        mid = post.clone() if keep_mid else None
-        if plain_mlp(block):
-            mlp_plan = MLPPlan.of(block.mlp)
-            for b in range(x.shape[0]):
-                mlp_out = mlp_plan.apply(post[b])
-                post[b][:, mlp_plan.out.cols] += mlp_out
-        else:
-            post = post + block.mlp(block.ln2(post))
-        record = LayerRecord(x, post, groups, mid)
+        record = LayerRecord(token_major(states), token_major(posts), groups, token_major(mids) if keep_mid else None)
         if on_record is not None:
             on_record(layer, record)
         if keep:
             records.append(record)
-        del record
-        x = post
+        states = posts
         if on_layer is not None:
             on_layer(layer)
+    x = token_major(states)
     if getattr(model, "ln_final", None) is not None:
         x = model.ln_final(x)
     return model.unembed(x), records

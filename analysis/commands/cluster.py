@@ -9,6 +9,7 @@ import sys
 
 from analysis.commands._output import check_out_dir, write_output_dir
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+from analysis.data import InputError
 
 NAME = "cluster"
 HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
@@ -19,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR",
                         help="write labels.csv, centroids.csv, verification.json and report.html here")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
+    parser.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
+                        help="execution path: the dense HookedTransformer forward, the structured path (same weights,"
+                             " attention on groups of identical queries/keys, O(n k d)), or auto: structured when the"
+                             " circuit is structured, else dense (default auto)")
     parser.add_argument("--checkpoint", metavar="FILE", default=None,
                         help="run a trained model (checkpoint folder from `train`) instead of the construction;"
                              " the data must have the model's d and --k its k")
@@ -62,10 +67,15 @@ def run(args: argparse.Namespace) -> int:
 
     from analysis.pipeline import DTYPES, run_problem
 
+    from analysis.capture import PathUnavailable
+
     n_layers = 2 * problem.iterations + 2
-    with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
-        result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
-                             sharpness, on_layer=lambda layer: bar.update())
+    try:
+        with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
+            result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
+                                 sharpness, on_layer=lambda layer: bar.update(), path=args.path)
+    except PathUnavailable as exc:
+        raise InputError(str(exc)) from None
     if out is not None:
         from analysis.report import build_report
 
@@ -77,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         rep = result.report
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
-              f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g}")
+              f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g},"
+              f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1

@@ -14,7 +14,8 @@ unit frame (data divided by a radius ``S``) multiplies it by ``S^2``.
 
 A *runner* executes the soft algorithm on a batch: ``runner(X, C0, beta, iterations) -> final centroids`` with
 ``X`` of shape ``(batch, n, d)``. :func:`circuit_runner` runs the soft ``HookedTransformer`` (dense);
-:func:`reference_runner` the numpy reference; a faster executor plugs in the same way. Lloyd's side is the numpy
+:func:`structured_runner` the same weights on the structured execution path (needed for the ``full`` grid, which
+goes to a million points); :func:`reference_runner` the numpy reference. Lloyd's side is the numpy
 reference :func:`circuits.reference.lloyd`, which the exact circuit equals (verified elsewhere); every row also
 records how far the runner's centroids are from the soft numpy reference, so the sweep doubles as a check of
 the circuit at every grid point.
@@ -97,6 +98,9 @@ GRIDS: dict[str, SweepGrid] = {
     "tiny": SweepGrid(betas=(1.0, 100.0), d=(1, 2), k=(2, 3), n=(12, 24), scale=(0.5, 5.0),
                       base={"d": 2, "k": 2, "n": 16, "scale": 1.0}, seeds=1, iterations=10),
     "default": SweepGrid(),
+    # The paper's full parameter ranges, up to a million points: run it on the structured path (``--full``).
+    "full": SweepGrid(d=(2, 8, 32), k=(2, 5, 10, 20), n=(1_000, 10_000, 100_000, 1_000_000), scale=(0.1, 1.0, 10.0),
+                      base={"d": 2, "k": 5, "n": 10_000, "scale": 1.0}, seeds=1),
     "large": SweepGrid(d=(2, 4, 8, 16), k=(2, 4, 8, 16), n=(128, 256, 512, 1024), scale=(0.1, 0.3, 1.0, 3.0, 10.0),
                        base={"d": 2, "k": 4, "n": 256, "scale": 1.0}, seeds=5),
 }
@@ -153,7 +157,35 @@ def circuit_runner(X, C0, beta: float, iterations: int):
     return decode(circuit.layout, cache[last], enc.sequence, enc.scaling).centroids
 
 
-RUNNERS: dict[str, Runner] = {"circuit": circuit_runner, "reference": reference_runner}
+def structured_runner(X, C0, beta: float, iterations: int):
+    """The soft k-means circuit's weights on the structured execution path (:mod:`circuits.structured`), one
+    problem at a time: the same residual stream as :func:`circuit_runner` in O(n k d) per layer, so the sweep
+    reaches a million points. Same shared encoder radius as :func:`circuit_runner`."""
+    from circuits.encoding import UnitScaling, decode, encode, fit_unit_scaling
+    from circuits.structured import structured_forward
+    from circuits.variants.soft import build_soft_circuit
+
+    X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
+    fitted = fit_unit_scaling(X, C0)
+    S = float(fitted.scale.max())
+    circuit = build_soft_circuit(X.shape[2], C0.shape[1], iterations, beta=beta * S**2)
+    last = circuit.centroid_layers[-1]
+    out = []
+    for b in range(X.shape[0]):
+        scaling = UnitScaling(fitted.offset[b : b + 1], np.array([S]))
+        enc = encode(circuit.layout, X[b], C0[b], scaling=scaling)
+        seen = {}
+
+        def keep_last(layer: int, record) -> None:
+            if layer == last:
+                seen["resid"] = record.resid_post
+
+        structured_forward(circuit.model, enc.resid, circuit.score_hooks, keep=False, on_record=keep_last)
+        out.append(decode(circuit.layout, seen["resid"], enc.sequence, enc.scaling).centroids[0])
+    return np.stack(out)
+
+
+RUNNERS: dict[str, Runner] = {"circuit": circuit_runner, "structured": structured_runner, "reference": reference_runner}
 
 
 # -- the sweep ------------------------------------------------------------------------------------------------

@@ -174,3 +174,33 @@ def test_report_residual_views_rerun_on_the_structured_path():
     np.testing.assert_allclose(fast.values, dense.values, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fast.mean_norm, dense.mean_norm, rtol=1e-12, atol=1e-15)
     assert fast.notes == [] and dense.notes == []
+
+
+def test_sweep_structured_runner_equals_the_dense_circuit_runner():
+    from analysis import sweep
+
+    problems = [sweep.mixture_problem(2, 3, 40, 1.0, seed) for seed in range(2)]
+    X, C0 = np.stack([p[0] for p in problems]), np.stack([p[1] for p in problems])
+    for beta in (1.0, 100.0):
+        dense = sweep.circuit_runner(X, C0, beta, 5)
+        fast = sweep.structured_runner(X, C0, beta, 5)
+        np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-13)
+
+
+def test_cli_says_which_path_ran_and_refuses_a_dense_run_too_large(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "analysis.cli", "cluster", "--dataset", "blobs", "--k", "3"]
+    res = subprocess.run([*cli, "--n", "300", "--iterations", "2", "--json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["path"] == "structured" and doc["verified"]
+    res = subprocess.run([*cli, "--n", "300", "--iterations", "2", "--path", "dense"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "dense path" in res.stdout.splitlines()[0]
+    res = subprocess.run([*cli, "--n", "20000", "--path", "dense", "--out", str(tmp_path / "big")], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "too many for the dense path" in res.stderr
+    assert not (tmp_path / "big").exists()

@@ -29,9 +29,13 @@ def _ints(text: str) -> tuple[int, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default="sweep",
                         help="write sweep.html (heatmaps, self-contained) and sweep.csv (raw results) here (default ./sweep)")
-    parser.add_argument("--grid", choices=("tiny", "default", "large"), default="default",
-                        help="tiny: seconds (tests); default: a few minutes on 2 cores; large: the bigger grid")
-    parser.add_argument("--runner", choices=("circuit", "reference"), default="circuit",
+    parser.add_argument("--grid", choices=("tiny", "default", "large", "full"), default="default",
+                        help="tiny: seconds (tests); default: a few minutes on 2 cores; large: the bigger grid;"
+                             " full: see --full")
+    parser.add_argument("--full", action="store_true",
+                        help="the paper's full ranges (d 2-32, k 2-20, n 1e3-1e6, scale 0.1-10) on the structured path;"
+                             " about half an hour on 2 cores (same as --grid full --runner structured)")
+    parser.add_argument("--runner", choices=("circuit", "structured", "reference"), default="circuit",
                         help="circuit: the soft HookedTransformer (default); reference: the numpy soft k-means")
     parser.add_argument("--betas", type=_floats, metavar="B,B,...", help="stiffnesses (paper's temperatures; default 1,10,100)")
     parser.add_argument("--d", type=_ints, metavar="D,D,...", help="dimensions of the d grids")
@@ -46,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from analysis import sweep
 
     out = check_out_dir(args.out)
+    if args.full:
+        args.grid, args.runner = "full", "structured"
+    if args.grid == "full" and args.runner == "circuit":
+        raise InputError("--grid full reaches a million points: use --runner structured (or --full)")
     try:
         grid = sweep.grid_from(args.grid, betas=args.betas, d=args.d, k=args.k, n=args.n, scale=args.scale,
                                seeds=args.seeds, iterations=args.iterations)

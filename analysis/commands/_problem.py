@@ -60,10 +60,13 @@ def sharpness_from(args: argparse.Namespace):
 
 
 def load_problem(args: argparse.Namespace) -> Problem:
-    from circuits.variants import VARIANTS
+    from circuits.variants import parse_variant
 
-    if args.variant not in VARIANTS:
-        raise InputError(f"unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)}")
+    try:
+        parse_variant(args.variant)
+    except KeyError as exc:
+        # The registry's message names the unknown variant, or the bad parameter of a known one.
+        raise InputError(exc.args[0]) from None
     if args.iterations < 0:
         raise InputError(f"--iterations must be >= 0, got {args.iterations}")
     if args.dataset is not None:

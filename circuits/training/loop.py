@@ -177,7 +177,8 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
                "knobs": model.knobs(), "wall_s": 0.0, "cpu_s": 0.0}
         log.append(rec)
         last_val = rec["val_ratio"]
-        best, best_state = rec["val_ratio"], {n: t.clone() for n, t in model.state_dict().items()}
+        if np.isfinite(rec["val_ratio"]):
+            best, best_state = rec["val_ratio"], {n: t.clone() for n, t in model.state_dict().items()}
     for step in range(start, cfg.steps):
         tasks = make_tasks(cfg.batch, cfg.n, cfg.d, cfg.k, cfg.seed, TRAIN, step)
         enc = model.encode(tasks.X, tasks.C0)

@@ -407,14 +407,25 @@ def summarise(a: DriftAnalysis) -> list[str]:
         out.append(f"New pathways (blocks the construction leaves at 0 holding over 10% of the trained circuit's norm): {items}.")
     if a.ablations:
         worst = max(a.ablations, key=lambda r: r["reverted"])
-        best_only = min(a.ablations, key=lambda r: r["only_this_trained"])
-        out.append(f"Ablations: reverting the {worst['group']} to the construction costs the most (ratio {_fmt(r_t[-1])}"
-                   f" -> {_fmt(worst['reverted'])}); training only the {best_only['group']} gets"
-                   f" {_fmt(best_only['only_this_trained'])} by itself.")
+        only = sorted(a.ablations, key=lambda r: r["only_this_trained"])
+        redundant = worst["reverted"] - r_t[-1] < 0.1 * abs(r_c[-1] - r_t[-1])
+        out.append(f"Ablations: reverting one group of weights to the construction costs at most"
+                   f" {_fmt(worst['reverted'] - r_t[-1])} of ratio ({worst['group']}: {_fmt(r_t[-1])} ->"
+                   f" {_fmt(worst['reverted'])})" + ("; no single group is necessary: the change is spread over all of"
+                                                    " them" if redundant else "") +
+                   f". Trained alone (the rest as constructed), each group gets between"
+                   f" {_fmt(only[0]['only_this_trained'])} ({only[0]['group']}) and {_fmt(only[-1]['only_this_trained'])}"
+                   f" ({only[-1]['group']}).")
     if a.sweep:
         best = min(a.sweep, key=lambda r: r["ratio"])
         verdict = "better than" if r_t[-1] < best["ratio"] else "no better than"
-        out.append(f"Is it just the temperature? The untrained construction at its best assignment stiffness"
+        collapsed = [r["beta"] for r in a.sweep if r["ratio"] > 1]
+        working = [r["beta"] for r in a.sweep if r["ratio"] <= 1 and collapsed and r["beta"] > max(collapsed)]
+        if collapsed and working:
+            out.append(f"A threshold in stiffness: the untrained construction (b={_fmt(best['beta_update'])}) is worse than"
+                       f" Lloyd's up to a={_fmt(max(collapsed))} (soft enough that centroids merge) and better from"
+                       f" a={_fmt(min(working))}; the trained model applies {_fmt(st[-1])} at its last step.")
+        out.append(f"Is it just the temperature? The untrained construction at its best assignment stiffness in the sweep"
                    f" (a={_fmt(best['beta'])}, b={_fmt(best['beta_update'])}) reaches {_fmt(best['ratio'])} x Lloyd's on"
                    f" the same tasks; the trained model ({_fmt(r_t[-1])}) is {verdict} that.")
     return out

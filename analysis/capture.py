@@ -319,7 +319,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
             entries[hook_names.resid_post(layer)] = record.resid_post
 
     logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, keep=False, on_layer=on_layer,
-                                   on_record=take)
+                                   on_record=take, keep_pre=keep_cache)
     cache = None
     if keep_cache:
         from transformer_lens import ActivationCache

@@ -13,9 +13,9 @@ groups are found on the actual projected ``q`` and ``k`` vectors of the run (has
 vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
 assumption about the construction is trusted.
 
-The weight matrices of the constructed circuits are almost all zeros; every linear map is applied as a sparse
-matrix to a feature-major copy of the residual stream (``d_model x pos``), and only the residual rows a map writes
-are updated. Exactly-zero terms change no sum, so the only difference from the dense forward is the order of
+The weight matrices of the constructed circuits are almost all zeros; every linear map is applied to a
+feature-major copy of the residual stream (``d_model x pos``) and only the residual rows it writes are computed
+and updated. Exactly-zero terms change no sum, so the only difference from the dense forward is the order of
 floating-point summation (relative 1e-16); the tests hold it to 1e-12 of the data scale.
 
 When the groups are not few on at least one side — a trained model whose queries and keys all differ, say — the
@@ -28,7 +28,7 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
-import warnings
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -59,8 +59,9 @@ class Groups:
         return int(self.representative.shape[0])
 
 
+@functools.lru_cache(maxsize=8)
 def identity_groups(pos: int) -> Groups:
-    """Every position its own group (the side of a head that does not compress)."""
+    """Every position its own group (the side of a head that does not compress). Cached: its tensors are only read."""
     every = torch.arange(pos)
     return Groups(every, every, torch.ones(pos, dtype=torch.long), is_identity=True)
 
@@ -75,19 +76,21 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     if direction is None:
         direction = torch.randn(vectors.shape[0], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     direction = direction.to(vectors.dtype)
-    _, inverse = torch.unique(direction @ vectors, return_inverse=True)
-    m = int(inverse.max()) + 1 if pos else 0
+    _, inverse, counts = torch.unique(direction @ vectors, return_inverse=True, return_counts=True)
+    m = counts.shape[0]
+    if m == pos:
+        # All hashes distinct, so all vectors distinct: every position its own group, in position order.
+        return identity_groups(pos)
     positions = torch.arange(pos)
     representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    if not bool((vectors == vectors[:, representative][:, inverse]).all()):
+    if not bool((vectors == vectors[:, representative[inverse]]).all()):
         # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
-        _, inverse = torch.unique(vectors, dim=1, return_inverse=True)
-        m = int(inverse.max()) + 1
+        _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
+        m = counts.shape[0]
+        if m == pos:
+            return identity_groups(pos)
         representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    if m == pos:
-        # All distinct: every position its own group, in position order (the callers' shortcuts rely on it).
-        return identity_groups(pos)
-    return Groups(representative, inverse, torch.bincount(inverse, minlength=m))
+    return Groups(representative, inverse, counts)
 
 
 def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:
@@ -122,14 +125,16 @@ class GroupedAttention:
 
 @dataclass
 class SparseMap:
-    """A linear map ``x @ W + b`` as a sparse matrix acting on feature-major input: ``out^T = W^T x^T + b``.
+    """A linear map ``x @ W + b`` acting on feature-major input, ``out^T = W^T x^T + b``, restricted to the output
+    features where ``W`` or ``b`` is nonzero (``rows``): the dense map is exactly zero on the others, so the caller
+    updates only these rows of the residual.
 
-    Only the output features where ``W`` or ``b`` is nonzero are produced (``rows``); the dense map is exactly
-    zero on the others, so the caller updates only these rows of the residual.
+    The product itself is dense: the matrices are tiny, and torch's sparse (CSR) product copies and fills its
+    operands, which costs more than multiplying the zeros. Exactly-zero terms change no sum.
     """
 
     rows: Int[Tensor, " c"]
-    W_T: Tensor  # sparse CSR, (c, d_in)
+    W_T: Float[Tensor, "c d_in"]
     b: Float[Tensor, "c 1"] | None
 
     @classmethod
@@ -140,11 +145,7 @@ class SparseMap:
         used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
         rows = torch.nonzero(used).flatten()
         bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
-        with warnings.catch_warnings():
-            # torch calls its sparse CSR support "beta"; sparse x dense products on CPU are what we need of it.
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-            W_T = W[:, rows].T.contiguous().to_sparse_csr()
-        return cls(rows, W_T, bias)
+        return cls(rows, W[:, rows].T.contiguous(), bias)
 
     def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
         out = self.W_T @ xT
@@ -199,7 +200,7 @@ def _cached_plan(module, plan_type):
 
 @dataclass
 class LayerRecord:
-    resid_pre: Float[Tensor, "batch pos d_model"]
+    resid_pre: Float[Tensor, "batch pos d_model"] | None  # None when the forward ran in place
     resid_post: Float[Tensor, "batch pos d_model"]
     attention: list[GroupedAttention] = field(default_factory=list)  # one per problem of the batch
     #: The residual after the attention, before the MLP (``hook_resid_mid``); only with ``keep_mid=True``.
@@ -295,35 +296,40 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
                 " structured (e.g. a trained model); use the dense path"
             )
         kg = identity_groups(pos)
-    q_rows = qT.T if qg.is_identity else qT[:, qg.representative].T
-    k_cols = kT if kg.is_identity else kT[:, kg.representative]
-    scores = (q_rows @ k_cols) / attn.attn_scale
+    q_cols = qT if qg.is_identity else qT[:, qg.representative]
+    k_rows = kT.T if kg.is_identity else kT[:, kg.representative].T
+    # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
+    scores_T = (k_rows @ q_cols) / attn.attn_scale
     if score_hook is not None:
-        scores = score_hook.structured(scores, ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem))
-    top = scores.max(dim=-1, keepdim=True).values
-    sink = None
+        groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
+        scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()
+    counts = kg.counts.to(scores_T.dtype)
     if attn.cfg.use_attention_sinks:
-        sink = attn.sinks[0].detach().to(scores.dtype)
-        top = torch.maximum(top, sink)
-    weights = torch.exp(scores - top)
-    total = weights @ kg.counts.to(weights.dtype)
-    if sink is not None:
-        total = total + torch.exp(sink - top[:, 0])
-    pattern = weights / total[:, None]
-    # As TransformerLens: a row with no finite score has no pattern.
-    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+        sink = attn.sinks[0].detach().to(scores_T.dtype).expand(1, scores_T.shape[1])
+        per_group = torch.softmax(torch.cat([scores_T, sink]), dim=0)
+        total = counts @ per_group[:-1] + per_group[-1]
+        per_group = per_group[:-1]
+    else:
+        per_group = torch.softmax(scores_T, dim=0)
+        total = counts @ per_group
+    # softmax over the groups weighs each group once; dividing by the count-weighted total gives each *key* its
+    # dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats to a few ulp).
+    pattern_T = per_group.div_(total)
+    if bool(torch.isnan(total).any()):
+        # As TransformerLens: a row with no finite score has no pattern.
+        pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
     value_sums = vT if kg.is_identity else torch.zeros(vT.shape[0], kg.size, dtype=vT.dtype).index_add_(1, kg.inverse, vT)
     # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
-    out_groups = plan.out.apply(value_sums @ pattern.T)
+    out_groups = plan.out.apply(value_sums @ pattern_T)
     out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
-    return out, GroupedAttention(qg, kg, scores, pattern)
+    return out, GroupedAttention(qg, kg, scores_T.T, pattern_T.T)
 
 
 @torch.no_grad()
 def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_hooks: dict[int, object] | None = None,
                        keep: bool = True, on_layer: Callable[[int], None] | None = None,
                        on_record: Callable[[int, LayerRecord], None] | None = None,
-                       pair_budget: int = PAIR_BUDGET, keep_mid: bool = False
+                       pair_budget: int = PAIR_BUDGET, keep_mid: bool = False, keep_pre: bool = True
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and sparse linear maps.
 
@@ -332,13 +338,16 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     problem. ``on_record(layer, record)`` sees each record as the block finishes; with ``keep=False`` records are
     not kept (at a million points each residual is hundreds of MB); ``keep_mid`` also records the residual between
     attention and MLP. Residuals in the records are ``(batch, pos, d_model)`` views of feature-major storage.
+    With ``keep=False`` and ``keep_pre=False`` a block updates the residual in place (its input is not kept:
+    ``record.resid_pre`` is ``None``), saving a copy of the stream per layer.
     Raises :class:`StructuredPathUnavailable` when the model or the run is not structured; nothing is computed
     approximately.
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
     records: list[LayerRecord] = []
-    states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem
+    states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem (a copy)
+    in_place = not keep and not keep_pre
 
     def token_major(tensors: list[Tensor]) -> Tensor:
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
@@ -350,14 +359,15 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
         for b, xT in enumerate(states):
             out, grouped = grouped_attention(block.attn, _feature_major(block.ln1, xT), score_hooks.get(layer), b,
                                              pair_budget, attn_plan)
-            post = xT.clone()
+            post = xT if in_place else xT.clone()
             post[attn_plan.out.rows] += out
             if keep_mid:
                 mids.append(post.clone())
             post[mlp_plan.out.rows] += mlp_plan.apply(_feature_major(block.ln2, post))
             posts.append(post)
             groups.append(grouped)
-        record = LayerRecord(token_major(states), token_major(posts), groups, token_major(mids) if keep_mid else None)
+        record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,
+                             token_major(mids) if keep_mid else None)
         if on_record is not None:
             on_record(layer, record)
         if keep:

@@ -124,7 +124,7 @@ class GroupedAttention:
 
 
 @dataclass
-class SparseMap:
+class RestrictedMap:
     """A linear map ``x @ W + b`` acting on feature-major input, ``out^T = W^T x^T + b``, restricted to the output
     features where ``W`` or ``b`` is nonzero (``rows``): the dense map is exactly zero on the others, so the caller
     updates only these rows of the residual.
@@ -139,7 +139,7 @@ class SparseMap:
 
     @classmethod
     def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None,
-           all_outputs: bool = False) -> "SparseMap":
+           all_outputs: bool = False) -> "RestrictedMap":
         W = W.detach()
         b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b.detach()
         used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
@@ -154,38 +154,40 @@ class SparseMap:
 
 @dataclass
 class AttentionPlan:
-    """A head's projections as sparse maps."""
+    """A head's projections as restricted maps."""
 
-    qkv: SparseMap
+    qkv: RestrictedMap
     d_head: int
-    out: SparseMap
+    out: RestrictedMap
 
     @classmethod
     def of(cls, attn) -> "AttentionPlan":
         W_qkv = torch.cat([attn.W_Q[0], attn.W_K[0], attn.W_V[0]], dim=1)
         b_qkv = torch.cat([attn.b_Q[0], attn.b_K[0], attn.b_V[0]])
-        return cls(SparseMap.of(W_qkv, b_qkv, all_outputs=True), attn.W_Q.shape[-1], SparseMap.of(attn.W_O[0], attn.b_O))
+        return cls(RestrictedMap.of(W_qkv, b_qkv, all_outputs=True), attn.W_Q.shape[-1], RestrictedMap.of(attn.W_O[0], attn.b_O))
 
 
 @dataclass
 class MLPPlan:
-    """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as sparse maps (gate and linear
+    """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as restricted maps (gate and linear
     side by side: one pass over the residual)."""
 
-    gate_linear: SparseMap
+    gate_linear: RestrictedMap
     d_mlp: int
-    bias: Float[Tensor, "d_mlp 1"]
-    out: SparseMap
+    bias: Float[Tensor, "d_mlp 1"] | None  # None when b_in is zero
+    out: RestrictedMap
 
     @classmethod
     def of(cls, mlp) -> "MLPPlan":
         W = torch.cat([mlp.W_gate, mlp.W_in], dim=1)
-        return cls(SparseMap.of(W, all_outputs=True), mlp.W_gate.shape[1], mlp.b_in.detach()[:, None],
-                   SparseMap.of(mlp.W_out, mlp.b_out))
+        b_in = mlp.b_in.detach()[:, None]
+        return cls(RestrictedMap.of(W, all_outputs=True), mlp.W_gate.shape[1], b_in if bool((b_in != 0).any()) else None,
+                   RestrictedMap.of(mlp.W_out, mlp.b_out))
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         gate, linear = self.gate_linear.apply(xT).split(self.d_mlp, dim=0)
-        return self.out.apply(torch.relu(gate) * linear + self.bias)
+        hidden = torch.relu(gate) * linear
+        return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 
 def _cached_plan(module, plan_type):

@@ -397,14 +397,12 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
              "in data units (squared for the tie window), derived from the dtype's eps"),
     ]
-    verdict = "VERIFIED" if rep.verified else "NOT VERIFIED"
-    kind = "exact" if rep.exact else "approximate"
     messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes]
     if sample is not None:
         messages.append(sample.note())
     return Header(
         title=title or f"k-means circuit report: {source}, k = {enc.k}",
-        verdict=f"{verdict} ({kind}, {rep.dtype})",
+        verdict=rep.verdict,
         verified=bool(rep.verified),
         exact=bool(rep.exact),
         groups={"Problem": problem_facts, "Construction": construction, "Certificate": certificate},

@@ -152,6 +152,10 @@ class VerificationReport:
     def min_margin(self) -> float:
         return min([r.min_margin for r in self.per_iteration] + [self.final_min_margin])
 
+    @property
+    def verdict(self) -> str:
+        return verdict_text(self.verified, self.exact, self.dtype)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["n_ties"] = len(self.ties)
@@ -174,16 +178,21 @@ class VerificationReport:
             f"{'final':>5} {self.final_label_agreement:>8.2%} {'':>10}{' ' * 12 if bounded else ''} {'':>14} {'':>14} {self.final_min_margin:>11.3g}"
             f" {self.final_leak_bound:>10.1e}"
         )
-        verdict = "VERIFIED" if self.verified else "NOT VERIFIED"
-        kind = "exact" if self.exact else "approximate"
         lines.append(
-            f"{verdict} ({kind}, {self.dtype}): {len(self.errors)} errors, {len(self.ties)} ties"
+            f"{self.verdict}: {len(self.errors)} errors, {len(self.ties)} ties"
             f" ({len(self.tie_mismatches)} resolved unlike the reference),"
             f" hard attention everywhere: {self.hard_attention}; converged after {self.n_iter} iterations"
         )
         lines.extend(f"failure: {f}" for f in self.failures)
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def verdict_text(verified: bool, exact: bool, dtype: str) -> str:
+    """``VERIFIED (exact, float64)``; a float64 run that fails is held to exact tolerances, not called exact."""
+    if not exact:
+        return f"{'VERIFIED' if verified else 'NOT VERIFIED'} (approximate, {dtype})"
+    return f"VERIFIED (exact, {dtype})" if verified else f"NOT VERIFIED ({dtype}, held to exact tolerances)"
 
 
 def _bound_text(x: float | None) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from analysis.patching.experiment import Patch, PatchingExperiment, encode_pair, positions_of, verify_unpatched
 from analysis.patching.figures import heatmap, page
-from analysis.patching.metrics import E_TOL, Outcome, compare, fraction_restored
+from analysis.patching.metrics import E_TOL, Outcome, compare, fraction_restored, mismatch_up_to_renaming
 from analysis.patching.pairs import CORRUPTIONS, add_outlier, make_pair, move_centroid, move_point, swap_centroids
 from analysis.patching.sweeps import sweep_components, sweep_layer_subspace
 from circuits import hook_names, reference
@@ -226,6 +226,25 @@ def test_zero_over_zero_is_nan_not_a_number_that_looks_like_a_result():
     # Rounding-level centroid differences are not a displacement.
     tiny = outcome([0, 1], [[0.0], [1.0 + 0.5 * E_TOL]])
     assert np.isnan(compare(clean, clean, tiny).restored[0])
+
+
+def test_mismatch_up_to_renaming_by_hand():
+    # Two clusters exchanged: every label differs as an id, none once ids are matched.
+    assert mismatch_up_to_renaming([0, 0, 1, 1, 2], [1, 1, 0, 0, 2], 3) == 0
+    # ... plus one point that really moved (3 -> cluster 2), and one more cluster id never used by b.
+    assert mismatch_up_to_renaming([0, 0, 1, 1, 2], [1, 1, 0, 2, 2], 3) == 1
+    assert mismatch_up_to_renaming([0, 0, 0, 1], [2, 2, 2, 2], 3) == 1
+    # Outliers (-1, trimmed runs) are compared as they are and never renamed.
+    assert mismatch_up_to_renaming([0, -1, 1], [0, -1, 2], 3) == 0
+    assert mismatch_up_to_renaming([0, -1, 1], [0, 1, 1], 3) == 1
+    # The best matching, not the first one found: a majority decides which id is which.
+    assert mismatch_up_to_renaming([0, 0, 0, 1, 1], [1, 1, 0, 0, 0], 2) == 1
+
+
+def test_summary_separates_renamed_clusters_from_moved_points():
+    exp = experiment("swap-centroids")
+    s = exp.summary()
+    assert s["labels_differing"] > 0 and s["labels_differing_up_to_renaming"] == 0
 
 
 # ------------------------------------------------------------------------------------------------------ sweeps

@@ -170,7 +170,8 @@ def test_Y_of_a_point_that_is_nobodys_member_has_no_effect_on_any_centroid():
 def test_Y_of_one_point_before_an_update_moves_exactly_its_two_clusters():
     """A point's ``Y`` is read only as an update key: it decides which centroid query averages the point. Patching
     one point's ``Y`` from cluster b (corrupted) to a (clean) before an update changes the means of a and b and no
-    other centroid (bit for bit: the other queries' scores on this key are 0 either way)."""
+    other centroid (bit for bit: the other queries' scores on this key are 0 either way). Control: the same patch
+    before the preceding assign block, whose MLP overwrites ``Y``, moves no centroid at all."""
     exp = experiment("move-centroid")
     U = exp.circuit.centroid_layers[1]
     clean_l, corrupted_l = exp.state("clean", U - 1).labels[0], exp.state("corrupted", U - 1).labels[0]
@@ -180,6 +181,8 @@ def test_Y_of_one_point_before_an_update_moves_exactly_its_two_clusters():
     corrupted_c = exp.state("corrupted", U).centroids[0]
     moved = {j for j in range(3) if not np.array_equal(got[j], corrupted_c[j])}
     assert moved == {a, b}
+    control = patched(exp, exp.site("resid_pre", U - 1, f"x{i}", "Y"), read=U).centroids[0]
+    np.testing.assert_array_equal(control, corrupted_c)
 
 
 def test_Y_of_every_point_before_an_update_block_restores_its_centroids():
@@ -224,7 +227,7 @@ def test_Y_entering_an_assign_block_is_erased():
     """Assign MLP: ``Y += IS_POINT * relu(Y_stage) - relu(Y)``: the old one-hot is subtracted and the new one added,
     exactly in float (0/1 values). Patching ``Y`` of every point before an assign block therefore changes nothing at
     all: the block's output equals the corrupted run's bit for bit, even where the old ``Y`` differed. Control:
-    the same patch before the update block that precedes it restores that update's centroids (the test above)."""
+    the same patch before the update block that precedes it moves that update's centroids to the clean ones."""
     exp = experiment("move-centroid")
     for A in exp.circuit.assignment_layers[1:]:
         name = hook_names.resid_pre(A)
@@ -234,6 +237,11 @@ def test_Y_entering_an_assign_block_is_erased():
         got = exp.run([Patch.of(exp.site("resid_pre", A, "points", "Y"))], A)
         corrupted_after = exp.cache("corrupted", [hook_names.resid_post(A)])[hook_names.resid_post(A)]
         np.testing.assert_array_equal(got.numpy(), corrupted_after.numpy())
+        U = A - 1
+        control = patched(exp, exp.site("resid_pre", U, "points", "Y"), read=U).unit_centroids
+        corrupted_c, clean_c = exp.state("corrupted", U).unit_centroids, exp.state("clean", U).unit_centroids
+        assert np.abs(corrupted_c - clean_c).max() > 1e-3
+        np.testing.assert_allclose(control, clean_c, rtol=0, atol=4 * EPS)
 
 
 def test_layer_position_sweep_alternates_between_centroid_and_point_tokens():

@@ -18,7 +18,9 @@ HELP = "cluster data with the k-means transformer and verify it against its refe
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument("--out", metavar="DIR",
-                        help="write labels.csv, centroids.csv, verification.json and report.html here")
+                        help="write labels.csv, centroids.csv, verification.json and report.html here (with --checkpoint:"
+                             " labels.csv, centroids.csv and evaluation.json, the comparison with Lloyd's; the"
+                             " circuit report is for constructed circuits)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
     parser.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
                         help="execution path: the dense HookedTransformer forward, the structured path (same weights,"

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
         s = doc["summary"]
         print(f"{problem.source}: n={problem_info['n']} d={pair.d} k={pair.k}, init {problem.init},"
               f" {problem.iterations} iterations; corruption: {pair.description}")
-        print(f"read after {s['read_label']}: {s['labels_differing']} label(s) differ between clean and corrupted,"
+        print(f"read after {s['read_label']}: {s['labels_differing']} label(s) differ between clean and corrupted"
+              f" ({s['labels_differing_up_to_renaming']} once cluster ids are matched),"
               f" |C_clean - C_corrupted| = {s['centroid_error']:.4g}")
         for sw in doc["sweeps"]:
             rows = sw["restoring_rows"]

@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"cannot write --out {str(out)!r}: {exc.strerror or exc}") from None
     rep = result.report
-    verdict = "VERIFIED" if rep.verified else "NOT VERIFIED"
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
-          f"{problem.iterations} iterations: {verdict} ({'exact' if rep.exact else 'approximate'}, {rep.dtype}); "
+          f"{problem.iterations} iterations: {rep.verdict}; "
           f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
     return 0 if rep.verified else 1

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from jaxtyping import Float
 
-from analysis.patching.metrics import Outcome, PatchMetrics, centroid_distance, compare, outcome_of
+from analysis.patching.metrics import (Outcome, PatchMetrics, centroid_distance, compare, mismatch_up_to_renaming,
+                                       outcome_of)
 from analysis.patching.pairs import PatchingPair
 from circuits import hook_names
 from circuits.build import KMeansCircuit
@@ -370,6 +371,8 @@ class PatchingExperiment:
             "corrupted": {"labels": corrupted.labels[0].tolist(), "centroids": corrupted.centroids[0].tolist(),
                           "objective": float(corrupted.objective[0])},
             "labels_differing": int(unpatched.label_mismatch[0]),
+            "labels_differing_up_to_renaming": mismatch_up_to_renaming(clean.labels[0], corrupted.labels[0],
+                                                                       self.pair.k),
             "centroid_error": float(unpatched.centroid_error[0]),
             # False when the corruption leaves this readout as it was: every restored fraction is then 0/0.
             "corruption_visible": bool(unpatched.label_mismatch[0] > 0

@@ -99,6 +99,22 @@ def _num(v: float):
     return v if np.isfinite(v) else None
 
 
+def mismatch_up_to_renaming(labels_a: Int[np.ndarray, " m"], labels_b: Int[np.ndarray, " m"], k: int) -> int:
+    """Points whose labels differ once the cluster ids of ``b`` are renamed to match ``a`` as well as possible.
+
+    The label metrics above compare ids as they are, on purpose: a centroid token keeps its identity through the
+    circuit, so a corruption that swaps which token holds which cluster does flip every label. This count says how
+    much of that is only a renaming (the best one-to-one matching of ids, by the contingency table)."""
+    from scipy.optimize import linear_sum_assignment
+    from sklearn.metrics.cluster import contingency_matrix
+
+    a, b = np.asarray(labels_a), np.asarray(labels_b)
+    assigned = (a >= 0) & (b >= 0)  # a trimmed run's outliers (-1) are compared as ids, not renamed
+    table = contingency_matrix(np.r_[a[assigned], np.arange(k)], np.r_[b[assigned], np.arange(k)]) - np.eye(k, dtype=int)
+    rows, cols = linear_sum_assignment(table, maximize=True)
+    return int(assigned.sum() - table[rows, cols].sum() + (a[~assigned] != b[~assigned]).sum())
+
+
 def centroid_distance(unit_a: Float[np.ndarray, "batch k d"], unit_b: Float[np.ndarray, "batch k d"]) -> np.ndarray:
     """``E``: unit-scaled Frobenius distance, rounding-level distances set to exactly 0."""
     e = np.sqrt(((unit_a - unit_b) ** 2).sum(axis=(-1, -2)))

@@ -82,7 +82,10 @@ def _intro(exp: PatchingExperiment, check: UnpatchedCheck | None, read_layer: in
     lines = [
         f"<p><b>Corruption:</b> {html.escape(exp.pair.description)}.</p>",
         f"<p><b>Read after</b> {html.escape(s['read_label'])}: {s['labels_differing']} label(s) differ between the "
-        f"clean and corrupted runs; |C<sub>clean</sub> - C<sub>corrupted</sub>| = {s['centroid_error']:.4g}; "
+        f"clean and corrupted runs, {s['labels_differing_up_to_renaming']} once the cluster ids are matched (the "
+        "label metrics compare ids as they are: each centroid token keeps its identity, so a run that ends with "
+        "two clusters' tokens exchanged flips every label of both); "
+        f"|C<sub>clean</sub> - C<sub>corrupted</sub>| = {s['centroid_error']:.4g}; "
         f"objective on the clean points {s['clean']['objective']:.6g} (clean) vs {s['corrupted']['objective']:.6g}"
         " (corrupted).</p>",
     ]

@@ -3,7 +3,8 @@
 Each subcommand is a module of :mod:`analysis.commands` with ``NAME``, ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int``; they are discovered, so adding a command touches no other file. Exit codes: 0 done (and
 verified), 1 ran but the circuit disagrees with its reference, 2 bad input or usage — with a one-line message on
-stderr and no traceback. Heavy modules (torch, TransformerLens) are imported only inside ``run``, so ``--help`` and
+stderr and no traceback (a problem too large for memory counts as bad input); 3 an internal error (a bug), with its
+traceback. Heavy modules (torch, TransformerLens) are imported only inside ``run``, so ``--help`` and
 input validation stay fast.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import traceback
 import warnings
 
 from analysis.data import InputError
@@ -75,9 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"kmeans-circuits {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:
+        # Output folders are written all at once at the end, so nothing is left half-written.
+        print(f"kmeans-circuits {args.command}: error: the problem does not fit in memory", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        # A bug, not a verdict: exit 1 means "the circuit disagrees with its reference", so a crash must not use it.
+        traceback.print_exc()
+        print(f"kmeans-circuits {args.command}: internal error (a bug: please report the traceback above)",
+              file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

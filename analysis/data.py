@@ -82,7 +82,7 @@ def load_points(path: str | Path, what: str = "data") -> np.ndarray:
 
 def _load_csv(path: Path, what: str) -> np.ndarray:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheet exports start with a byte-order mark
     except UnicodeDecodeError:
         raise InputError(f"{what} file {path.name}: not a text file") from None
     rows = [row for row in csv.reader(text.splitlines()) if any(cell.strip() for cell in row)]
@@ -93,10 +93,10 @@ def _load_csv(path: Path, what: str) -> np.ndarray:
         try:
             parsed.append([_parse_float(cell) for cell in row])
         except ValueError:
-            if line == 1 and not parsed:
-                continue  # a header row
-            bad = next(cell for cell in row if not _is_number(cell))
-            raise InputError(f"{what} file {path.name}: non-numeric value {bad.strip()!r} in row {line}") from None
+            bad = [cell for cell in row if not _is_number(cell)]
+            if line == 1 and len(bad) == len(row):
+                continue  # a header row: no cell of it is a number
+            raise InputError(f"{what} file {path.name}: non-numeric value {bad[0].strip()!r} in row {line}") from None
     if not parsed:
         raise InputError(f"{what} file {path.name}: no numeric rows")
     width = len(parsed[0])

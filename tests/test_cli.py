@@ -71,6 +71,30 @@ def test_exit_0_table_on_a_csv_with_header_and_init_file(tmp_path):
     assert "VERIFIED" in res.stdout and "iter" in res.stdout
 
 
+def test_a_crash_is_exit_3_never_the_verdict_codes(monkeypatch, capsys):
+    """Exit 1 means "the circuit disagrees with its reference"; a bug must not be read as that verdict."""
+    from analysis import cli as cli_module
+    from analysis.commands import cluster
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cluster, "run", broken)
+    assert cli_module.main(["cluster", "--dataset", "iris", "--k", "3"]) == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err and err.strip().splitlines()[-1].endswith("please report the traceback above)")
+
+
+@pytest.mark.parametrize("text", ["\ufeff1,2\n3,4\n5,6\n", "\ufeffx,y\n1,2\n3,4\n5,6\n", "1,2\n3,4\n5,6\n"])
+def test_csv_rows_are_never_mistaken_for_a_header(tmp_path, text):
+    """A first row is a header only when none of its cells is a number; a byte-order mark is not a cell's text."""
+    from analysis.data import load_points
+
+    data = tmp_path / "points.csv"
+    data.write_text(text, encoding="utf-8")
+    np.testing.assert_array_equal(load_points(data), [[1, 2], [3, 4], [5, 6]])
+
+
 def test_exit_1_when_the_circuit_disagrees(tmp_path):
     res = cli("cluster", "--dataset", "blobs", "--n", 300, "--centers", 4, "--k", 4, "--beta", 10, "--json",
               "--out", tmp_path / "soft")
@@ -111,6 +135,12 @@ BAD = {
     "both sources": (["--dataset", "iris", "--data", "x.csv", "--k", 3], {}),
     "bad beta": (["--dataset", "iris", "--k", 3, "--beta", -1], {}),
     "out is a file": (["--dataset", "iris", "--k", 3, "--out", "{tmp}/afile"], {"afile": "x"}),
+    "out below a file": (["--dataset", "iris", "--k", 3, "--out", "{tmp}/afile/sub"], {"afile": "x"}),
+    "out on a pseudo file system": (["--dataset", "iris", "--k", 3, "--out", "/proc/kmeans-circuits-test"], {}),
+    "numbers and text in the first row": (["--data", "{data}", "--k", 2], {"data.csv": "1,2x\n3,4\n5,6\n"}),
+    "negative seed": (["--dataset", "blobs", "--k", 2, "--seed", -1], {}),
+    "seed beyond 2**32": (["--dataset", "iris", "--k", 2, "--init", "k-means++", "--seed", 2**32], {}),
+    "blobs beyond memory": (["--dataset", "blobs", "--k", 2, "--n", 10**13], {}),
 }
 
 

@@ -27,6 +27,17 @@ class Problem:
     y: np.ndarray | None = None
 
 
+def seed(text: str) -> int:
+    """An ``argparse`` type: a seed numpy and scikit-learn accept (0 <= seed < 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an integer") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**32), got {value}")
+    return value
+
+
 def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", metavar="NAME", help=f"bundled dataset: {', '.join(DATASETS)}")
@@ -35,7 +46,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=10, metavar="T", help="Lloyd iterations (default 10)")
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the initialisation and blobs (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")
     parser.add_argument("--variant", default="lloyd", metavar="NAME", help="circuit variant (default lloyd)")
     blobs = parser.add_argument_group("blobs", "options of --dataset blobs")
     blobs.add_argument("--n", type=int, default=500, help="number of points (default 500)")

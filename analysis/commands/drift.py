@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from analysis.commands._problem import seed
 from analysis.data import InputError
 
 NAME = "drift"
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=16, help="held-out tasks for the behaviour views (default 16)")
     parser.add_argument("--n", type=int, default=None, help="points per task (default: the checkpoint's)")
     parser.add_argument("--steps", type=int, default=20, help="recurrent steps (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the test stream (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the test stream (default 0)")
     parser.add_argument("--no-ablations", action="store_true", help="skip the ablations and the stiffness sweep")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="also print the numbers and the summary as JSON")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from analysis.commands._problem import seed
 from analysis.data import DATASETS, InputError
 
 NAME = "evaluate"
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="initial centroids of both (default: k random data points)")
     parser.add_argument("--n", type=int, default=None, help="points per task (default: the checkpoint's)")
     parser.add_argument("--family", choices=FAMILIES, default="gaussian", help="noise family of the tasks")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the test stream (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the test stream (default 0)")
     parser.add_argument("--datasets", default=",".join(("digits", "blobs")), metavar="NAMES",
                         help="comma-separated scikit-learn datasets (default digits,blobs; 'none' to skip)")
     parser.add_argument("--dataset-inits", type=int, default=10, help="initialisations per dataset (default 10)")

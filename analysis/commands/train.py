@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from analysis.commands._problem import seed
 from analysis.commands._output import check_out_dir
 from analysis.data import InputError
 
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, required=True, help="optimiser steps (total, also when resuming)")
     parser.add_argument("--init", choices=("exact", "random"), default="exact",
                         help="start from the construction at finite sharpness (default) or from random weights")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the tasks and of a random init (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the tasks and of a random init (default 0)")
     parser.add_argument("--out", metavar="DIR", required=True, help="checkpoint folder (created or resumed)")
     parser.add_argument("--resume", action="store_true", help="continue the run in DIR up to --steps")
     parser.add_argument("--json", action="store_true", help="print the last log record as JSON on stdout")

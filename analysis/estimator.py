@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from analysis.pipeline import DTYPES, run_problem
@@ -34,21 +35,33 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     n_clusters : number of clusters ``k``.
     max_iter : Lloyd iterations (the circuit has ``2 * max_iter + 2`` blocks).
     init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
-    random_state : seed of the initialisation (``None`` means 0, so results are reproducible).
+    n_init : number of initialisations (seeds ``seed, seed + 1, ...``); every run is verified and the one with the
+        lowest inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
+    random_state : seed of the initialisation: an int, a ``numpy.random.RandomState`` (one seed is drawn from it),
+        or ``None``, which means 0 so that results are reproducible.
     variant : registered circuit variant (see :mod:`circuits.variants`).
     sharpness : :class:`circuits.sharpness.Sharpness` or ``None`` for the defaults.
     dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
+    path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
+        ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
+
+    ``KMeans``'s ``tol``, ``algorithm`` and ``copy_x`` have no counterpart: the circuit always runs ``max_iter``
+    Lloyd iterations (an iteration after convergence changes nothing, so this is ``tol=0``), ``X`` is never
+    modified, and ``sample_weight`` is refused unless uniform — the update head averages members with equal weight.
     """
 
-    def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", random_state: int | None = 0,
-                 variant: str = "lloyd", sharpness=None, dtype: str = "float64"):
+    def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init: int = 1,
+                 random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
+                 path: str = "auto"):
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.init = init
+        self.n_init = n_init
         self.random_state = random_state
         self.variant = variant
         self.sharpness = sharpness
         self.dtype = dtype
+        self.path = path
 
     def _check_params(self) -> None:
         if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
@@ -57,19 +70,47 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"max_iter must be a non-negative integer, got {self.max_iter!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1:
+            raise ValueError(f"n_init must be a positive integer, got {self.n_init!r}")
+        if self.path not in ("auto", "dense", "structured"):
+            raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
 
-    def fit(self, X, y=None):
+    def _seed(self) -> int:
+        if self.random_state is None:
+            return 0
+        if isinstance(self.random_state, (int, np.integer)):
+            return int(self.random_state)
+        return int(check_random_state(self.random_state).randint(0, 2**31 - 1))
+
+    def fit(self, X, y=None, sample_weight=None):
         self._check_params()
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
-        seed = 0 if self.random_state is None else int(self.random_state)
-        C0 = initial_centroids(X, int(self.n_clusters), self.init if isinstance(self.init, str) else np.asarray(self.init), seed)
-        result = run_problem(X, C0, int(self.max_iter), self.variant, DTYPES[self.dtype], self.sharpness)
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            if w.shape != (X.shape[0],) or not np.all(w == w[0]) or not w[0] > 0:
+                raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
+                                 "members with equal weight (uniform positive weights are accepted)")
+        given = not isinstance(self.init, str)
+        n_init = int(self.n_init)
+        if given and n_init > 1:
+            warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=2)
+            n_init = 1
+        seed = self._seed()
+        best = None
+        for run in range(n_init):
+            C0 = initial_centroids(X, int(self.n_clusters), np.asarray(self.init) if given else self.init,
+                                   (seed + run) % 2**32)
+            result = run_problem(X, C0, int(self.max_iter), self.variant, DTYPES[self.dtype], self.sharpness,
+                                 path=self.path)
+            if best is None or result.inertia < best[1].inertia:
+                best = (C0, result)
+        C0, result = best
         self.circuit_ = result.circuit
         self.model_ = result.circuit.model
         self.capture_ = result.capture
         self.report_ = result.report
         self.init_centroids_ = C0
-        self.labels_ = result.labels.astype(np.int64)
+        self.labels_ = result.labels.astype(np.int32)  # KMeans's dtype
         self.cluster_centers_ = result.centroids
         self.inertia_ = result.inertia
         self.n_iter_ = result.report.n_iter
@@ -80,15 +121,16 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         return self
 
-    def fit_predict(self, X, y=None, **kwargs):
-        return self.fit(X).labels_
+    def fit_predict(self, X, y=None, sample_weight=None):
+        return self.fit(X, sample_weight=sample_weight).labels_
 
     def predict(self, X):
         """Nearest fitted centroid of each point, computed by a two-block circuit (commit, then assign)."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        result = run_problem(X, self.cluster_centers_, 0, self.variant, DTYPES[self.dtype], self.sharpness)
-        return result.labels.astype(np.int64)
+        result = run_problem(X, self.cluster_centers_, 0, self.variant, DTYPES[self.dtype], self.sharpness,
+                             path=self.path)
+        return result.labels.astype(np.int32)
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""

@@ -59,3 +59,46 @@ def test_unverified_fit_warns(data):
     with pytest.warns(CircuitMismatchWarning):
         est = CircuitKMeans(4, max_iter=3, sharpness=Sharpness(beta=5.0)).fit(X)
     assert not est.report_.verified
+
+
+def test_n_init_keeps_the_lowest_inertia_of_the_seeds_it_ran(data):
+    X, _ = data
+    singles = [CircuitKMeans(4, max_iter=3, random_state=seed).fit(X) for seed in (5, 6, 7)]
+    best = min(singles, key=lambda est: est.inertia_)
+    assert len({round(est.inertia_, 6) for est in singles}) > 1, "the seeds must disagree for the test to bite"
+    est = CircuitKMeans(4, max_iter=3, n_init=3, random_state=5).fit(X)
+    assert est.inertia_ == best.inertia_
+    np.testing.assert_array_equal(est.init_centroids_, best.init_centroids_)
+    np.testing.assert_array_equal(est.cluster_centers_, best.cluster_centers_)
+    with pytest.warns(RuntimeWarning, match="n_init"):
+        CircuitKMeans(2, init=X[:2], n_init=4, max_iter=1).fit(X)
+
+
+def test_sklearn_dtypes_weights_and_random_states(data):
+    X, _ = data
+    est = CircuitKMeans(3, max_iter=2, random_state=np.random.RandomState(0)).fit(X)
+    km = KMeans(3, init=est.init_centroids_, n_init=1, max_iter=2).fit(X)
+    assert est.labels_.dtype == km.labels_.dtype and est.predict(X).dtype == km.predict(X).dtype
+    uniform = CircuitKMeans(3, max_iter=2, random_state=1).fit_predict(X, sample_weight=np.full(len(X), 2.0))
+    np.testing.assert_array_equal(uniform, CircuitKMeans(3, max_iter=2, random_state=1).fit_predict(X))
+    weights = np.ones(len(X))
+    weights[0] = 5.0
+    for call in (lambda e: e.fit(X, sample_weight=weights), lambda e: e.fit_predict(X, sample_weight=weights)):
+        with pytest.raises(ValueError, match="sample_weight"):
+            call(CircuitKMeans(3, max_iter=2))
+
+
+def test_paths_agree_and_large_data_takes_the_structured_path():
+    X, _ = make_blobs(3000, n_features=2, centers=3, random_state=0)
+    dense = CircuitKMeans(3, max_iter=3, path="dense").fit(X)
+    auto = CircuitKMeans(3, max_iter=3).fit(X)
+    assert auto.capture_.path == "structured" and dense.capture_.path == "dense"
+    np.testing.assert_array_equal(auto.labels_, dense.labels_)
+    np.testing.assert_allclose(auto.cluster_centers_, dense.cluster_centers_, rtol=0, atol=1e-12 * np.abs(X).max())
+    big, _ = make_blobs(20000, n_features=2, centers=3, random_state=1)
+    est = CircuitKMeans(3, max_iter=2).fit(big)  # 20,004 tokens: beyond what the dense path takes
+    km = KMeans(3, init=est.init_centroids_, n_init=1, algorithm="lloyd", tol=0, max_iter=2).fit(big)
+    assert est.report_.verified
+    np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-12 * np.abs(big).max())
+    with pytest.raises(ValueError, match="path"):
+        CircuitKMeans(3, path="sparse").fit(X)

@@ -86,6 +86,8 @@ class RunResult:
             "reference": rep["reference"],
             "sharpness": self.circuit.sharpness.to_dict(),
             "scale": rep["scale"],
+            # proven_bound is real arithmetic; the float64 rounding the verifier allows for comes on top of it.
+            "tolerances": {"centroid": rep["tolerances"]["centroid"], "tie_window": rep["tolerances"]["tie_window"]},
             "failures": rep["failures"],
             "notes": rep["notes"] + ([f"dense path: {self.capture.path_note}"] if self.capture.path_note else []),
         }

@@ -185,6 +185,10 @@ class VerificationReport:
         )
         lines.extend(f"failure: {f}" for f in self.failures)
         lines.extend(f"note: {n}" for n in self.notes)
+        if bounded:
+            lines.append(f"note: proven |dc| bounds how far softmax attention moves the centroids from the hardmax"
+                         f" trajectory, in real arithmetic; float64 rounding in the forward pass comes on top (checked"
+                         f" within the centroid tolerance {self.tolerances.centroid:.2g})")
         return "\n".join(lines)
 
 

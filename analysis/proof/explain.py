@@ -63,7 +63,8 @@ def variants_text() -> str:
         " new centroid's squared norm exactly only when `1 - eta` is a float64 (`eta = 0.5` yes, `eta = 0.1` no: it"
         " names `update.MLP.damped_square_norm`); over-relaxed damping (`eta = 1.5`) passes every obligation but not"
         " `theorem.assign.argmax`, since its centroids can reach norm `eta / (2 - eta) = 3`, where `mask = 16` no"
-        " longer guarantees that a centroid beats the masked keys. Approximate by design, with nothing to prove (`N/A`, exit 0): "
+        " longer guarantees that a centroid beats the masked keys. Soft by design, with no hardmax theorem to prove (`N/A`,"
+        " exit 0; the verifier holds them to their references within float64 rounding): "
         + ", ".join(f"`{n}`" for n in approximate) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
     ]
     for name in unproven:

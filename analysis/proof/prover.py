@@ -219,15 +219,16 @@ def prove_trimmed(circuit, examples: int = 1) -> ProofReport:
 
 @dataclass(frozen=True)
 class NoObligations:
-    """A variant without an obligation set: approximate by design (``N/A``, nothing to prove), or claimed exact
+    """A variant without an obligation set: soft by design (``N/A``, no hardmax theorem to prove), or claimed exact
     but not covered by the prover (``NOT PROVEN``, which fails: exactness is a claim that needs a certificate)."""
 
     reason: str
     exact: bool
 
 
-APPROXIMATE = ("approximate by design, so no exactness obligation applies; `kmeans-circuits cluster --variant {name}`"
-               " checks it numerically against its own reference, block by block")
+APPROXIMATE = ("soft by design, so there is no hardmax theorem to prove (its attention is a finite-temperature"
+               " softmax, transcendental, outside exact rational arithmetic); the circuit is held to its own reference"
+               " within float64 rounding by `kmeans-circuits cluster --variant {name}`, block by block")
 
 #: Variant name -> prover (a function of the built circuit), or why there is no obligation set.
 OBLIGATION_SETS: dict[str, Callable | NoObligations] = {
@@ -237,8 +238,10 @@ OBLIGATION_SETS: dict[str, Callable | NoObligations] = {
     "soft": NoObligations("soft k-means: finite temperature is the algorithm; " + APPROXIMATE.format(name="soft"), False),
     "annealed": NoObligations("deterministic annealing: soft assignments at every temperature; "
                               + APPROXIMATE.format(name="annealed"), False),
-    "sparse": NoObligations("sparsemax-weighted update: the normalisation is a Python hook on hook_pattern, exact only to"
-                            " float rounding; " + APPROXIMATE.format(name="sparse"), False),
+    "sparse": NoObligations(
+        "sparsemax-weighted k-means normalises its update with a Python hook on hook_attn_scores, not with weights;"
+        " obligations on the state dict cannot cover it, so it is not proven here (the verifier checks its weights"
+        " against the reference's sparsemax)", True),
     "spherical": NoObligations(
         "spherical k-means runs its scores through RMSNorm (use_qk_norm: q / sqrt(mean(q^2) + eps)), which is neither"
         " polynomial nor exactly a normalisation (eps); no obligation set covers it yet, so it is not proven here"

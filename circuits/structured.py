@@ -66,6 +66,12 @@ def identity_groups(pos: int) -> Groups:
     return Groups(every, every, torch.ones(pos, dtype=torch.long), is_identity=True)
 
 
+@functools.lru_cache(maxsize=64)
+def _hash_direction(h: int) -> Float[Tensor, " h"]:
+    """A fixed random projection of ``h`` features (seeded: runs are reproducible). Cached: it is only read."""
+    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+
 def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None) -> Groups:
     """Exact grouping of the identical columns of a feature-major ``(h, pos)`` tensor.
 
@@ -73,9 +79,7 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     representative and fall back to an exact ``unique`` on any collision.
     """
     pos = vectors.shape[1]
-    if direction is None:
-        direction = torch.randn(vectors.shape[0], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    direction = direction.to(vectors.dtype)
+    direction = (_hash_direction(vectors.shape[0]) if direction is None else direction).to(vectors.dtype)
     _, inverse, counts = torch.unique(direction @ vectors, return_inverse=True, return_counts=True)
     m = counts.shape[0]
     if m == pos:
@@ -123,18 +127,27 @@ class GroupedAttention:
         return self.block(q_positions, slice(None))
 
 
+def _as_slice(index: Int[Tensor, " m"]) -> slice | Int[Tensor, " m"]:
+    """``index`` as a slice when it is a contiguous run (a view instead of a gather), else unchanged."""
+    if index.numel() and int(index[-1]) - int(index[0]) + 1 == index.numel():
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return index
+
+
 @dataclass
 class RestrictedMap:
     """A linear map ``x @ W + b`` acting on feature-major input, ``out^T = W^T x^T + b``, restricted to the output
     features where ``W`` or ``b`` is nonzero (``rows``): the dense map is exactly zero on the others, so the caller
-    updates only these rows of the residual.
+    updates only these rows of the residual. The product reads only ``inputs``, the input features the map uses
+    (a contiguous span when that is not much wider, so that the input is a view, not a copy).
 
     The product itself is dense: the matrices are tiny, and torch's sparse (CSR) product copies and fills its
-    operands, which costs more than multiplying the zeros. Exactly-zero terms change no sum.
+    operands, which costs more than multiplying the zeros. Exactly-zero terms change no sum (inputs are finite).
     """
 
-    rows: Int[Tensor, " c"]
-    W_T: Float[Tensor, "c d_in"]
+    rows: Int[Tensor, " c"] | slice
+    inputs: Int[Tensor, " m"] | slice
+    W_T: Float[Tensor, "c m"]
     b: Float[Tensor, "c 1"] | None
 
     @classmethod
@@ -145,10 +158,17 @@ class RestrictedMap:
         used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
         rows = torch.nonzero(used).flatten()
         bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
-        return cls(rows, W[:, rows].T.contiguous(), bias)
+        read = torch.nonzero((W[:, rows] != 0).any(dim=1)).flatten()
+        if read.numel() == 0:
+            read = torch.zeros(1, dtype=torch.long)  # a map of biases only still needs a (zero) product's shape
+        span = int(read[-1]) - int(read[0]) + 1
+        # A gather copies the rows it reads; a span is a view but multiplies its zero columns: take the span when
+        # it is at most half again as wide.
+        inputs = slice(int(read[0]), int(read[-1]) + 1) if span <= 1.5 * read.numel() else read
+        return cls(_as_slice(rows), inputs, W[inputs][:, rows].T.contiguous(), bias)
 
     def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
-        out = self.W_T @ xT
+        out = self.W_T @ xT[self.inputs]
         return out if self.b is None else out + self.b
 
 

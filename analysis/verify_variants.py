@@ -155,6 +155,11 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])
     tol_W = 1e3 * eps + 16 * (d + 3) * eps * member * math.sqrt(n)
     seq = enc.sequence
+    from analysis.proof.bound import bound_for_capture
+
+    # The proven finite-sharpness bound exists for the damped and trimmed variants (None for the others).
+    proven = bound_for_capture(cap, b)
+    sharpness_bound = proven[0] if proven is not None else None
 
     mismatches: list[Mismatch] = []
     ties: list[Tie] = []
@@ -271,6 +276,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             step_assignment_error=a_err,
             update_weight_error=step_w_err.get(t + 1, 0.0),
             outliers=int((labels_t < 0).sum()),
+            proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
     trajectory_verdict(diverged, mismatches, failures, notes)
     if ties and hard:
@@ -322,4 +328,5 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         notes=notes,
         variant_params=circ.params,
         reference=f"{type(ref).__name__} (circuits.variants.references): {spec.algorithm}",
+        sharpness_bound=sharpness_bound,
     )

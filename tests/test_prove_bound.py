@@ -149,3 +149,99 @@ def test_report_shows_the_bound_next_to_the_observed_error():
     doc = result.report.to_dict()
     assert all("proven_bound" in r for r in doc["per_iteration"])
     assert doc["sharpness_bound"]["layers"][0]["kind"] == "update"
+
+
+# ---- the variants with a bound: damped (step eta) and trimmed (an attention sink in the assign head) ----------
+
+#: (variant, parameters): eta = 0.5 and 0.25 (1 - eta a float64, as the bound requires); radii that leave out points.
+BOUNDED = [("damped", {"eta": 0.5}), ("damped", {"eta": 0.25}), ("trimmed", {"radius": 0.3}), ("trimmed", {"radius": 0.2})]
+
+
+@functools.lru_cache(maxsize=64)
+def variant_circuit(name: str, param: tuple, d: int, k: int, T: int, beta: float, beta_update: float):
+    from circuits.variants import get_variant
+
+    return get_variant(name).build(d, k, T, sharpness=Sharpness(beta=beta, beta_update=beta_update), **dict(param))
+
+
+def run_variant(name, params, X, C0, T, beta=1e14, beta_update=4000.0):
+    X, C0 = np.asarray(X, float), np.asarray(C0, float)
+    circ = variant_circuit(name, tuple(sorted(params.items())), X.shape[1], C0.shape[0], T, beta, beta_update)
+    return run_problem(X, C0, T, circuit=circ)
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(problems(max_n=60, max_d=5, max_k=5), st.sampled_from(BOUNDED), st.sampled_from(KNOBS))
+def test_variant_bound_holds_on_hypothesis_problems(problem, variant, knobs):
+    X, C0, T = problem
+    assert_bound_holds(run_variant(*variant, X, C0, T, *knobs))
+
+
+@pytest.mark.parametrize("variant", BOUNDED, ids=lambda v: f"{v[0]}-{list(v[1].values())[0]}")
+@pytest.mark.parametrize("knobs", [(1e14, 4000.0), (1e6, 4000.0), (1e3, 30.0)])
+def test_variant_bound_holds_on_iris(variant, knobs):
+    X = DATASETS["iris"]
+    rep = assert_bound_holds(run_variant(*variant, X, initial_centroids(X, 3, "random", 0), 3, *knobs))
+    if knobs == (1e14, 4000.0):
+        assert max(r.proven_bound for r in rep.per_iteration) < 1e-200
+
+
+@pytest.mark.parametrize("variant", BOUNDED, ids=lambda v: f"{v[0]}-{list(v[1].values())[0]}")
+def test_variant_bound_is_far_from_zero_where_the_softmax_is_soft(variant):
+    """At beta = 1e6 on blobs the softmax is visibly soft: the bound is non-trivial, within ~100x of the observed
+    centroid error, and holds at every layer (trimmed: with outliers present)."""
+    X = DATASETS["blobs"]
+    result = run_variant(*variant, X, initial_centroids(X, 5, "random", 0), 3, 1e6, 4000.0)
+    rep = assert_bound_holds(result)
+    first = rep.per_iteration[0]
+    assert 1e-12 < first.proven_bound < 1e-6
+    assert rep.tolerances.centroid < first.max_centroid_error <= first.proven_bound <= 100 * first.max_centroid_error
+    if variant[0] == "trimmed":
+        assert first.outliers > 0
+        _, traj = bound_for_capture(result.capture)
+        assert (traj.labels[0] == -1).sum() == first.outliers
+
+
+def test_damped_bound_with_lloyds_propagation_is_caught(monkeypatch):
+    """Damping carries a fraction |1 - eta| of each centroid's error into the next iteration. Lloyd's propagation
+    (the new error is the head's alone) is too small for damped: once the assignments are hard again the head adds
+    nothing, but half of the earlier error is still there; the layer-by-layer check finds it."""
+    import analysis.proof.bound as bound
+
+    X = DATASETS["blobs"]
+    result = run_variant("damped", {"eta": 0.5}, X, initial_centroids(X, 5, "random", 0), 3, 1e6, 4000.0)
+    assert not bound_violations(result.capture)
+    monkeypatch.setattr(bound, "commit_error", lambda delta, head, eta: head)
+    found = bound_violations(result.capture)
+    assert found and all("centroids" in f for f in found), found
+
+
+def test_trimmed_bound_for_a_sharper_circuit_or_without_the_sink_is_caught():
+    X = DATASETS["blobs"]
+    result = run_variant("trimmed", {"radius": 0.3}, X, initial_centroids(X, 5, "random", 0), 2, 1e6, 4000.0)
+    assert not bound_violations(result.capture)
+    circ, seq = result.circuit, result.encoded.sequence
+    L = circ.layout
+    Xu = result.encoded.resid[0, seq.points, L["X"]].numpy()
+    Cu = result.encoded.resid[0, seq.centroids, L["C_stage"]].numpy()
+    sink = float(circ.model.blocks[1].attn.sinks.detach()[0])
+    args = (Xu, Cu, 2, 1e7, 4000.0, 16.0, 1e-11, result.report.scale)
+    assert sink == -1e6 * (0.3**2 + 5e-11)
+    sharper = sharpness_bound(*args[:3], 1e7, *args[4:], sink=-1e7 * (0.3**2 + 5e-11), update_sink=-1e300)
+    found = bound_violations(result.capture, proven=sharper)
+    assert found and "layer 1 (assign)" in found[0], found
+    no_sink = sharpness_bound(*args[:3], 1e6, *args[4:])
+    found = bound_violations(result.capture, proven=no_sink)
+    assert found and "layer 1 (assign)" in found[0], found
+
+
+def test_only_damped_and_trimmed_variants_report_a_bound():
+    X = DATASETS["iris"]
+    C0 = initial_centroids(X, 3, "random", 0)
+    for name in ["damped", "trimmed", "soft", "spherical"]:
+        rep = run_problem(X, C0, 2, variant=name).report
+        bounded = [r.proven_bound is not None for r in rep.per_iteration]
+        assert all(bounded) if name in ("damped", "trimmed") else not any(bounded), name
+        assert ("proven |dc|" in rep.summary().splitlines()[0]) == (name in ("damped", "trimmed"))
+    # A damped step whose 1 - eta is not a float64 breaks the exact |c|^2 of N: no bound is claimed.
+    assert run_problem(X, C0, 1, variant="damped:eta=0.1").report.per_iteration[0].proven_bound is None

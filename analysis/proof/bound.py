@@ -48,6 +48,31 @@ positive float64 (a true value smaller than that is still bounded by it).
 
 What is *not* covered: the floating-point rounding inside the circuit's own forward pass. Observed errors are
 therefore compared with ``bound + the verifier's rounding tolerance`` (:mod:`analysis.verify`).
+
+**Damped** (``eta``; :mod:`circuits.variants.damped`). The heads are Lloyd's, so the assign bound and the update
+head's bound on ``|o_j - m_j|`` (``m_j`` the hard head output: the members' mean, or ``c_j`` for an empty cluster)
+carry over unchanged. Only the commit differs: the MLP writes ``c~_j + eta (o_j - c~_j)`` where the hard circuit
+writes ``c_j + eta (m_j - c_j)``; the difference is ``(1 - eta)(c~_j - c_j) + eta (o_j - m_j)``, so
+``Delta_j' <= |1 - eta| Delta_j + eta |o_j - m_j|``: a damped step carries a fraction ``|1 - eta|`` of the old error
+forward instead of discarding it (Lloyd's, ``eta = 1``, discards it). For an empty cluster write the difference as
+``(c~_j - c_j) + eta (o_j - c~_j)``: ``Delta_j' <= Delta_j + eta |o_j - c~_j|``, with ``|o_j - c~_j|`` bounded as for
+Lloyd's. ``N_j = |c~_j|^2`` still holds exactly only because the norm units read ``(1 - eta) C + eta C_stage``
+with ``1 - eta`` a float64 (obligation ``update.MLP.damped_square_norm``); for an ``eta`` where it is not, no bound
+is given. The first update commits fully, as Lloyd's. The float64 reference evaluates ``c + eta (m - c)``; its
+per-coordinate error grows by ``|1 - eta| e + eta e_mean`` plus three roundings.
+
+**Trimmed** (assign sink logit ``L``; :mod:`circuits.variants.trimmed`). With ``NX = |x|^2`` exact the centroid
+scores are exactly ``-beta V_ij`` and the sink is one more key of score ``L = -beta V_sink`` (``V_sink =
+-L / beta``, evaluated with its rounding) and value 0, so it is a competitor like a centroid with ``Delta = 0``:
+``a(i)`` is the argmin over the ``k`` centroids *and* the sink, its margin is the gap to the runner-up among all
+``k + 1`` (an outlier's runner-up is its nearest centroid, a member's may be the sink), and ``eps_i`` sums over all of
+them (masked keys still score ``<= -beta (mask + |x_i|^2)``). An outlier's hard ``Y`` is 0 and its soft ``Y`` holds
+the mass off the sink, ``<= eps_i``: so ``|Y_i - 0|_1 <= eps_i``, every ``y_ij <= eps_i`` and its label reads -1 when
+``eps_i < 1/2``. In the update head an outlier is therefore a non-member (score ``beta_u y_ij <= beta_u eps_i``),
+exactly the role Lloyd's bound gives non-members, so the update bound carries over with members ``S_j`` = the
+non-outlier points labelled ``j``. The update heads' own sink (logit ``L_u``, value 0) is one more off-support key:
+``exp(L_u - beta_u)`` joins ``W_j`` (``exp(L_u - beta_u / 2)`` for an empty cluster, one more key in the first
+update). The observed ``|softmax - hardmax|_1`` counts the sink's mass too.
 """
 
 from __future__ import annotations
@@ -131,14 +156,29 @@ class HardTrajectory:
     certified: list[bool]
 
 
+def commit_error(delta: float, head: float, eta: float) -> float:
+    """Bound on ``|c~' - c'|`` after an update that commits ``c + eta (o - c)`` for a non-empty cluster, given
+    ``delta >= |c~ - c|`` before it and ``head >= |o~ - mean|`` for the head's output: the two commits differ by
+    ``(1 - eta)(c~ - c) + eta (o~ - mean)``. Lloyd's (``eta = 1``) discards the old error."""
+    if eta == 1.0:
+        return head
+    return float(_up(abs(1 - eta) * delta + eta * head))
+
+
 def tie_breaks(tie_break: float, k: int) -> np.ndarray:
     """``t_j`` as the circuit's weights hold them: ``tie_break * j`` rounded once to float64."""
     return np.array([float(tie_break * j) for j in range(k)])
 
 
 def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, beta: float,
-                    beta_update: float, mask: float, tie_break: float, scale: float = 1.0) -> tuple[SharpnessBound, HardTrajectory]:
-    """The bound for unit-scaled points ``X`` and initial centroids ``C0`` (as the circuit receives them)."""
+                    beta_update: float, mask: float, tie_break: float, scale: float = 1.0, *, eta: float = 1.0,
+                    sink: float | None = None, update_sink: float | None = None,
+                    ) -> tuple[SharpnessBound, HardTrajectory]:
+    """The bound for unit-scaled points ``X`` and initial centroids ``C0`` (as the circuit receives them).
+
+    Lloyd's circuit by default; ``eta`` the damped variant's step (updates after the first); ``sink`` the assign
+    heads' attention-sink logit and ``update_sink`` the update heads' (trimmed). Outliers get label -1.
+    """
     X = np.asarray(X, dtype=np.float64)
     C = np.asarray(C0, dtype=np.float64).copy()
     n, d = X.shape
@@ -151,12 +191,14 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
     r_x = float(x_norm.max()) if n else 0.0
     x_inf = np.abs(X).max(axis=1) if n else np.zeros(0)
     e = np.zeros(k)  # per-coordinate float error of the reference centroids
+    sink_terms = np.array([] if update_sink is None else [float(update_sink)])
     certified = True
     notes: list[str] = []
 
     # Layer 0: the first update commits C0; centroid j attends to its own key (value 0), every other key scores
     # beta_update / 2 below it and only point keys carry a non-zero value.
-    log_off = math.log(n + k) - beta_update / 2
+    n_sinks = 0 if update_sink is None else 1
+    log_off = math.log(n + k + n_sinks) - beta_update / 2
     log_delta = math.log(n * r_x) - beta_update / 2 if n and r_x > 0 else -math.inf
     delta = np.full(k, float(_up(_exp(log_delta))) if log_delta > -math.inf else 0.0)
     layers.append(LayerBound(0, "update", 0, float(_up(2 * _exp(log_off))), (math.log(2) + log_off) / math.log(10),
@@ -172,17 +214,22 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
         rho = (g * D * (1 + 2 * g) + 2 * np.sqrt(D) * (1 + g) * E[None, :] + E[None, :] ** 2
                + U * (D + t[None, :])) * 1.01 + 1e-300
         V = D + t[None, :]
+        if sink is not None:
+            # The sink as a (k+1)-th candidate: V_sink = -L / beta (one division, rounded), no centroid error.
+            v_sink = -sink / beta
+            V = np.concatenate([V, np.full((n, 1), v_sink)], axis=1)
+            rho = np.concatenate([rho, np.full((n, 1), 2 * U * abs(v_sink) + 1e-300)], axis=1)
         a = np.argmin(V, axis=1)
         rows = np.arange(n)
         Va, rho_a = V[rows, a], rho[rows, a]
         gap = V - Va[:, None] - rho - rho_a[:, None]
         gap[rows, a] = np.inf
-        ok = bool(np.all(gap > 0)) if k > 1 else True
+        ok = bool(np.all(gap > 0)) if V.shape[1] > 1 else True
         if not ok and certified:
             certified = False
             notes.append(f"iteration {it}: the float reference cannot certify the nearest centroid of"
                          f" {int((gap <= 0).any(axis=1).sum())} point(s) (margins below rounding); bounds are inf from here")
-        traj.labels.append(a.copy())
+        traj.labels.append(np.where(a == k, -1, a))
         traj.certified.append(certified)
         if not certified:
             # Assign layer of iteration s sits at 2s + 1, update layer of iteration s at 2s.
@@ -193,11 +240,13 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
             centroid_user.extend([math.inf] * (iterations - it))
             break
         dist = np.sqrt(D * (1 + g)) + E[None, :]
-        eta = 2 * dist * delta[None, :] + delta[None, :] ** 2
+        shift = 2 * dist * delta[None, :] + delta[None, :] ** 2
+        if sink is not None:
+            shift = np.concatenate([shift, np.zeros((n, 1))], axis=1)
         with np.errstate(invalid="ignore"):
-            expo = -beta * (gap - eta - eta[rows, a][:, None])
+            expo = -beta * (gap - shift - shift[rows, a][:, None])
         expo[rows, a] = -np.inf
-        mask_expo = math.log(n + 1) - beta * (mask - (Va + rho_a) - eta[rows, a])
+        mask_expo = math.log(n + 1) - beta * (mask - (Va + rho_a) - shift[rows, a])
         log_eps = _logsumexp(np.concatenate([expo, mask_expo[:, None]], axis=1), axis=1)
         log_eps = np.minimum(log_eps, 0.0)  # eps <= 1 always
         eps = _up(_exp(log_eps))
@@ -229,23 +278,36 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
                     spread = min(2.0, float(_up(2 * S / denom)))
                     with np.errstate(over="ignore", under="ignore"):
                         log_num = float(_logsumexp(np.concatenate([beta_update * (eps[~members] - 1),
-                                                                   [-beta_update / 2, math.log(k) - beta_update]])))
+                                                                   [-beta_update / 2, math.log(k) - beta_update],
+                                                                   sink_terms - beta_update])))
                     log_w = log_num - math.log(denom)
                     w_off = min(1.0, float(_up(_exp(min(log_w, 1.0)))))
                 else:
                     spread, w_off = 2.0, 1.0
-                new_delta[j] = min(float(_up(2 * r_x * spread + w_off * r_v)), float(_up(r_v)))
+                head = min(float(_up(2 * r_x * spread + w_off * r_v)), float(_up(r_v)))  # |o_j - mean_j|
                 l1[j] = min(2.0, float(_up(spread + 2 * w_off)))
-                new_C[j] = X[members].mean(axis=0)
-                new_e[j] = (size + 1) * U * 1.01 * float(x_inf[members].max())
+                mean = X[members].mean(axis=0)
+                e_mean = (size + 1) * U * 1.01 * float(x_inf[members].max())
+                new_delta[j] = commit_error(float(delta[j]), head, eta)
+                if eta == 1.0:
+                    new_C[j], new_e[j] = mean, e_mean
+                else:
+                    new_C[j] = C[j] + eta * (mean - C[j])
+                    # Reference rounding: inputs' errors pass as |1 - eta| e + eta e_mean; the subtraction, the
+                    # product and the sum each round by u times at most eta (|m| + |c|) or |c| + eta (|m| + |c|).
+                    c_inf, m_inf = float(np.abs(C[j]).max()), float(np.abs(mean).max())
+                    new_e[j] = (abs(1 - eta) * e[j] + eta * e_mean
+                                + 3 * U * (eta * (m_inf + c_inf + e_mean + e[j]) + c_inf + e[j])) * 1.01 + 1e-300
             else:
                 # An empty cluster keeps its own key (score beta_u / 2, value c~_j); points score <= beta_u eps_i.
                 with np.errstate(over="ignore", under="ignore"):
                     log_w = float(_logsumexp(np.concatenate([beta_update * (eps - 0.5),
-                                                             [math.log(k) - beta_update / 2]])))
+                                                             [math.log(k) - beta_update / 2],
+                                                             sink_terms - beta_update / 2])))
                 w_off = min(1.0, float(_up(_exp(min(log_w, 1.0)))))
                 move = min(float(_up(w_off * (r_v + c_norm[j] + delta[j]))), float(_up(r_v + c_norm[j] + delta[j])))
-                new_delta[j] = float(_up(delta[j] + move))
+                # (c~ - c) + eta (o - c~): damping scales only the move (eta = 1: Lloyd's).
+                new_delta[j] = float(_up(delta[j] + (move if eta == 1.0 else eta * move)))
                 l1[j] = min(2.0, float(_up(2 * w_off)))
         delta, C, e = new_delta, new_C, new_e
         traj.centroids.append(C.copy())
@@ -258,21 +320,45 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
     return SharpnessBound(scale, certified, layers, centroid_user, notes=notes), traj
 
 
+#: Circuits the bound is derived for.
+BOUNDED_VARIANTS = ("lloyd", "damped", "trimmed")
+
+
+def _sink_logits(circ, kind: str) -> float | None:
+    """The attention-sink logit of the ``kind`` layers, read from the model's weights (``None`` without sinks)."""
+    if not getattr(circ.model.cfg, "use_attention_sinks", False):
+        return None
+    values = {float(circ.model.blocks[layer].attn.sinks.detach().reshape(-1)[0]) for layer in circ.layers_of(kind)}
+    # Tied weights share one value; if they did not, the largest logit is the worst case for the update heads.
+    return max(values) if kind == "update" or len(values) == 1 else None
+
+
 def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] | None:
-    """The bound for problem ``b`` of a captured run of the exact Lloyd circuit (float64 only, else ``None``)."""
+    """The bound for problem ``b`` of a captured run of Lloyd's circuit or the damped or trimmed variant (float64
+    only; ``None`` otherwise, and for a damped ``eta`` whose ``1 - eta`` is not a float64)."""
+    from fractions import Fraction
+
     import torch
 
     from circuits.encoding import read
 
     circ, enc = cap.circuit, cap.encoded
-    if circ.variant != "lloyd" or circ.dtype != torch.float64:
+    if circ.variant not in BOUNDED_VARIANTS or circ.dtype != torch.float64:
         return None
+    eta = float(circ.params.get("eta", 1.0)) if circ.variant == "damped" else 1.0
+    if Fraction(1) - Fraction(eta) != Fraction(1.0 - eta):
+        return None  # the norm units then do not hold |c|^2 exactly (update.MLP.damped_square_norm fails)
+    sink = update_sink = None
+    if circ.variant == "trimmed":
+        sink, update_sink = _sink_logits(circ, "assign"), _sink_logits(circ, "update")
+        if sink is None:
+            return None
     seq = enc.sequence
     X = read(circ.layout, enc.resid, "X", seq.points)[b]
     C0 = read(circ.layout, enc.resid, "C_stage", seq.centroids)[b]
     s = circ.sharpness
     return sharpness_bound(X, C0, circ.iterations, s.beta, s.beta_update, s.mask, s.tie_break,
-                           float(enc.scaling.scale[b]))
+                           float(enc.scaling.scale[b]), eta=eta, sink=sink, update_sink=update_sink)
 
 
 def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, float]:
@@ -287,8 +373,12 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
             if it >= len(traj.labels):
                 continue
             p = att.pattern[b]  # points x centroids
-            hard = np.eye(p.shape[1])[traj.labels[it]]
-            out[lc.layer] = float((np.abs(p - hard).sum(axis=1) + (1 - p.sum(axis=1))).max()) if len(p) else 0.0
+            k = p.shape[1]
+            hard = np.eye(k + 1)[traj.labels[it]]  # label -1: the sink (column k)
+            sink = att.sink_mass[b] if att.sink_mass is not None else np.zeros(len(p))
+            masked = np.abs(1 - p.sum(axis=1) - sink)  # point and BOS keys (hard weight 0)
+            out[lc.layer] = float((np.abs(p - hard[:, :k]).sum(axis=1) + masked + np.abs(sink - hard[:, k])).max()) \
+                if len(p) else 0.0
         elif lc.kind == "update":
             it = circ.centroid_layers.index(lc.layer)
             if it > len(traj.labels):
@@ -301,7 +391,8 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
                     hard[j, members] = 1 / len(members)
                 else:
                     hard[j, seq.centroid(j)] = 1.0
-            out[lc.layer] = float(np.abs(p - hard).sum(axis=1).max())
+            sink = np.abs(1 - p.sum(axis=1)) if getattr(circ.model.cfg, "use_attention_sinks", False) else 0.0
+            out[lc.layer] = float((np.abs(p - hard).sum(axis=1) + sink).max())
     return out
 
 
@@ -342,7 +433,8 @@ def bound_violations(cap, b: int = 0, proven: tuple[SharpnessBound, HardTrajecto
         if lb.kind == "assign" and lb.assignment_l1 is not None and math.isfinite(lb.assignment_l1):
             it = circ.assignment_layers.index(lb.layer)
             Y = lc.post.assignments[b]
-            dev = float(np.abs(Y - np.eye(Y.shape[1])[traj.labels[it]]).sum(axis=1).max()) if len(Y) else 0.0
+            hard_Y = np.eye(Y.shape[1] + 1)[traj.labels[it]][:, :-1]  # outliers (label -1): 0
+            dev = float(np.abs(Y - hard_Y).sum(axis=1).max()) if len(Y) else 0.0
             if dev > lb.assignment_l1 + slack:
                 out.append(f"layer {lb.layer}: |Y - one-hot|_1 = {dev:.3g} > bound {lb.assignment_l1:.3g}")
             wrong = int((lc.post.labels[b] != traj.labels[it]).sum())

@@ -42,7 +42,13 @@ and that error feeds the next assignment's margins. The verification report carr
 (`proven_bound`, column `proven |dc|` of the table) next to the observed centroid error; the observed error minus
 the verifier's float64 rounding tolerance never exceeds it (`tests/test_prove_bound.py` checks every layer on
 hypothesis problems, the bundled datasets and small `beta`, `beta_update` where the bound is far from 0). The bound
-is derived for Lloyd's circuit; the variants report none yet."""
+is derived for Lloyd's circuit and for two variants. `damped`: the heads are Lloyd's, but the commit keeps a
+fraction `1 - eta` of the old centroid, so a centroid's error becomes `|1 - eta|` times its old error plus `eta` times
+the head's (Lloyd's discards the old error; with damping it decays over iterations instead, and the test shows
+that Lloyd's propagation would be too small); no bound is claimed where `1 - eta` is not a float64. `trimmed`: the
+sink is one more candidate in each point's margin (an outlier's runner-up is its nearest centroid, a member's may be
+the sink), an outlier's `Y` is at most its leak, so every update treats it as a non-member. The other variants
+report none."""
 
 
 def variants_text() -> str:

@@ -3,7 +3,8 @@
 For n in {1e3, 1e4, 1e5, 1e6} (d=2, k=5, T=10, float64, blobs), each measurement in a fresh subprocess (so peak
 memory is its own), all in one run:
 
-* ``structured``: :func:`circuits.structured.structured_forward` — the forward pass alone, best of 3;
+* ``structured``: :func:`circuits.structured.structured_forward` — the forward pass alone, best of 10 up to
+  n = 1e4 (tens of milliseconds, where the 2-core machine's scheduling noise is of the same size), 3 at 1e5, 1 at 1e6;
 * ``+verify``: what ``kmeans-circuits cluster --path structured`` does after building: capture every layer,
   decode it, and verify it against the numpy reference with the certificate (once);
 * ``dense``: ``model(resid, start_at_layer=0)`` where it fits (n + k + 1 <= 12,000 tokens), best of 3;
@@ -63,7 +64,7 @@ def one(n: int, d: int, k: int, T: int, what: str) -> dict:
     out = {"n": n, "what": what, "sklearn_s": sk_time}
     if what == "structured":
         out["seconds"] = best(lambda: structured_forward(circuit.model, enc.resid, keep=False, keep_pre=False),
-                              3 if n <= 100_000 else 1)
+                              10 if n <= 10_000 else 3 if n <= 100_000 else 1)
     elif what == "verify":
         t0 = time.perf_counter()
         result = run_problem(X, C0, T, circuit=circuit, path="structured")

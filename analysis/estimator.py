@@ -96,12 +96,14 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=2)
             n_init = 1
         seed = self._seed()
-        best = None
+        best, circuit = None, None
         for run in range(n_init):
             C0 = initial_centroids(X, int(self.n_clusters), np.asarray(self.init) if given else self.init,
                                    (seed + run) % 2**32)
+            # Every initialisation runs the same circuit: build it once.
             result = run_problem(X, C0, int(self.max_iter), self.variant, DTYPES[self.dtype], self.sharpness,
-                                 path=self.path)
+                                 circuit=circuit, path=self.path)
+            circuit = result.circuit
             if best is None or result.inertia < best[1].inertia:
                 best = (C0, result)
         C0, result = best

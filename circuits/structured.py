@@ -353,7 +353,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
                        on_record: Callable[[int, LayerRecord], None] | None = None,
                        pair_budget: int = PAIR_BUDGET, keep_mid: bool = False, keep_pre: bool = True
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
-    """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and sparse linear maps.
+    """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and restricted linear maps.
 
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
     logits and, per layer, the residual stream before and after the block and the grouped attention of each

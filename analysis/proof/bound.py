@@ -307,7 +307,7 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
                 w_off = min(1.0, float(_up(_exp(min(log_w, 1.0)))))
                 move = min(float(_up(w_off * (r_v + c_norm[j] + delta[j]))), float(_up(r_v + c_norm[j] + delta[j])))
                 # (c~ - c) + eta (o - c~): damping scales only the move (eta = 1: Lloyd's).
-                new_delta[j] = float(_up(delta[j] + (move if eta == 1.0 else eta * move)))
+                new_delta[j] = float(_up(delta[j] + eta * move))
                 l1[j] = min(2.0, float(_up(2 * w_off)))
         delta, C, e = new_delta, new_C, new_e
         traj.centroids.append(C.copy())

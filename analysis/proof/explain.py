@@ -56,8 +56,8 @@ def variants_text() -> str:
     from circuits.variants import VARIANTS
 
     proved = [name for name in VARIANTS if callable(OBLIGATION_SETS.get(name))]
-    approximate = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
-                   and not OBLIGATION_SETS[name].exact]
+    soft = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
+            and not OBLIGATION_SETS[name].exact]
     unproven = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
                 and OBLIGATION_SETS[name].exact]
     lines = [
@@ -71,7 +71,7 @@ def variants_text() -> str:
         " `theorem.assign.argmax`, since its centroids can reach norm `eta / (2 - eta) = 3`, where `mask = 16` no"
         " longer guarantees that a centroid beats the masked keys. Soft by design, with no hardmax theorem to prove (`N/A`,"
         " exit 0; the verifier holds them to their references within float64 rounding): "
-        + ", ".join(f"`{n}`" for n in approximate) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
+        + ", ".join(f"`{n}`" for n in soft) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
     ]
     for name in unproven:
         lines.append(f"- `{name}`: {OBLIGATION_SETS[name].reason}.")

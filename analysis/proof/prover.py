@@ -226,7 +226,7 @@ class NoObligations:
     exact: bool
 
 
-APPROXIMATE = ("soft by design, so there is no hardmax theorem to prove (its attention is a finite-temperature"
+SOFT_BY_DESIGN = ("soft by design, so there is no hardmax theorem to prove (its attention is a finite-temperature"
                " softmax, transcendental, outside exact rational arithmetic); the circuit is held to its own reference"
                " within float64 rounding by `kmeans-circuits cluster --variant {name}`, block by block")
 
@@ -235,9 +235,9 @@ OBLIGATION_SETS: dict[str, Callable | NoObligations] = {
     "lloyd": prove_lloyd,
     "damped": prove_damped,
     "trimmed": prove_trimmed,
-    "soft": NoObligations("soft k-means: finite temperature is the algorithm; " + APPROXIMATE.format(name="soft"), False),
+    "soft": NoObligations("soft k-means: finite temperature is the algorithm; " + SOFT_BY_DESIGN.format(name="soft"), False),
     "annealed": NoObligations("deterministic annealing: soft assignments at every temperature; "
-                              + APPROXIMATE.format(name="annealed"), False),
+                              + SOFT_BY_DESIGN.format(name="annealed"), False),
     "sparse": NoObligations(
         "sparsemax-weighted k-means normalises its update with a Python hook on hook_attn_scores, not with weights;"
         " obligations on the state dict cannot cover it, so it is not proven here (the verifier checks its weights"

@@ -81,15 +81,35 @@ def main(argv: list[str] | None = None) -> int:
         # Output folders are written all at once at the end, so nothing is left half-written.
         print(f"kmeans-circuits {args.command}: error: the problem does not fit in memory", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if not is_out_of_memory(exc):
+            report_internal_error(args.command)
+            return 3
+        print(f"kmeans-circuits {args.command}: error: the problem does not fit in memory", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception:
-        # A bug, not a verdict: exit 1 means "the circuit disagrees with its reference", so a crash must not use it.
-        traceback.print_exc()
-        print(f"kmeans-circuits {args.command}: internal error (a bug: please report the traceback above)",
-              file=sys.stderr)
+        report_internal_error(args.command)
         return 3
+
+
+#: What torch's allocators say when an allocation fails: it raises ``RuntimeError`` (CPU) or its subclass
+#: ``torch.OutOfMemoryError`` (CUDA), not Python's ``MemoryError``.
+OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")
+
+
+def is_out_of_memory(exc: RuntimeError) -> bool:
+    message = str(exc).lower()
+    return type(exc).__name__ == "OutOfMemoryError" or any(text in message for text in OUT_OF_MEMORY)
+
+
+def report_internal_error(command: str) -> None:
+    """Report the exception being handled as a bug: its traceback, then one line saying so."""
+    # A bug, not a verdict: exit 1 means "the circuit disagrees with its reference", so a crash must not use it.
+    traceback.print_exc()
+    print(f"kmeans-circuits {command}: internal error (a bug: please report the traceback above)", file=sys.stderr)
 
 
 if __name__ == "__main__":

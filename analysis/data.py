@@ -56,8 +56,13 @@ def _parse_float(cell: str) -> float:
 def load_points(path: str | Path, what: str = "data") -> np.ndarray:
     """A numeric 2-D array from ``.csv`` (header optional) or ``.npy``; one row per point."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{what} file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what} file {str(path)!r} is a folder; give a .csv or .npy file")
+    if not path.is_file():
+        # A FIFO or a device would block or never end; only a regular file has rows to count.
+        raise InputError(f"{what} file {str(path)!r} is not a regular file")
     suffix = path.suffix.lower()
     if suffix == ".npy":
         try:
@@ -85,6 +90,8 @@ def _load_csv(path: Path, what: str) -> np.ndarray:
         text = path.read_text(encoding="utf-8-sig")  # spreadsheet exports start with a byte-order mark
     except UnicodeDecodeError:
         raise InputError(f"{what} file {path.name}: not a text file") from None
+    except OSError as exc:
+        raise InputError(f"{what} file {path.name}: cannot be read ({exc.strerror or exc})") from None
     rows = [row for row in csv.reader(text.splitlines()) if any(cell.strip() for cell in row)]
     if not rows:
         raise InputError(f"{what} file {path.name}: no rows")
@@ -123,9 +130,27 @@ def _check_finite_nonempty(arr: np.ndarray, where: str) -> np.ndarray:
     return arr
 
 
+def check_magnitude(arr: np.ndarray, n: int, where: str) -> None:
+    """Reject coordinates so large that squared distances, or their sum over ``n`` points, overflow float64.
+
+    Two rows whose coordinates are at most ``M`` in absolute value are at squared distance at most ``4 d M^2``, and
+    the objective sums ``n`` of those; the expansion ``|x|^2 - 2 x.c + |c|^2`` stays within the same bound. A factor
+    of 4 more leaves room for partial sums. Beyond that, NaN and inf would reach the results instead of numbers.
+    """
+    d = arr.shape[1]
+    limit = float(np.sqrt(np.finfo(np.float64).max / (16.0 * max(n, 1) * d)))
+    peak = float(np.abs(arr).max())
+    if peak > limit:
+        row, col = np.unravel_index(int(np.abs(arr).argmax()), arr.shape)
+        raise InputError(f"{where}: magnitude {peak:.3g} at row {row + 1}, column {col + 1} is too large: squared"
+                         f" distances summed over {n} points in {d} dimensions overflow float64 (at most"
+                         f" {limit:.3g} here; rescale the data)")
+
+
 def validate_problem(X: np.ndarray, k: int) -> None:
     """Reject problems the circuit cannot pose: empty data, k < 1, k above the number of distinct points."""
     _check_finite_nonempty(X, "data")
+    check_magnitude(X, X.shape[0], "data")
     if k < 1:
         raise InputError(f"--k must be at least 1, got {k}")
     distinct = len(np.unique(X, axis=0))
@@ -142,5 +167,6 @@ def resolve_init(init: str, X: np.ndarray, k: int, seed: int) -> tuple[np.ndarra
     C0 = load_points(init, what="init")
     if C0.shape != (k, X.shape[1]):
         raise InputError(f"init file {Path(init).name}: expected {k} rows of {X.shape[1]} values, got shape {C0.shape}")
+    check_magnitude(C0, X.shape[0], f"init file {Path(init).name}")
     return C0, f"file {Path(init).name}"
 

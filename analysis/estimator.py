@@ -18,9 +18,11 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from analysis.data import check_magnitude
 from analysis.pipeline import DTYPES, run_problem
 from circuits import reference
 from circuits.initialisation import initial_centroids
+from circuits.variants import check_variant
 
 
 class CircuitMismatchWarning(UserWarning):
@@ -74,6 +76,9 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"n_init must be a positive integer, got {self.n_init!r}")
         if self.path not in ("auto", "dense", "structured"):
             raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
+        if not isinstance(self.variant, str):
+            raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
+        check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
 
     def _seed(self) -> int:
         if self.random_state is None:
@@ -90,7 +95,12 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             if w.shape != (X.shape[0],) or not np.all(w == w[0]) or not w[0] > 0:
                 raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
                                  "members with equal weight (uniform positive weights are accepted)")
+        check_magnitude(X, X.shape[0], "X")
         given = not isinstance(self.init, str)
+        if given:
+            init = np.asarray(self.init, dtype=np.float64)
+            if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
+                check_magnitude(init, X.shape[0], "init")
         n_init = int(self.n_init)
         if given and n_init > 1:
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=2)

@@ -70,16 +70,21 @@ def sharpness_from(args: argparse.Namespace):
         raise InputError(str(exc)) from None
 
 
-def load_problem(args: argparse.Namespace) -> Problem:
-    from circuits.variants import parse_variant
+def check_variant_arg(spec: str, iterations: int) -> str:
+    """``--variant`` for a circuit of ``iterations`` iterations: the variant's name, or :class:`InputError`."""
+    from circuits.variants import VariantError, check_variant
 
+    if iterations < 0:
+        raise InputError(f"--iterations must be >= 0, got {iterations}")
     try:
-        parse_variant(args.variant)
-    except KeyError as exc:
+        return check_variant(spec, iterations)
+    except VariantError as exc:
         # The registry's message names the unknown variant, or the bad parameter of a known one.
-        raise InputError(exc.args[0]) from None
-    if args.iterations < 0:
-        raise InputError(f"--iterations must be >= 0, got {args.iterations}")
+        raise InputError(str(exc)) from None
+
+
+def load_problem(args: argparse.Namespace) -> Problem:
+    check_variant_arg(args.variant, args.iterations)
     if args.dataset is not None:
         ds = load_dataset(args.dataset, n=args.n, d=args.d, centers=args.centers, seed=args.seed)
         X, y, source = ds.X, ds.y, args.dataset

@@ -53,7 +53,10 @@ def validate(args: argparse.Namespace) -> list[str]:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
     if not (Path(args.checkpoint) / "config.json").is_file() and not Path(args.checkpoint).is_file():
         raise InputError(f"--checkpoint {args.checkpoint!r}: no checkpoint there (no config.json)")
-    return parse_datasets(args.datasets)
+    datasets = parse_datasets(args.datasets)
+    if not args.tasks and not datasets:
+        raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")
+    return datasets
 
 
 def format_table(doc: dict) -> str:

@@ -33,19 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.commands._problem import sharpness_from
-    from circuits.variants import VARIANTS, get_variant, parse_variant
+    from analysis.commands._problem import check_variant_arg, sharpness_from
+    from circuits.variants import get_variant
 
     if args.d < 1 or args.k < 1:
         raise InputError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
-    if args.iterations < 0:
-        raise InputError(f"--iterations must be >= 0, got {args.iterations}")
     if args.examples < 0:
         raise InputError(f"--examples must be >= 0, got {args.examples}")
-    if args.variant not in VARIANTS:
-        raise InputError(f"unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)}")
+    name = check_variant_arg(args.variant, args.iterations)
     sharpness = sharpness_from(args)
-    name, _ = parse_variant(args.variant)
 
     from analysis.proof.prover import OBLIGATION_SETS, NoObligations, prove_circuit, without_obligations
 

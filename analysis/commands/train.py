@@ -73,8 +73,12 @@ def validate(args: argparse.Namespace) -> None:
     if args.n < args.k:
         raise InputError(f"--n must be at least --k, got n={args.n}, k={args.k}")
     for name in ("lr", "clip", "gamma", "beta", "beta_update"):
-        if not getattr(args, name) > 0:
-            raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+        value = getattr(args, name)
+        # inf passes "> 0" but makes every weight NaN after one step (and a NaN checkpoint after minutes).
+        if not 0 < value < float("inf"):
+            raise InputError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
+    if not 0 <= args.growth < float("inf"):
+        raise InputError(f"--growth must be >= 0 and finite, got {args.growth}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
 

@@ -57,8 +57,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n < self.k:
             raise ValueError(f"n must be >= k, got n={self.n}, k={self.k}")
-        if not self.lr > 0 or not self.gamma > 0 or not self.clip > 0:
-            raise ValueError("lr, gamma and clip must be positive")
+        for name in ("lr", "gamma", "clip"):
+            if not 0 < getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
         self.model_config()  # validates init, sharpness, d_head

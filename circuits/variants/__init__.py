@@ -11,7 +11,9 @@ e.g. ``soft``, ``soft:beta=100`` or ``trimmed:radius=0.3``. ``spec in VARIANTS``
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,9 @@ class Variant:
     exact: str = "exact"
     #: Allowed values per parameter: ``(low, high, low_inclusive, high_inclusive)``; builders check again.
     bounds: dict[str, tuple[float, float, bool, bool]] = field(default_factory=dict)
+    #: ``(params with defaults filled in, iterations) -> message or None``: limits that involve several parameters
+    #: and the number of iterations, which no per-parameter bound can express.
+    joint_limit: Callable[[dict, int], str | None] | None = None
 
     def build(self, d: int, k: int, iterations: int, **kwargs):
         module, function = self.builder.split(":")
@@ -36,36 +41,88 @@ class Variant:
     def spec(self) -> str:
         if not self.params:
             return self.name
-        return self.name + ":" + ",".join(f"{key}={value:g}" for key, value in self.params.items())
+        # Integers in full: ``:g`` would print a seed of 2**40 as 1.09951e+12, which names another seed.
+        return self.name + ":" + ",".join(f"{key}={value}" if isinstance(value, int) else f"{key}={value:g}"
+                                          for key, value in self.params.items())
+
+
+class VariantError(ValueError):
+    """A spec that names no variant, or a parameter that is unknown, malformed or out of range (one line)."""
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    number = float(text)  # "1e3" is an integer too; ValueError for text that is no number at all
+    # Above 2**53 a float no longer holds every integer, so "1e17" may not be the seed the user meant.
+    if not number.is_integer() or abs(number) > 2**53:
+        raise VariantError("must be an integer")
+    return int(number)
 
 
 def _parse(spec: str) -> tuple[Variant, dict[str, float]]:
     name, _, rest = str(spec).partition(":")
     if name not in _VARIANTS:
-        raise KeyError(f"unknown variant {name!r}; choose one of {', '.join(_VARIANTS)}")
+        raise VariantError(f"unknown variant {name!r}; choose one of {', '.join(_VARIANTS)}")
     variant = _VARIANTS[name]
+    allowed = ", ".join(variant.defaults) or "none"
     params: dict[str, float] = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in variant.defaults:
-            allowed = ", ".join(variant.defaults) or "none"
-            raise KeyError(f"variant {name!r} has no parameter {key!r} (parameters: {allowed})")
+        key, value = key.strip(), value.strip()
+        if key not in variant.defaults:
+            raise VariantError(f"variant {name!r} has no parameter {key!r} (parameters: {allowed})")
+        if not eq or not value:
+            raise VariantError(f"variant {name!r}: parameter {key!r} needs a value, e.g. {name}:{key}={variant.defaults[key]}")
+        if key in params:
+            raise VariantError(f"variant {name!r}: parameter {key!r} is given twice")
+        integral = isinstance(variant.defaults[key], int)
         try:
-            number = float(value)
+            number = _integer(value) if integral else float(value)
+        except VariantError:
+            raise VariantError(f"variant {name!r}: {key} must be an integer, got {value!r}") from None
         except ValueError:
-            raise KeyError(f"variant {name!r}: {key}={value!r} is not a number") from None
-        if isinstance(variant.defaults[key], int):
-            if not number.is_integer():
-                raise KeyError(f"variant {name!r}: {key} must be an integer, got {value!r}")
-            number = int(number)
+            raise VariantError(f"variant {name!r}: {key}={value!r} is not a number") from None
         if key in variant.bounds:
             lo, hi, lo_in, hi_in = variant.bounds[key]
             if not ((lo <= number if lo_in else lo < number) and (number <= hi if hi_in else number < hi)):
                 interval = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
-                raise KeyError(f"variant {name!r}: {key} must lie in {interval}, got {value}")
+                raise VariantError(f"variant {name!r}: {key} must lie in {interval}, got {value}")
         params[key] = number
     return variant, params
+
+
+def check_variant(spec: str, iterations: int) -> str:
+    """The variant's name if ``spec`` is valid for a circuit of ``iterations`` iterations; else :class:`VariantError`."""
+    variant, params = _parse(spec)
+    if variant.joint_limit is not None:
+        problem = variant.joint_limit({**variant.defaults, **params}, iterations)
+        if problem:
+            raise VariantError(f"variant {spec!r} with {iterations} iterations: {problem}")
+    return variant.name
+
+
+#: Largest stiffness a soft assign head takes: its scores ``beta * |x - c|^2`` (unit-scaled, up to 4) and their
+#: differences must stay finite in float64 (max ~1.8e308) with room for the softmax's sums.
+MAX_STIFFNESS = 1e250
+
+
+def stiffness_overflow(beta: float, growth: float, iterations: int) -> str | None:
+    """Why ``beta * growth**t`` for ``t <= iterations`` exceeds :data:`MAX_STIFFNESS`, or ``None``.
+
+    Compared in logarithms: ``growth**iterations`` itself overflows (OverflowError) long before the product is
+    compared, e.g. growth 1e6 over 60 iterations.
+    """
+    if growth <= 1 or iterations <= 0:
+        peak_log = math.log10(beta)
+    else:
+        peak_log = math.log10(beta) + iterations * math.log10(growth)
+    if peak_log > math.log10(MAX_STIFFNESS):
+        return (f"the last stiffness beta * growth^T = 1e{peak_log:.1f} exceeds {MAX_STIFFNESS:g}"
+                f" (its scores overflow float64); lower beta, growth or the iterations")
+    return None
 
 
 class _Registry(dict):
@@ -74,7 +131,7 @@ class _Registry(dict):
     def __contains__(self, spec: object) -> bool:
         try:
             _parse(spec)  # type: ignore[arg-type]
-        except (KeyError, TypeError):
+        except (VariantError, TypeError):
             return False
         return True
 
@@ -92,7 +149,7 @@ _VARIANTS: dict[str, Variant] = {
         alteration="finite temperature in the assign head; normalised linear attention (hook) in the update head",
         builder="circuits.variants.soft:build_soft_circuit",
         defaults={"beta": 30.0},
-        bounds={"beta": (0.0, 1e250, False, True)},
+        bounds={"beta": (0.0, MAX_STIFFNESS, False, True)},
         exact="float64 step by step (responsibilities to ~beta*eps)",
     ),
     "spherical": Variant(
@@ -140,7 +197,8 @@ _VARIANTS: dict[str, Variant] = {
         alteration="per-layer (untied) temperature in the assign heads; linear attention (hook) in the update head",
         builder="circuits.variants.soft:build_annealed_circuit",
         defaults={"beta": 1.0, "growth": 2.0},
-        bounds={"beta": (0.0, 1e250, False, True), "growth": (1.0, 1e6, True, True)},
+        bounds={"beta": (0.0, MAX_STIFFNESS, False, True), "growth": (1.0, 1e6, True, True)},
+        joint_limit=lambda p, iterations: stiffness_overflow(p["beta"], p["growth"], iterations),
         exact="float64 step by step (responsibilities to ~beta_t*eps)",
     ),
 }
@@ -149,7 +207,7 @@ VARIANTS: dict[str, Variant] = _Registry(_VARIANTS)
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, float]]:
-    """``"soft:beta=10"`` -> ``("soft", {"beta": 10.0})``; raises ``KeyError`` with a one-line message."""
+    """``"soft:beta=10"`` -> ``("soft", {"beta": 10.0})``; raises :class:`VariantError` with a one-line message."""
     variant, params = _parse(spec)
     return variant.name, params
 

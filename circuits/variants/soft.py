@@ -35,7 +35,7 @@ from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_block, update_mlp
 from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
-from circuits.variants import attention
+from circuits.variants import attention, stiffness_overflow
 from circuits.variants.base import VariantSpec, assemble, unit_sharpness
 from circuits.variants.references import SoftKMeans
 from circuits.weights import BlockWeights, HeadBuilder
@@ -81,8 +81,9 @@ def _check(beta: float, growth: float, prior: float, iterations: int) -> None:
         raise ValueError(f"soft k-means needs beta > 0, got {beta}")
     if not growth >= 1:
         raise ValueError(f"growth must be >= 1, got {growth}")
-    if beta * growth ** max(iterations, 0) > 1e250:
-        raise ValueError(f"beta * growth^T = {beta * growth ** iterations:.3g} overflows the scores")
+    overflow = stiffness_overflow(beta, growth, iterations)
+    if overflow:
+        raise ValueError(overflow)
     if not 0 < prior < 1e-6:
         raise ValueError(f"prior must lie in (0, 1e-6), got {prior}")
 

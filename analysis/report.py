@@ -26,7 +26,6 @@ import html
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
@@ -39,6 +38,7 @@ from plotly.offline import get_plotlyjs
 from analysis import views
 from analysis.views import DEFAULT_MAX_POINTS, PointSample, View
 from analysis.views._common import as_circuit
+from circuits.files import write_text_atomic
 
 
 @dataclass
@@ -570,20 +570,3 @@ def render_html(report: Report) -> str:
     parts.append(_json_script("kmeans-plotly-template", _template_json()))
     parts.append(f"<script>{BOOT_JS}</script></main></body></html>")
     return "\n".join(parts)
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary sibling, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private; a report is an ordinary file
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path

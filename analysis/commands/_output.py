@@ -1,33 +1,93 @@
-"""All-or-nothing output folders: files are written to a temporary sibling and moved in only when complete."""
+"""``--out`` of every command: checked before any work, written all or nothing.
+
+An output folder is filled in a temporary sibling; a new folder is renamed into place, and in an existing one
+each file is swapped in with the previous version kept aside, so that a failure part-way puts every previous
+file back. Single files (HTML reports) go through :func:`circuits.files.write_text_atomic`.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from analysis.data import InputError
+from circuits.files import umask_mode, write_text_atomic
 
 
-def check_out_dir(out: str | None) -> Path | None:
-    """Reject an ``--out`` that can never be written, before any work is done."""
+def _nonempty(out: str) -> Path:
+    # Path("") is ".": an empty --out would silently write into the current folder.
+    if not str(out):
+        raise InputError("--out is empty; give a path")
+    return Path(out)
+
+
+def _probe(out: str, where: Path, folder: bool) -> None:
+    """Create and remove a temporary entry in ``where``: ``os.access`` says yes to root everywhere, and to
+    read-only or pseudo file systems such as /proc."""
+    try:
+        if folder:
+            os.rmdir(tempfile.mkdtemp(prefix=".kmeans-circuits-probe-", dir=where))
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=".kmeans-circuits-probe-", dir=where)
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        what = "a folder" if folder else "a file"
+        raise InputError(f"--out {out!r}: cannot create {what} in {str(where)!r} ({exc.strerror or exc})") from None
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next((p for p in [path, *path.parents] if os.path.lexists(p)), Path("."))
+
+
+def check_out_dir(out: str | None, names: tuple[str, ...] = ()) -> Path | None:
+    """Reject an ``--out`` folder that can never be written, before any work is done.
+
+    ``names`` are the files the command will write: in an existing folder none of them may be a folder, which a
+    file cannot replace.
+    """
     if out is None:
         return None
-    path = Path(out)
+    path = _nonempty(out)
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {out!r} exists and is not a folder")
-    anchor = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    anchor = _nearest_existing(path)
     if not anchor.is_dir():
         raise InputError(f"--out {out!r}: {str(anchor)!r} is not a folder")
-    # os.access says yes to root everywhere (and to read-only or pseudo file systems): try a folder for real.
+    if path.exists():
+        for name in names:
+            if (path / name).is_dir() and not (path / name).is_symlink():
+                raise InputError(f"--out {out!r}: {str(path / name)!r} is a folder; the output file {name} cannot"
+                                 " replace it")
     # An existing folder is filled from a temporary sibling, so its parent must take a folder too.
     for where in dict.fromkeys([anchor, path.parent] if path.exists() else [anchor]):
-        try:
-            os.rmdir(tempfile.mkdtemp(prefix=".kmeans-circuits-probe-", dir=where))
-        except OSError as exc:
-            raise InputError(f"--out {out!r}: cannot create a folder in {str(where)!r} ({exc.strerror or exc})") from None
+        _probe(out, where, folder=True)
     return path
+
+
+def check_out_file(out: str, suffixes: tuple[str, ...] | None = (".html", ".htm"), example: str = "report.html") -> Path:
+    """Reject an ``--out`` file (an HTML report) that can never be written, before any work is done."""
+    path = _nonempty(out)
+    if path.is_dir():
+        raise InputError(f"--out {out!r} is a folder; give a file name such as {str(path / example)!r}")
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise InputError(f"--out {out!r}: the report is an HTML file; give a name ending in {suffixes[0]}")
+    anchor = _nearest_existing(path.parent)
+    if not anchor.is_dir():
+        raise InputError(f"--out {out!r}: {str(anchor)!r} is not a writable folder")
+    # The file itself is replaced by renaming a temporary sibling onto it, so only its folder needs to be writable.
+    _probe(out, anchor, folder=anchor != path.parent)
+    return path
+
+
+def write_output_file(path: Path, text: str) -> None:
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise InputError(f"cannot write --out {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def write_output_dir(path: Path, files: dict[str, str | bytes]) -> None:
@@ -37,24 +97,47 @@ def write_output_dir(path: Path, files: dict[str, str | bytes]) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     except OSError as exc:
         raise InputError(f"cannot write --out {str(path)!r}: {exc.strerror or exc}") from None
-    # mkdtemp makes the folder private (0700); the output folder gets the permissions mkdir would give it.
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
+    tmp.chmod(umask_mode(0o777))
     try:
         for name, content in files.items():
             target = tmp / name
             if isinstance(content, bytes):
                 target.write_bytes(content)
             else:
-                target.write_text(content)
+                target.write_text(content, encoding="utf-8")
         if not path.exists():
             os.rename(tmp, path)
             return
-        for name in files:
-            os.replace(tmp / name, path / name)
+        _swap_in(tmp, path, list(files))
     except OSError as exc:
         raise InputError(f"cannot write --out {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, path: Path, names: list[str]) -> None:
+    """Move ``tmp/NAME`` onto ``path/NAME`` for every name; on any failure restore every previous file."""
+    for name in names:
+        # Checked before the work too; checked again because moving a folder aside would delete it with ``tmp``.
+        if (path / name).is_dir() and not (path / name).is_symlink():
+            raise IsADirectoryError(errno.EISDIR, f"{path / name} is a folder", str(path / name))
+    previous = tmp / ".previous"
+    previous.mkdir()
+    done: list[tuple[str, bool, bool]] = []  # (name, had a previous file, new file in place)
+    try:
+        for name in names:
+            target = path / name
+            had = os.path.lexists(target)
+            if had:
+                os.rename(target, previous / name)
+            done.append((name, had, False))
+            os.rename(tmp / name, target)
+            done[-1] = (name, had, True)
+    except OSError:
+        for name, had, placed in reversed(done):
+            if placed:
+                os.unlink(path / name)
+            if had:
+                os.rename(previous / name, path / name)
+        raise

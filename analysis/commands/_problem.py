@@ -108,7 +108,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         raise InputError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
                          f" d={problem.X.shape[1]} and --k is {problem.k}")
     from analysis.commands._output import write_output_dir
-    from analysis.commands.cluster import csv_text
+    from analysis.commands.cluster import CHECKPOINT_OUT_FILES, csv_text
     from analysis.evaluate import cluster_with_checkpoint
     from circuits.training.checkpoint import CheckpointError
 
@@ -117,11 +117,11 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
     if out is not None:
-        write_output_dir(out, {
-            "labels.csv": csv_text(([v] for v in doc["labels"]), ["label"]),
-            "centroids.csv": csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
-            "evaluation.json": json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
-        })
+        write_output_dir(out, dict(zip(CHECKPOINT_OUT_FILES, (
+            csv_text(([v] for v in doc["labels"]), ["label"]),
+            csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
+            json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+        ))))
     if args.json:
         print(json.dumps(doc))
     else:

@@ -58,9 +58,14 @@ def output_files(result, problem) -> dict[str, str]:
     }
 
 
+#: What ``--out`` receives from a constructed circuit, and from a trained model (``--checkpoint``).
+OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "report.html")
+CHECKPOINT_OUT_FILES = ("labels.csv", "centroids.csv", "evaluation.json")
+
+
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
-    out = check_out_dir(args.out)
+    out = check_out_dir(args.out, CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
     if getattr(args, "checkpoint", None) is not None:
         from analysis.commands._problem import run_checkpoint
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from analysis.commands._output import check_out_file, write_output_file
 from analysis.commands._problem import seed
 from analysis.data import InputError
 
@@ -27,24 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="also print the numbers and the summary as JSON")
 
 
-def check_out_file(out: str) -> Path:
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(f"--out {out!r} is a folder; give a file name such as drift.html")
-    parent = path.parent if str(path.parent) else Path(".")
-    anchor = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
-    if not os.access(anchor, os.W_OK):
-        raise InputError(f"--out {out!r}: {str(anchor)!r} is not writable")
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     for name in ("tasks", "steps"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
-    out = check_out_file(args.out)
+    out = check_out_file(args.out, suffixes=None, example="drift.html")
     if not (Path(args.checkpoint) / "config.json").is_file() and not Path(args.checkpoint).is_file():
         raise InputError(f"--checkpoint {args.checkpoint!r}: no checkpoint there (no config.json)")
 
@@ -66,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     print("analysing ...", file=sys.stderr)
     analysis = analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
                        with_ablations=not args.no_ablations)
-    drift_report(analysis, title=f"What training changed: {Path(args.checkpoint).name}").write(out)
+    write_output_file(out, drift_report(analysis, title=f"What training changed: {Path(args.checkpoint).name}").to_html())
     if args.json:
         print(json.dumps(analysis.to_dict()))
     else:

@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     pair = make_pair_from(args, problem)
     sweeps = parse_sweeps(args.sweeps)
     read = parse_read(args.read, 2 * problem.iterations + 2)
-    out = check_out_dir(args.out or default_out(problem.source, args.corruption))
+    out = check_out_dir(args.out if args.out is not None else default_out(problem.source, args.corruption),
+                        ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)
 
     from analysis.patching.experiment import PatchingExperiment, verify_unpatched

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
+from analysis.commands._output import check_out_file, write_output_file
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
 
@@ -24,21 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"points drawn per figure (default {MAX_POINTS}); verification always uses all of them")
 
 
-def check_out_file(out: str) -> Path:
-    """Reject an ``--out`` that can never be written, before any work is done."""
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(f"--out {out!r} is a folder; give a file name such as {str(path / 'report.html')!r}")
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise InputError(f"--out {out!r}: the report is an HTML file; give a name ending in .html")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise InputError(f"--out {out!r} exists and is not writable")
-    anchor = next((p for p in path.parents if p.exists()), Path("."))
-    if not anchor.is_dir() or not os.access(anchor, os.W_OK):
-        raise InputError(f"--out {out!r}: {str(anchor)!r} is not a writable folder")
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     out = check_out_file(args.out)
@@ -55,10 +39,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
                              sharpness, on_layer=lambda layer: bar.update())
     report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
-    try:
-        report.write(out)
-    except OSError as exc:
-        raise InputError(f"cannot write --out {str(out)!r}: {exc.strerror or exc}") from None
+    write_output_file(out, report.to_html())
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
           f"{problem.iterations} iterations: {rep.verdict}; "

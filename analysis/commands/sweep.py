@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis import sweep
 
-    out = check_out_dir(args.out)
+    out = check_out_dir(args.out, ("sweep.csv", "sweep.html"))
     if args.full:
         args.grid, args.runner = "full", "structured"
     if args.grid == "full" and args.runner == "circuit":

@@ -15,14 +15,13 @@ checkpoint intact.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from circuits.files import write_file_atomic
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
 
 FORMAT = "kmeans-circuits/recurrent-v1"
@@ -33,25 +32,13 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read: missing files, wrong format, or tensors that do not fit the config."""
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a checkpoint is meant to be shared
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_json(path: Path, obj) -> None:
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=1) + "\n"))
+    write_file_atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=1) + "\n"))
 
 
 def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     plain = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
-    _atomic_write(path, lambda tmp: save_file(plain, tmp, metadata=metadata))
+    write_file_atomic(path, lambda tmp: save_file(plain, tmp, metadata=metadata))
 
 
 def optimizer_tensors(model: RecurrentKMeans, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -87,7 +74,7 @@ def save_checkpoint(folder: str | Path, model: RecurrentKMeans, config: dict, *,
         state.update({f"adam.{name}": t for name, t in optimizer_tensors(model, optimizer).items()})
         write_tensors(folder / STATE, state, meta)
     if log is not None:
-        _atomic_write(folder / LOG, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in log)))
+        write_file_atomic(folder / LOG, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in log)))
     write_json(folder / CONFIG, {"format": FORMAT, **config})
 
 

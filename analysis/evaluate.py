@@ -226,24 +226,6 @@ def evaluate_dataset(model: RecurrentKMeans, name: str, steps: int = 20, inits: 
 
 
 # ----------------------------------------------------------------------------------------------- cluster --checkpoint
-def checkpoint_shape(path: str) -> tuple[int, int]:
-    """``(d, k)`` of a checkpoint from its config.json alone (no torch), for validating input early."""
-    import json
-    from pathlib import Path
-
-    from analysis.data import InputError
-
-    p = Path(path)
-    config_path = (p.parent if p.is_file() else p) / "config.json"
-    try:
-        config = json.loads(config_path.read_text())
-        return int(config["model"]["d"]), int(config["model"]["k"])
-    except FileNotFoundError:
-        raise InputError(f"--checkpoint {path!r}: no checkpoint there (no config.json)") from None
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"--checkpoint {path!r}: config.json does not describe a trained model") from None
-
-
 #: Largest relative difference allowed between the exported HookedTransformer and the training-time forward pass.
 EXPORT_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
 

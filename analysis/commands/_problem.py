@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -95,13 +96,25 @@ def load_problem(args: argparse.Namespace) -> Problem:
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
 
 
+def check_checkpoint(path: str) -> dict:
+    """The validated config of ``--checkpoint`` (its training log too), read before torch is imported."""
+    from circuits.training.schema import CheckpointError, read_config, read_log
+
+    if not (Path(path) / "config.json").is_file() and not Path(path).is_file():
+        raise InputError(f"--checkpoint {path!r}: no checkpoint there (no config.json)")
+    try:
+        read_log(path)
+        return read_config(path)
+    except CheckpointError as exc:
+        raise InputError(str(exc)) from None
+
+
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluate.cluster_with_checkpoint`)."""
     import json
 
-    from analysis.evaluate import checkpoint_shape
-
-    d, k = checkpoint_shape(args.checkpoint)
+    model = check_checkpoint(args.checkpoint)["model"]
+    d, k = model["d"], model["k"]
     if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
         raise InputError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
     if problem.X.shape[1] != d or problem.k != k:
@@ -110,7 +123,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     from analysis.commands._output import write_output_dir
     from analysis.commands.cluster import CHECKPOINT_OUT_FILES, csv_text
     from analysis.evaluate import cluster_with_checkpoint
-    from circuits.training.checkpoint import CheckpointError
+    from circuits.training.schema import CheckpointError
 
     try:
         doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from analysis.commands._output import check_out_file, write_output_file
-from analysis.commands._problem import seed
+from analysis.commands._problem import check_checkpoint, seed
 from analysis.data import InputError
 
 NAME = "drift"
@@ -34,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, suffixes=None, example="drift.html")
-    if not (Path(args.checkpoint) / "config.json").is_file() and not Path(args.checkpoint).is_file():
-        raise InputError(f"--checkpoint {args.checkpoint!r}: no checkpoint there (no config.json)")
+    check_checkpoint(args.checkpoint)
 
     import torch
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from analysis.commands._problem import seed
+from analysis.commands._problem import check_checkpoint, seed
 from analysis.data import DATASETS, InputError
 
 NAME = "evaluate"
@@ -51,8 +50,7 @@ def validate(args: argparse.Namespace) -> list[str]:
         raise InputError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
-    if not (Path(args.checkpoint) / "config.json").is_file() and not Path(args.checkpoint).is_file():
-        raise InputError(f"--checkpoint {args.checkpoint!r}: no checkpoint there (no config.json)")
+    check_checkpoint(args.checkpoint)
     datasets = parse_datasets(args.datasets)
     if not args.tasks and not datasets:
         raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")

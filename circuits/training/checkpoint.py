@@ -18,18 +18,16 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from circuits.blocks import ASSIGN
 from circuits.files import write_file_atomic
+from circuits.training.construction import trainable_layout
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
-
-FORMAT = "kmeans-circuits/recurrent-v1"
-CONFIG, MODEL, STATE, LOG = "config.json", "model.safetensors", "state.safetensors", "log.jsonl"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read: missing files, wrong format, or tensors that do not fit the config."""
+from circuits.training.schema import (  # noqa: F401  (read_config, read_log: this module is where callers look)
+    CONFIG, FORMAT, LOG, MODEL, STATE, CheckpointError, read_config, read_log, resolve,
+)
 
 
 def write_json(path: Path, obj) -> None:
@@ -41,12 +39,16 @@ def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[s
     write_file_atomic(path, lambda tmp: save_file(plain, tmp, metadata=metadata))
 
 
+#: Adam's per-parameter state, as torch names it.
+ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
+
+
 def optimizer_tensors(model: RecurrentKMeans, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     """Adam's moments keyed by parameter name (``NAME.exp_avg``, ``NAME.exp_avg_sq``, ``NAME.step``)."""
     out = {}
     for name, param in model.named_parameters():
         state = optimizer.state.get(param, {})
-        for key in ("exp_avg", "exp_avg_sq", "step"):
+        for key in ADAM_KEYS:
             if key in state:
                 value = state[key]
                 out[f"{name}.{key}"] = value if torch.is_tensor(value) else torch.tensor(float(value))
@@ -55,7 +57,7 @@ def optimizer_tensors(model: RecurrentKMeans, optimizer: torch.optim.Optimizer) 
 
 def load_optimizer_tensors(model: RecurrentKMeans, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
     for name, param in model.named_parameters():
-        keys = [f"{name}.{key}" for key in ("exp_avg", "exp_avg_sq", "step")]
+        keys = [f"{name}.{key}" for key in ADAM_KEYS]
         if not all(key in tensors for key in keys):
             continue
         optimizer.state[param] = {key.rsplit(".", 1)[1]: tensors[key].clone() for key in keys}
@@ -78,26 +80,6 @@ def save_checkpoint(folder: str | Path, model: RecurrentKMeans, config: dict, *,
     write_json(folder / CONFIG, {"format": FORMAT, **config})
 
 
-def resolve(path: str | Path) -> Path:
-    """A checkpoint folder from a folder, or from its ``model.safetensors`` / ``config.json``."""
-    path = Path(path)
-    folder = path.parent if path.is_file() else path
-    if not (folder / CONFIG).is_file():
-        raise CheckpointError(f"{str(path)!r} is not a checkpoint: no {CONFIG} in {str(folder)!r}")
-    return folder
-
-
-def read_config(path: str | Path) -> dict:
-    folder = resolve(path)
-    try:
-        config = json.loads((folder / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{folder / CONFIG}: not valid JSON ({exc})") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"{folder / CONFIG}: not a {FORMAT} checkpoint")
-    return config
-
-
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {str(path)!r} is missing")
@@ -107,13 +89,44 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
-def build_from_config(config: dict) -> RecurrentKMeans:
+def _check_size(config: dict, path: Path, prefix: str = "") -> None:
+    """Compare the config's sizes with the file's header before building anything from them.
+
+    Building the model allocates ``d_model^2``-sized matrices, so ``d: 1000000000`` in a hand-edited config
+    would exhaust memory before the tensors are ever compared with it.
+    """
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {str(path)!r} is missing")
+    name = f"{prefix}{ASSIGN}_W_Q"
     try:
-        model_config = ModelConfig(**config["model"])
-        dtype = DTYPES[config.get("dtype", "float32")]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint config does not describe a model ({exc})") from None
-    return RecurrentKMeans(model_config, dtype=dtype)
+        with safe_open(str(path), framework="pt") as f:
+            shape = tuple(f.get_slice(name).get_shape()) if name in f.keys() else None
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    model = config["model"]
+    d_model = trainable_layout(model["d"], model["k"]).d_model
+    if shape is None or len(shape) != 2 or shape[0] != d_model or model["d_head"] not in (None, shape[1]):
+        raise CheckpointError(f"{path}: {name} has shape {shape}, but d={model['d']}, k={model['k']},"
+                              f" d_head={model['d_head']} in {CONFIG} need ({d_model}, {model['d_head'] or 'd_head'})")
+
+
+def build_from_config(config: dict) -> RecurrentKMeans:
+    """The architecture ``config`` (validated by :func:`read_config`) describes, with its initial weights."""
+    try:
+        return RecurrentKMeans(ModelConfig(**config["model"]), dtype=DTYPES[config.get("dtype", "float32")])
+    except ValueError as exc:  # e.g. an exact init with a d_head below the construction's
+        raise CheckpointError(f"{CONFIG}: the model section does not describe a model ({exc})") from None
+
+
+def _first_difference(value: torch.Tensor, expected: torch.Tensor) -> str:
+    where = tuple(int(i) for i in (value != expected).nonzero()[0])
+    return (f"entry {where if len(where) != 1 else where[0]} is {value[where].item()}, the config's is"
+            f" {expected[where].item()}")
+
+
+def _check_finite(name: str, value: torch.Tensor, where: str) -> None:
+    if value.is_floating_point() and not torch.isfinite(value).all():
+        raise CheckpointError(f"{where}: {name} holds NaN or inf")
 
 
 def _load_into(model: RecurrentKMeans, tensors: dict[str, torch.Tensor], where: str) -> None:
@@ -121,20 +134,48 @@ def _load_into(model: RecurrentKMeans, tensors: dict[str, torch.Tensor], where: 
     if set(tensors) != set(expected):
         missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
         raise CheckpointError(f"{where}: tensors do not match the config (missing {missing[:3]}, unexpected {extra[:3]})")
+    trained = dict(model.named_parameters())
     for name, value in tensors.items():
         if value.shape != expected[name].shape or value.dtype != expected[name].dtype:
             raise CheckpointError(f"{where}: {name} has shape {tuple(value.shape)} {value.dtype}, the config needs"
                                   f" {tuple(expected[name].shape)} {expected[name].dtype}")
+        _check_finite(name, value, where)
+        # Buffers (MLP wiring indices and masks, preconditioning scales, the structural channel) are architecture:
+        # the config determines them. A different one would silently rewire the model (a negative index reads
+        # another dimension) or crash it (an index past d_model), so it must be the config's exactly.
+        if name not in trained and not torch.equal(value, expected[name]):
+            raise CheckpointError(f"{where}: {name} is fixed by the architecture in {CONFIG} and differs from it"
+                                  f" ({_first_difference(value, expected[name])})")
     model.load_state_dict(tensors, strict=True)
-    for name, param in model.named_parameters():
-        if not torch.isfinite(param).all():
-            raise CheckpointError(f"{where}: {name} holds NaN or inf")
+
+
+def _check_adam(model: RecurrentKMeans, tensors: dict[str, torch.Tensor], where: str) -> None:
+    """Adam's moments must belong to the model's parameters, with their shapes, finite, and a count for a step."""
+    params = dict(model.named_parameters())
+    keys = {f"{name}.{key}": (name, key) for name in params for key in ADAM_KEYS}
+    unexpected = sorted(set(tensors) - set(keys))
+    if unexpected:
+        raise CheckpointError(f"{where}: unexpected optimiser tensor adam.{unexpected[0]}")
+    for name, param in params.items():
+        present = [key for key in ADAM_KEYS if f"{name}.{key}" in tensors]
+        if present and len(present) != len(ADAM_KEYS):
+            raise CheckpointError(f"{where}: the optimiser state of {name} is incomplete (has only {', '.join(present)})")
+    for full, value in tensors.items():
+        name, key = keys[full]
+        shape = () if key == "step" else tuple(params[name].shape)
+        if tuple(value.shape) != shape or not value.is_floating_point():
+            raise CheckpointError(f"{where}: adam.{full} has shape {tuple(value.shape)} {value.dtype},"
+                                  f" needs {shape} floating point")
+        _check_finite(f"adam.{full}", value, where)
+        if key != "exp_avg" and (value < 0).any():
+            raise CheckpointError(f"{where}: adam.{full} must be >= 0")
 
 
 def load_model(path: str | Path) -> tuple[RecurrentKMeans, dict]:
     """The model a checkpoint stands for (``model.safetensors``) and its config; raises :class:`CheckpointError`."""
     folder = resolve(path)
     config = read_config(folder)
+    _check_size(config, folder / MODEL)
     model = build_from_config(config)
     _load_into(model, _read_tensors(folder / MODEL), str(folder / MODEL))
     model.eval()
@@ -144,14 +185,15 @@ def load_model(path: str | Path) -> tuple[RecurrentKMeans, dict]:
 def load_training_state(path: str | Path, model: RecurrentKMeans, optimizer: torch.optim.Optimizer) -> None:
     """Restore the last weights and Adam's moments from ``state.safetensors``."""
     folder = resolve(path)
+    _check_size(read_config(folder), folder / STATE, prefix="model.")
     tensors = _read_tensors(folder / STATE)
+    other = sorted(name for name in tensors if not name.startswith(("model.", "adam.")))
+    if other:
+        raise CheckpointError(f"{folder / STATE}: unexpected tensor {other[0]}")
     weights = {name[len("model."):]: t for name, t in tensors.items() if name.startswith("model.")}
+    adam = {name[len("adam."):]: t for name, t in tensors.items() if name.startswith("adam.")}
     _load_into(model, weights, str(folder / STATE))
-    load_optimizer_tensors(model, optimizer, {name[len("adam."):]: t for name, t in tensors.items() if name.startswith("adam.")})
+    _check_adam(model, adam, str(folder / STATE))
+    load_optimizer_tensors(model, optimizer, adam)
 
 
-def read_log(path: str | Path) -> list[dict]:
-    folder = resolve(path)
-    if not (folder / LOG).is_file():
-        return []
-    return [json.loads(line) for line in (folder / LOG).read_text().splitlines() if line.strip()]

@@ -1,0 +1,316 @@
+"""Issue 12, section 2: every bad input is exit 2 with one line on stderr, no traceback, nothing half-written.
+
+One test per reproduction of the issue, plus the cases an adversarial pass found next to them. Commands run
+in-process through ``analysis.cli.main`` (no new interpreter per case); checkpoints are built without training.
+"""
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from analysis.cli import main
+from circuits.training.checkpoint import CheckpointError, load_model, save_checkpoint
+from circuits.training.loop import TrainConfig
+from circuits.training.model import RecurrentKMeans
+
+
+def usage_error(capsys, argv, *needles):
+    """Run ``argv``; assert exit 2 with one stderr line holding every needle; return that line."""
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A valid d=2, k=3 checkpoint as train writes it (config, weights, Adam state, log), untrained."""
+    cfg = TrainConfig(d=2, k=3, n=16, steps=1, batch=1, train_iterations=2, eval_iterations=2, val_tasks=1,
+                      val_every=1)
+    model = RecurrentKMeans(cfg.model_config())
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    model.weight("assign", "W_Q").sum().backward()
+    optimizer.step()
+    folder = tmp_path_factory.mktemp("ck") / "tiny"
+    log = [{"step": 0, "loss": None, "val_ratio": 1.0, "drift": {"assign": {"qk": 0.0}}, "knobs": {"growth": 1.0}}]
+    save_checkpoint(folder, model, {"model": cfg.model_config().to_dict(), "dtype": cfg.dtype,
+                                    "training": cfg.to_dict(), "progress": {"step": 1, "best_step": 0}},
+                    optimizer=optimizer, log=log)
+    load_model(folder)  # the fixture itself is valid
+    return folder
+
+
+def corrupt(checkpoint, tmp_path, edit=None, text=None, tensors=None, file="model.safetensors"):
+    """A copy of ``checkpoint`` with its config edited (``edit(config)`` or raw ``text``) or tensors changed."""
+    bad = tmp_path / "bad"
+    shutil.copytree(checkpoint, bad)
+    if edit is not None:
+        config = json.loads((bad / "config.json").read_text())
+        edit(config)
+        text = json.dumps(config)
+    if text is not None:
+        (bad / "config.json").write_text(text)
+    if tensors is not None:
+        loaded = load_file(bad / file)
+        tensors(loaded)
+        save_file(loaded, bad / file)
+    return bad
+
+
+def evaluate(bad):
+    return ["evaluate", "--checkpoint", bad, "--tasks", 1, "--datasets", "none", "--steps", 1]
+
+
+def set_both(field, value):
+    def edit(config):
+        config["model"][field] = value
+        config["training"][field] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (set_both("d", 2.5), "model.d must be an integer"),
+    (set_both("seed", 2**70), "model.seed must be in"),
+    (set_both("k", True), "model.k must be an integer"),
+    (lambda c: c.pop("training"), "'training' section is missing"),
+    (lambda c: c["training"].pop("n"), "training is missing n"),
+    (lambda c: c["model"].update(d=3), "model.d (3) and training.d (2) disagree"),
+    (lambda c: c["training"].update(lr=-1), "training.lr must be positive"),
+    (lambda c: c["training"].update(dtype="float16"), "training.dtype must be one of"),
+    (set_both("sharpness", {"beta": 5.0}), "model.sharpness is missing growth"),
+    (lambda c: c["progress"].update(step="4"), "progress.step must be an integer"),
+    (lambda c: c.update(model=[1]), "model must be an object"),
+])
+def test_bad_config_fields_are_named(checkpoint, tmp_path, capsys, edit, needle):
+    usage_error(capsys, evaluate(corrupt(checkpoint, tmp_path, edit)), needle)
+
+
+def test_a_float_overflowing_d_is_named(checkpoint, tmp_path, capsys):
+    text = (checkpoint / "config.json").read_text().replace('"d": 2,', '"d": 1e400,')
+    assert "1e400" in text
+    usage_error(capsys, evaluate(corrupt(checkpoint, tmp_path, text=text)), "model.d must be an integer", "Infinity")
+
+
+def test_deeply_nested_json_is_an_error_not_a_recursion_crash(checkpoint, tmp_path, capsys):
+    text = '{"format": "kmeans-circuits/recurrent-v1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    usage_error(capsys, evaluate(corrupt(checkpoint, tmp_path, text=text)), "nested too deeply")
+
+
+@pytest.mark.parametrize("value", [-1, 10**9])
+def test_an_index_tensor_off_the_wiring_is_refused(checkpoint, tmp_path, capsys, value):
+    def rewire(t):
+        t["assign_mlp_gate_idx"][0, 0] = value
+
+    bad = corrupt(checkpoint, tmp_path, tensors=rewire)
+    # -1 was accepted and silently read another residual dimension; 10**9 crashed the forward pass.
+    usage_error(capsys, ["cluster", "--dataset", "blobs", "--n", 20, "--k", 3, "--iterations", 1, "--checkpoint", bad],
+                "assign_mlp_gate_idx", str(value))
+
+
+def test_nan_in_a_trained_weight_and_a_wrong_scale_are_refused(checkpoint, tmp_path):
+    def nan(t):
+        t["update_W_O"][0, 0] = float("nan")
+
+    with pytest.raises(CheckpointError, match="update_W_O holds NaN"):
+        load_model(corrupt(checkpoint, tmp_path, tensors=nan))
+
+    def scale(t):
+        t["assign_W_Q_scale"] *= 2
+
+    shutil.rmtree(tmp_path / "bad")
+    with pytest.raises(CheckpointError, match="assign_W_Q_scale is fixed by the architecture"):
+        load_model(corrupt(checkpoint, tmp_path, tensors=scale))
+
+
+def test_a_huge_d_is_compared_with_the_weights_before_anything_is_built(checkpoint, tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=r"assign_W_Q has shape \(23, 4\), but d=1000000000"):
+        load_model(corrupt(checkpoint, tmp_path, set_both("d", 10**9)))
+    assert time.perf_counter() - start < 5
+
+
+def test_a_corrupt_optimiser_state_is_refused_on_resume(checkpoint, tmp_path, capsys):
+    def bad_moment(t):
+        name = next(n for n in t if n.endswith(".exp_avg_sq"))
+        t[name] = -t[name] - 1
+
+    bad = corrupt(checkpoint, tmp_path, tensors=bad_moment, file="state.safetensors")
+    usage_error(capsys, ["train", "--d", 2, "--k", 3, "--n", 16, "--steps", 2, "--batch", 1, "--iterations", 2,
+                         "--eval-iterations", 2, "--val-tasks", 1, "--val-every", 1, "--resume", "--out", bad],
+                "exp_avg_sq must be >= 0")
+
+
+@pytest.mark.parametrize("line, needle", [
+    ('{"step": 2, "val_ratio": [', "log.jsonl line 2: not valid JSON"),
+    ('{"step": "x"}', "log.jsonl line 2: step must be an integer"),
+    ('[1, 2]', "log.jsonl line 2: a record must be a JSON object"),
+    ('{"step": 2, "drift": {"assign": {"qk": "big"}}}', "drift.assign.qk must be a number"),
+])
+def test_a_malformed_log_is_named_by_drift(checkpoint, tmp_path, capsys, line, needle):
+    bad = corrupt(checkpoint, tmp_path)
+    with open(bad / "log.jsonl", "a") as f:
+        f.write(line + "\n")
+    usage_error(capsys, ["drift", "--checkpoint", bad, "--out", tmp_path / "d.html", "--tasks", 1, "--n", 8,
+                         "--steps", 1, "--no-ablations"], needle)
+    assert not (tmp_path / "d.html").exists()
+
+
+def test_evaluate_with_nothing_to_evaluate_is_an_error(checkpoint, capsys):
+    usage_error(capsys, ["evaluate", "--checkpoint", checkpoint, "--tasks", 0, "--datasets", "none"], "nothing to evaluate")
+
+
+def test_schema_field_lists_match_the_dataclasses():
+    from dataclasses import fields
+
+    from circuits.training import schema
+    from circuits.training.construction import InitSharpness
+    from circuits.training.model import DTYPES, INITS, ModelConfig
+
+    assert set(schema.TRAINING_FIELDS) == {f.name for f in fields(TrainConfig)}
+    assert schema.MODEL_FIELDS == tuple(f.name for f in fields(ModelConfig))
+    assert schema.SHARPNESS_FIELDS == tuple(f.name for f in fields(InitSharpness))
+    assert schema.INITS == INITS and schema.DTYPE_NAMES == tuple(DTYPES)
+
+
+# ------------------------------------------------------------------------------------------------ --out
+def test_an_existing_out_folder_is_untouched_when_a_file_cannot_be_replaced(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)
+    (out / "labels.csv").write_text("old\n")
+    usage_error(capsys, ["cluster", "--dataset", "iris", "--k", 3, "--iterations", 1, "--out", out],
+                "report.html' is a folder")
+    assert (out / "labels.csv").read_text() == "old\n" and sorted(p.name for p in out.iterdir()) == ["labels.csv", "report.html"]
+
+
+def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
+    from analysis.commands import _output
+    from analysis.data import InputError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.csv").write_text("old a")
+    (out / "b.csv").write_text("old b")
+    (out / "mine.txt").write_text("the user's")
+    real_rename = os.rename
+
+    def failing_rename(src, dst):
+        if str(dst).endswith(os.sep + "c.csv"):
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(_output.os, "rename", failing_rename)
+    with pytest.raises(InputError, match="No space left"):
+        _output.write_output_dir(out, {"a.csv": "new a", "b.csv": "new b", "c.csv": "new c"})
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"a.csv": "old a", "b.csv": "old b", "mine.txt": "the user's"}
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary sibling left behind
+
+
+def test_an_empty_out_is_an_error_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    usage_error(capsys, ["cluster", "--dataset", "iris", "--k", 3, "--iterations", 1, "--out", ""], "--out is empty")
+    usage_error(capsys, ["report", "--dataset", "iris", "--k", 3, "--iterations", 1, "--out", ""], "--out is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_unwritable_out_file_is_refused_before_the_work(checkpoint, capsys):
+    # Probed by creating a file: os.access says /proc is writable to root, so this failed only after the work.
+    start = time.perf_counter()
+    usage_error(capsys, ["report", "--dataset", "iris", "--k", 3, "--out", "/proc/x.html"], "cannot create a file in '/proc'")
+    usage_error(capsys, ["drift", "--checkpoint", checkpoint, "--out", "/proc/x.html"], "cannot create a file in '/proc'")
+    usage_error(capsys, ["sweep", "--out", "/proc/sweep"], "cannot create a folder in '/proc'")
+    assert time.perf_counter() - start < 10
+
+
+# ------------------------------------------------------------------------------------------------ data, variants
+def test_data_near_the_float64_limit_is_refused_with_the_reason(tmp_path, capsys):
+    data = tmp_path / "big.npy"
+    np.save(data, np.array([[1e308, -1e308], [-1e308, 1e308], [0.0, 1.0], [1.0, 0.0]]))
+    usage_error(capsys, ["cluster", "--data", data, "--k", 2, "--out", tmp_path / "out"], "magnitude 1e+308", "overflow float64")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_init_file_near_the_float64_limit_is_refused(tmp_path, capsys):
+    init = tmp_path / "init.csv"
+    init.write_text("1e308,1e308,1e308,1e308\n-1e308,0,0,0\n")
+    usage_error(capsys, ["cluster", "--dataset", "iris", "--k", 2, "--init", init], "init file init.csv", "overflow float64")
+
+
+def test_the_estimator_refuses_such_data_and_bad_variants_with_value_error():
+    from analysis.estimator import CircuitKMeans
+
+    with pytest.raises(ValueError, match="overflow float64"):
+        CircuitKMeans(2).fit(np.array([[1e308, 0.0], [-1e308, 0.0], [0.0, 1.0]]))
+    for variant in ("nope", "soft:beta", "annealed:beta=1e250,growth=1e6"):
+        with pytest.raises(ValueError) as info:
+            CircuitKMeans(2, variant=variant).fit(np.eye(3))
+        assert not isinstance(info.value, KeyError)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_data_path_that_is_no_file_says_what_it_is(tmp_path, capsys, kind):
+    path = tmp_path / "data.csv"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    usage_error(capsys, ["cluster", "--data", path, "--k", 2], "is a folder" if kind == "folder" else "not a regular file")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["cluster", "--dataset", "iris", "--k", 3, "--iterations", 2, "--variant", "annealed:beta=1e250,growth=1e6"],
+     "beta * growth^T = 1e262.0 exceeds"),
+    (["cluster", "--dataset", "iris", "--k", 3, "--iterations", 400, "--variant", "annealed:growth=1e6"], "exceeds"),
+    (["cluster", "--dataset", "iris", "--k", 3, "--variant", "soft:beta"], "parameter 'beta' needs a value"),
+    (["cluster", "--dataset", "iris", "--k", 3, "--variant", "soft:beta=1,beta=2"], "given twice"),
+    (["cluster", "--dataset", "iris", "--k", 3, "--variant", "gumbel:seed=1e30"], "seed must be an integer"),
+    (["prove", "--d", 2, "--k", 2, "--variant", "soft:beta=0"], "beta must lie in (0, 1e+250]"),
+    (["prove", "--d", 2, "--k", 2, "--variant", "annealed:beta=1e250,growth=10"], "exceeds"),
+    (["train", "--d", 2, "--k", 3, "--steps", 1, "--lr", "inf", "--out", "{tmp}/t"], "--lr must be positive and finite"),
+    (["train", "--d", 2, "--k", 3, "--steps", 1, "--growth", "inf", "--out", "{tmp}/t"], "--growth"),
+])
+def test_bad_options_are_one_line(tmp_path, capsys, argv, needle):
+    usage_error(capsys, [str(a).format(tmp=tmp_path) for a in argv], needle)
+    assert not (tmp_path / "t").exists()
+
+
+def test_integer_variant_parameters_are_parsed_as_integers():
+    from circuits.variants import get_variant
+
+    # Through float, 2**53 + 1 became 2**53: another seed, and another run.
+    variant = get_variant(f"gumbel:seed={2**53 + 1}")
+    assert variant.params["seed"] == 2**53 + 1 and type(variant.params["seed"]) is int
+    assert variant.spec == f"gumbel:seed={2**53 + 1}"
+    assert get_variant("gumbel:seed=1e3").params["seed"] == 1000
+
+
+def test_torch_out_of_memory_is_a_usage_error(capsys, monkeypatch):
+    from analysis.commands import cluster
+
+    def allocate(args):
+        torch.empty(2**50, dtype=torch.float64)  # 8 PiB: torch raises RuntimeError, not MemoryError
+
+    monkeypatch.setattr(cluster, "run", allocate)
+    usage_error(capsys, ["cluster", "--dataset", "iris", "--k", 3], "does not fit in memory")
+
+
+def test_other_runtime_errors_stay_internal_errors(capsys, monkeypatch):
+    from analysis.commands import cluster
+
+    def bug(args):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(cluster, "run", bug)
+    assert main(["cluster", "--dataset", "iris", "--k", "3"]) == 3
+    assert "Traceback" in capsys.readouterr().err

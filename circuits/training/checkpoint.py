@@ -82,7 +82,7 @@ def save_checkpoint(folder: str | Path, model: RecurrentKMeans, config: dict, *,
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file {str(path)!r} is missing")
+        raise CheckpointError(f"checkpoint file {str(path)!r} is {'not a file' if path.exists() else 'missing'}")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -96,7 +96,7 @@ def _check_size(config: dict, path: Path, prefix: str = "") -> None:
     would exhaust memory before the tensors are ever compared with it.
     """
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file {str(path)!r} is missing")
+        raise CheckpointError(f"checkpoint file {str(path)!r} is {'not a file' if path.exists() else 'missing'}")
     name = f"{prefix}{ASSIGN}_W_Q"
     try:
         with safe_open(str(path), framework="pt") as f:

@@ -12,11 +12,20 @@ Two comparisons are made for every problem of a batch:
   the bound it implies on the attention mass that leaked off the chosen centroid).
 
 Label mismatches are split into *ties* and *errors*. A tie is a point whose two candidate centroids are equally
-near up to the stated tie window: the tie-break term ``tie_break * |j1 - j2|`` (the circuit prefers the lower
-index within it, by construction) plus a rounding allowance ``16 d eps (1 + max|x| / s)`` (eps of the circuit's
-dtype, in squared units of the data scale ``s``: encoding ``(x - mean) / s`` itself rounds at ``eps max|x| / s``).
-Ties are reported, not hidden, and never make a run fail; if a tie sends the trajectory another way than the
-reference, the trajectory comparison stops counting from there and the report says so.
+near within what the computation resolves, and nothing more: per point ``i`` and centroid ``j`` the verifier
+bounds the uncertainty ``E_ij`` of the squared distance (user units) by the circuit's score rounding
+``gamma m_ij s^2`` (:mod:`circuits.sharpness` derives ``gamma`` and ``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in
+unit coordinates), plus the representation of points and centroids in the user's units
+(``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``) and its own rounding of ``D_ij`` (``(d + 2) u D_ij``). Two
+centroids tie for a point when their distances differ by at most ``E_ij1 + E_ij2``; the reference then takes
+the lower index, as the circuit's tie-break does. Ties are reported, never hidden. The circuit's tie-break
+``t`` is uniform while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can still lie
+within ``t |j1 - j2|``: such a point is an error, named as caused by the tie-break (the data's dynamic range
+exceeds what one tie-break resolves).
+
+The verdict is strict: VERIFIED means every label of every iteration equals the reference's and every centroid
+agrees within the tolerance. A tie resolved unlike the reference, or a trajectory that left the reference's after
+one, fails the run with that reason.
 
 Tolerances are functions of the circuit's dtype and stated in the report: centroids must agree within
 ``1e3 eps s + 64 eps max|x|`` (relative precision of the mean, plus what the user's offset leaves representable).
@@ -35,7 +44,7 @@ from analysis.capture import Capture, capture
 from circuits import reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.sharpness import FLOAT64_UNDERFLOW
+from circuits.sharpness import FLOAT64_UNDERFLOW, UNIT_ROUNDOFF, score_rounding
 
 
 @dataclass
@@ -51,6 +60,10 @@ class Mismatch:
     gap: float
     kind: str  # "tie" or "error"
     check: str  # "step" or "trajectory"
+    #: The tie window ``E_ij1 + E_ij2`` of the two centroids (user units; Lloyd's verification).
+    window: float = 0.0
+    #: Why an error happened where it is known: ``"tie-break"`` when the gap lies within the circuit's tie-break.
+    cause: str = ""
 
 
 @dataclass
@@ -98,9 +111,13 @@ class IterationRecord:
 @dataclass
 class Tolerances:
     centroid: float
+    #: Lloyd's: the widest window ``E_ij1 + E_ij2`` between a point's two nearest reference centroids (user units);
+    #: variants: the rounding allowance added to their tie-break.
     tie_window: float
     sq_norm: float
     eps: float
+    #: The circuit's tie-break ``t`` in squared user units (Lloyd's; 0 where the window above already holds it).
+    tie_break: float = 0.0
 
     def window(self, j1: int, j2: int, tie_break_abs: float) -> float:
         """Two centroids ``j1``, ``j2`` tie for a point when their squared distances differ by at most this."""
@@ -130,6 +147,8 @@ class VerificationReport:
     scale: float
     n_iter: int
     diverged_after_tie: int | None = None
+    #: Whether two consecutive iterates of the circuit were equal within its iterations.
+    converged: bool = True
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: The variant's parameters as built (distances unit-scaled); empty for Lloyd's circuit.
@@ -181,7 +200,9 @@ class VerificationReport:
         lines.append(
             f"{self.verdict}: {len(self.errors)} errors, {len(self.ties)} ties"
             f" ({len(self.tie_mismatches)} resolved unlike the reference),"
-            f" hard attention everywhere: {self.hard_attention}; converged after {self.n_iter} iterations"
+            f" hard attention everywhere: {self.hard_attention}; "
+            + (f"converged after {self.n_iter} iterations" if self.converged
+               else f"did not converge within {self.iterations} iterations")
         )
         lines.extend(f"failure: {f}" for f in self.failures)
         lines.extend(f"note: {n}" for n in self.notes)
@@ -227,16 +248,36 @@ def tolerances(dtype: torch.dtype, d: int, scale: float, max_abs: float) -> Tole
     )
 
 
-def check_assignment(X, C, got, margins, layer, iteration, tol: Tolerances, tie_break_abs: float, check: str,
+def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray, scale: float,
+                         gamma: float, tie_break: float, u: float = UNIT_ROUNDOFF) -> np.ndarray:
+    """``E_ij``: how far the squared distance ``D_ij`` may be from what the circuit computed (module docstring).
+
+    ``X`` (n, d), ``C`` (k, d) and ``D`` in user units; ``offset``/``scale`` the encoder's; ``gamma`` and
+    ``tie_break`` (unit-scaled) the circuit's; ``u`` the unit roundoff of the circuit's dtype.
+    """
+    d = X.shape[1]
+    ux = np.linalg.norm((X - offset) / scale, axis=1)
+    uc = np.linalg.norm((C - offset) / scale, axis=1)
+    m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
+    mu = float(np.linalg.norm(offset))
+    represent = 8 * u * np.sqrt(d * D) * (np.linalg.norm(X, axis=1)[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
+    return gamma * scale**2 * m + represent + (d + 2) * UNIT_ROUNDOFF * D
+
+
+def check_assignment(X, C, got, margins, layer, iteration, E: np.ndarray, tie_break_abs: float, check: str,
                      expected=None) -> tuple[list[Mismatch], list[Tie]]:
-    """Compare labels ``got`` with the nearest centroids of ``C`` (or with ``expected``); find tied points."""
+    """Compare labels ``got`` with the nearest centroids of ``C`` (or with ``expected``); find tied points.
+
+    ``E`` is the per-entry uncertainty of the squared distances (:func:`distance_uncertainty`); centroids within
+    ``E_ij + E_ie`` of the expected one tie with it. An error whose gap lies within the circuit's tie-break
+    ``tie_break_abs * |j1 - j2|`` is marked ``"tie-break"`` in ``Mismatch.cause``.
+    """
     D = reference.sq_distances(X, C)
     if expected is None:
-        expected = np.argmin(reference.tie_broken(D, tie_break_abs), axis=1)
-    k = C.shape[0]
-    chosen_d = D[np.arange(len(X)), expected]
-    index_distance = np.abs(np.arange(k)[None, :] - expected[:, None])
-    within = np.abs(D - chosen_d[:, None]) <= tol.window(0, 1, tie_break_abs) * index_distance + tol.tie_window
+        expected = reference.assign_within(D, E)
+    rows = np.arange(len(X))
+    chosen_d, chosen_e = D[rows, expected], E[rows, expected]
+    within = np.abs(D - chosen_d[:, None]) <= E + chosen_e[:, None]
     ties = [
         Tie(int(i), layer, iteration, [int(j) for j in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
         for i in np.flatnonzero(within.sum(axis=1) > 1)
@@ -246,7 +287,9 @@ def check_assignment(X, C, got, margins, layer, iteration, tol: Tolerances, tie_
         e, g = int(expected[i]), int(got[i])
         gap = float(D[i, g] - D[i, e]) if g >= 0 else math.inf
         kind = "tie" if g >= 0 and within[i, g] else "error"
-        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, check))
+        window = float(E[i, g] + E[i, e]) if g >= 0 else 0.0
+        cause = "tie-break" if kind == "error" and g < e and gap <= tie_break_abs * (e - g) + window else ""
+        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, check, window, cause))
     return mismatches, ties
 
 
@@ -263,7 +306,10 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     max_abs = float(np.abs(np.concatenate([X, C0])).max())
     tol = tolerances(circ.dtype, circ.layout.d, s, max_abs)
     tie_break_abs = circ.sharpness.tie_break * s**2
-    ref = reference.lloyd(X, C0, T, tie_break=tie_break_abs)
+    window = resolution_window(circ, enc, b)
+    ref = reference.lloyd(X, C0, T, tie_window=window)
+    tol.tie_window = _widest_tie_window(ref, X, window)
+    tol.tie_break = tie_break_abs
     mismatches: list[Mismatch] = []
     ties: list[Tie] = []
     failures: list[str] = []
@@ -279,8 +325,9 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     for lc in cap.layers:
         if lc.kind == "assign":
             it = circ.assignment_layers.index(lc.layer)
-            found, tied = check_assignment(X, lc.pre.centroids[b], lc.post.labels[b], lc.attention.margin[b],
-                                           lc.layer, it, tol, tie_break_abs, "step")
+            C_in = lc.pre.centroids[b]
+            found, tied = check_assignment(X, C_in, lc.post.labels[b], lc.attention.margin[b], lc.layer, it,
+                                           window(C_in, reference.sq_distances(X, C_in)), tie_break_abs, "step")
             mismatches.extend(found)
             ties.extend(tied)
             step_counts[it] = (sum(m.kind == "error" for m in found), len(tied))
@@ -299,6 +346,7 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     n_step_errors = sum(m.kind == "error" for m in mismatches)
     if n_step_errors:
         failures.append(f"{n_step_errors} assignment(s) differ from the nearest centroid beyond the tie window")
+    failures.extend(tie_break_failures(mismatches, tie_break_abs, s))
 
     # Trajectory: the circuit's iterates against the reference run from the same initial centroids.
     diverged: int | None = None
@@ -306,12 +354,14 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     for t in range(T + 1):
         att = cap.assign_attention(t)
         labels_t = cap.assignments(t)[b]
-        traj, _ = check_assignment(X, ref.centroids[t], labels_t, att.margin[b], circ.assignment_layers[t], t,
-                                   tol, tie_break_abs, "trajectory", expected=ref.assignments[t])
-        if diverged is None and any(m.kind == "tie" for m in traj):
-            diverged = t
+        C_ref = ref.centroids[t]
+        traj, _ = check_assignment(X, C_ref, labels_t, att.margin[b], circ.assignment_layers[t], t,
+                                   window(C_ref, reference.sq_distances(X, C_ref)), tie_break_abs, "trajectory",
+                                   expected=ref.assignments[t])
         if diverged is None:
             mismatches.extend(traj)
+            if any(m.kind == "tie" for m in traj):
+                diverged = t
         if t == T:
             break
         C_next = cap.centroids(t + 1)[b]
@@ -335,10 +385,11 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
             ties=ties_t,
             proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
-    trajectory_verdict(diverged, mismatches, failures, notes)
+    trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=True)
     if ties:
         notes.append(
-            f"{len(ties)} tied assignment(s) (nearest centroids equal within the tie window) went to the lower index"
+            f"{len(ties)} tied assignment(s) (nearest centroids equal within float64's resolution, at most"
+            f" {tol.tie_window:.3g} in squared user units) went to the lower index"
         )
 
     all_assign = [cap.assign_attention(t) for t in range(T + 1)]
@@ -371,16 +422,62 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
         scale=s,
         n_iter=circuit_n_iter(cap, b),
         diverged_after_tie=diverged,
+        converged=circuit_converged(cap, b),
         failures=failures,
         notes=notes,
         sharpness_bound=sharpness_bound,
     )
 
 
-def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str]) -> None:
-    """What the trajectory comparison adds to the verdict: a note if a tie sent it another way, a failure per
-    label that differs beyond the tie window (shared by Lloyd's and the variants' verification)."""
-    if diverged is not None:
+def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0):
+    """``(C, D) -> E``: the per-entry distance uncertainty of problem ``b`` (:func:`distance_uncertainty`)."""
+    X = enc.X[b]
+    offset, s = enc.scaling.offset[b], float(enc.scaling.scale[b])
+    u = float(torch.finfo(circ.dtype).eps) / 2
+    gamma = score_rounding(circ.layout.d, circ.layout.d_model) * u / UNIT_ROUNDOFF
+    t = circ.sharpness.tie_break
+    return lambda C, D: distance_uncertainty(X, C, D, offset, s, gamma, t, u)
+
+
+def _widest_tie_window(ref: reference.LloydTrace, X: np.ndarray, window) -> float:
+    """The widest window between a point's two nearest centroids along the reference trajectory."""
+    widest = 0.0
+    if ref.centroids.shape[1] < 2:
+        return widest
+    for C in ref.centroids:
+        D = reference.sq_distances(X, C)
+        E = window(C, D)
+        two = np.argsort(D, axis=1, kind="stable")[:, :2]
+        rows = np.arange(len(X))
+        widest = max(widest, float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max()))
+    return widest
+
+
+def tie_break_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
+    """One failure naming the points whose resolvable gap the circuit's tie-break swallowed, if any."""
+    hit = [m for m in mismatches if m.cause == "tie-break"]
+    if not hit:
+        return []
+    worst = max(hit, key=lambda m: m.gap)
+    return [f"{len(hit)} assignment(s) with gaps float64 resolves fell within the circuit's tie-break"
+            f" ({tie_break_abs:.3g} squared user units per index; e.g. point {worst.point} at iteration"
+            f" {worst.iteration}: gap {worst.gap:.3g}, float64 window {worst.window:.3g}): the data's dynamic range"
+            f" (scale {scale:.3g}) is beyond what one tie-break resolves; pass a smaller --tie-break with a larger"
+            f" --beta, or cluster the far points separately"]
+
+
+def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str],
+                       ties_fail: bool = False) -> None:
+    """What the trajectory comparison adds to the verdict: a failure per label that differs beyond the tie window,
+    and for a tie that sent the trajectory another way a failure (``ties_fail``: the result is then not the
+    reference's) or a note (shared by Lloyd's and the variants' verification)."""
+    if diverged is not None and ties_fail:
+        n_tied = sum(m.kind == "tie" and m.check == "trajectory" for m in mismatches)
+        failures.append(
+            f"a float64 tie in the assignment to the centroids of iteration {diverged} was resolved unlike the"
+            f" reference ({n_tied} label(s)): the circuit's result is not the reference's from there on"
+        )
+    elif diverged is not None:
         notes.append(
             f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
             " reference; from there on the trajectory is compared for information only (the step-wise check still"
@@ -389,6 +486,13 @@ def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failure
     n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
     if n_traj_errors:
         failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
+
+
+def circuit_converged(cap: Capture, b: int = 0) -> bool:
+    """Whether two consecutive iterates of the circuit were equal (else it only hit the iteration limit)."""
+    T = cap.circuit.iterations
+    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)],
+                               [cap.centroids(t)[b] for t in range(T + 1)])
 
 
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:

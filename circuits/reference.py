@@ -3,12 +3,12 @@
 Rules, stated because every comparison depends on them:
 
 * Distances are ``|x - c|^2`` computed directly from the difference (not via ``|x|^2 - 2 x.c + |c|^2``).
-* Ties: a point goes to the centroid minimising ``|x - c_j|^2 + tie_break * j``. With ``tie_break = 0`` this is
-  ``np.argmin`` (exact ties to the lower index). By default ``tie_break`` is ``1e-11`` times the squared data scale
-  (the largest distance of a point or initial centroid from the mean of the points): far above rounding, far
-  below any gap that is not a tie, so exact ties *and ties to rounding* go to the lower index. The circuit
-  carries the same term in its keys. (Decimal data such as iris has points whose distances to two centroids are
-  equal in decimal but differ by one ulp in binary; plain argmin resolves those by rounding noise.)
+* Ties: a point goes to the centroid minimising ``|x - c_j|^2 + tie_break * j``. With ``tie_break = 0`` (the
+  default) this is ``np.argmin``: exact ties to the lower index. A *tie window* (a per-entry uncertainty
+  ``E_ij`` of the squared distances, see :func:`assign_within`) widens "exact" to "equal within what the
+  computation resolves": every centroid whose distance exceeds the smallest by at most ``E_ij + E_imin`` is a
+  candidate, and the lowest index among them wins. The circuit's verifier passes the circuit's own resolution
+  (:mod:`analysis.verify`); with no window this is plain Lloyd's.
 * Empty clusters: a centroid with no points keeps its previous position. (scikit-learn instead relocates it, so
   oracle tests against scikit-learn use problems without empty clusters.)
 * Every iterate is recorded: ``centroids[t]`` after ``t`` iterations (``centroids[0]`` is the initialisation) and
@@ -19,6 +19,7 @@ Rules, stated because every comparison depends on them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from jaxtyping import Float, Int
@@ -34,10 +35,6 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
         out[start : start + _CHUNK] = np.einsum("nkd,nkd->nk", diff, diff)
     return out
-
-
-#: Default tie-break, relative to the squared data scale (same default as the circuit's).
-TIE_BREAK = 1e-11
 
 
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
@@ -57,6 +54,14 @@ def tie_broken(D: Float[np.ndarray, "n k"], tie_break: float) -> Float[np.ndarra
 def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:
     """Nearest centroid of each point; ties (within ``tie_break``, absolute) go to the lower index."""
     return np.argmin(tie_broken(sq_distances(X, C), tie_break), axis=1)
+
+
+def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
+    """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc)."""
+    rows = np.arange(D.shape[0])
+    best = np.argmin(D, axis=1)
+    candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
+    return np.argmax(candidate, axis=1)  # the first True: the lowest tied index
 
 
 def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
@@ -131,19 +136,29 @@ def iterations_run(assignments, centroids) -> int:
     return T
 
 
+def converged(assignments, centroids) -> bool:
+    """Whether two consecutive iterates are equal (the run reached a fixed point within its iterations)."""
+    T = len(centroids) - 1
+    return any((t >= 2 and np.array_equal(assignments[t - 1], assignments[t - 2]))
+               or np.array_equal(centroids[t], centroids[t - 1]) for t in range(1, T + 1))
+
+
 def lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-          tie_break: float | None = None) -> LloydTrace:
+          tie_break: float = 0.0, tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+          ) -> LloydTrace:
     """Run ``iterations`` Lloyd steps from ``C0`` and record every iterate.
 
-    ``tie_break`` is absolute (squared user units); ``None`` means :data:`TIE_BREAK` times the squared data scale.
+    ``tie_break`` is absolute (squared user units). ``tie_window(C, D)``, if given, returns the per-entry
+    uncertainty ``E`` of the distances ``D`` to centroids ``C``; ties within it go to the lower index.
     """
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
-    if tie_break is None:
-        tie_break = TIE_BREAK * data_scale(X, C0) ** 2
     cents, labs, objs, gps = [C.copy()], [], [], []
     for t in range(iterations + 1):
         D = sq_distances(X, C)
-        labels = np.argmin(tie_broken(D, tie_break), axis=1)
+        if tie_window is not None:
+            labels = assign_within(tie_broken(D, tie_break), tie_window(C, D))
+        else:
+            labels = np.argmin(tie_broken(D, tie_break), axis=1)
         labs.append(labels)
         objs.append(float(D[np.arange(len(X)), labels].sum()))
         gps.append(gaps(D))

@@ -19,7 +19,8 @@ from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
 from circuits.layout import ResidualLayout
 from circuits.sharpness import FLOAT32_UNDERFLOW, FLOAT64_UNDERFLOW, Resolution, Sharpness, for_problem
-from circuits.variants import get_variant
+from circuits.variants import get_variant, parse_variant
+from circuits.variants.base import NX
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -112,29 +113,37 @@ def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
     return fit_unit_scaling(X, C0, centre="median")
 
 
+#: Variants whose assign head is Lloyd's (distance scores with the tie-break): their knobs are chosen from the
+#: data like Lloyd's. The others tie other quantities to beta (soft stiffness, cosines) and keep their defaults.
+DISTANCE_VARIANTS = ("lloyd", "damped", "trimmed", "sparse", "gumbel")
+
+
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
                      sharpness: Sharpness | dict | None = None,
                      dtype: torch.dtype = torch.float64) -> tuple[Sharpness | None, Resolution | None]:
-    """The knobs a run uses: a :class:`Sharpness` as given; else, for Lloyd's circuit, tie-break and beta chosen
-    from the data (:func:`circuits.sharpness.for_problem`) with the knobs of a ``dict`` kept as given.
+    """The knobs a run uses: a :class:`Sharpness` as given; else, for Lloyd's assign head, tie-break and beta
+    chosen from the data (:func:`circuits.sharpness.for_problem`) with the knobs of a ``dict`` kept as given.
 
-    ``inits`` are the initial centroids of every run that will share the circuit. Variants keep their own defaults
-    (their constructions tie other quantities to beta), so a ``dict`` for them is just the given knobs.
+    ``inits`` are the initial centroids of every run that will share the circuit. Other variants keep their
+    defaults, so a ``dict`` for them is just the given knobs.
     """
     if isinstance(sharpness, Sharpness):
         return sharpness, None
     given = dict(sharpness or {})
-    if variant != "lloyd":
+    name = parse_variant(variant)[0]
+    if name not in DISTANCE_VARIANTS:
         return (Sharpness(**given) if given else None), None
     X = np.asarray(X, dtype=np.float64)
     d, k = X.shape[1], np.asarray(inits[0]).shape[0]
     problems = []
     for C0 in inits:
-        scaling = lloyd_scaling(X, C0)
+        scaling = lloyd_scaling(X, C0) if name == "lloyd" else fit_unit_scaling(X, C0)
         problems.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
     u = float(torch.finfo(dtype).eps) / 2
     underflow = FLOAT64_UNDERFLOW if dtype == torch.float64 else FLOAT32_UNDERFLOW
-    return for_problem(problems, d, ResidualLayout(d, k).d_model, given, u, underflow)
+    # The widest layout of these variants (one extra column), so gamma bounds every one of them.
+    d_model = ResidualLayout(d, k, extra=(NX,)).d_model
+    return for_problem(problems, d, d_model, given, u, underflow)
 
 
 def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: str = "lloyd",

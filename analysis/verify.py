@@ -387,9 +387,11 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
         ))
     trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=True)
     if ties:
+        lower = sum(t.chosen == min(t.candidates) for t in ties)
         notes.append(
             f"{len(ties)} tied assignment(s) (nearest centroids equal within float64's resolution, at most"
-            f" {tol.tie_window:.3g} in squared user units) went to the lower index"
+            f" {tol.tie_window:.3g} in squared user units): {lower} went to the lower index"
+            + (f", {len(ties) - lower} did not" if lower < len(ties) else "")
         )
 
     all_assign = [cap.assign_attention(t) for t in range(T + 1)]

@@ -35,8 +35,10 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify import (
-    IterationRecord, Mismatch, Tie, VerificationReport, circuit_n_iter, tolerances, trajectory_verdict,
+    IterationRecord, Mismatch, Tie, VerificationReport, circuit_converged, circuit_n_iter, resolution_window,
+    tolerances, trajectory_verdict,
 )
+from circuits.reference import assign_within
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import Costs, DegenerateUpdate, Reference, one_hot
 
@@ -45,22 +47,27 @@ FLOOR_FACTOR = 100.0
 
 
 def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, iteration: int, rounding: float,
-                bias_scale: float, check: str, expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
+                bias_scale: float, check: str, expected: np.ndarray | None = None,
+                E: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
     """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
 
     Two columns tie for a point when their costs differ by at most ``bias_scale * |bias_1 - bias_2| + rounding``
-    (the tie-break the circuit applies, plus float64 rounding).
+    (the tie-break the circuit applies, plus float64 rounding); with a per-entry uncertainty ``E`` (distance
+    costs, :func:`analysis.verify.distance_uncertainty`) by at most ``E_ij1 + E_ij2`` instead, as for Lloyd's.
     """
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
         expected = labels[exp_col]
     else:
         exp_col = np.array([col_of[int(e)] for e in expected])
     rows = np.arange(len(V))
     chosen = V[rows, exp_col]
-    window = bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rounding
+    if E is None:
+        window = bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rounding
+    else:
+        window = E + E[rows, exp_col][:, None]
     within = np.abs(V - chosen[:, None]) <= window
     ties = [
         Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
@@ -130,7 +137,7 @@ def verify_variant_problem(cap: Capture, b: int = 0) -> VerificationReport:
             variant=circ.variant, dtype=str(circ.dtype).replace("torch.", ""), n=enc.n, d=enc.d, k=enc.k,
             iterations=circ.iterations, verified=False, exact=False, hard_attention=False, per_iteration=[],
             final_label_agreement=math.nan, final_min_margin=math.nan, final_leak_bound=math.nan, mismatches=[],
-            ties=[], tolerances=tol, scale=s, n_iter=circuit_n_iter(cap, b),
+            ties=[], tolerances=tol, scale=s, n_iter=circuit_n_iter(cap, b), converged=circuit_converged(cap, b),
             failures=[f"the reference algorithm is undefined on this problem: {exc}"],
             notes=[f"variant {circ.spec.name}: {circ.spec.algorithm}"], variant_params=circ.params,
             reference=f"{circ.spec.name} reference (circuits.variants.references): undefined here",
@@ -147,7 +154,12 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     tol = tolerances(circ.dtype, d, s, max_abs)
     eps = tol.eps
     tie_break_abs = circ.sharpness.tie_break * s**2
-    ref: Reference = spec.reference(s, tie_break_abs, b)
+    # Distance costs: the reference is the variant with ties only within what float64 resolves (as for Lloyd's),
+    # not within the circuit's tie-break, which a far point makes coarse.
+    by_distance = not spec.normalise_centroids
+    ref: Reference = spec.reference(s, 0.0 if by_distance else tie_break_abs, b)
+    if ref.hard and by_distance:
+        ref.tie_window = resolution_window(circ, enc, b)
     trace = ref.run(X, C0, T)
     hard = ref.hard
     beta = _max_stiffness(circ)
@@ -185,8 +197,9 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             C_in, Y = lc.pre.centroids[b], lc.post.assignments[b]
             margins, _ = _assign_certificate(lc.attention, spec, b)
             if hard:
-                found, tied = check_costs(ref.costs(X, C_in, t), lc.post.labels[b], margins, lc.layer, t,
-                                          tol.tie_window, bias_scale(lc.pre), "step")
+                cost = ref.costs(X, C_in, t)
+                found, tied = check_costs(cost, lc.post.labels[b], margins, lc.layer, t, tol.tie_window,
+                                          bias_scale(lc.pre), "step", E=ref.cost_uncertainty(cost, C_in))
                 mismatches.extend(found)
                 ties.extend(tied)
                 a_err = float(np.abs(Y - one_hot(lc.post.labels[b], Y.shape[1])).max())
@@ -243,13 +256,14 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         margins, leaks = _assign_certificate(att, spec, b)
         labels_t = cap.assignments(t)[b]
         if hard:
-            traj, _ = check_costs(ref.costs(X, trace.centroids[t], t), labels_t, margins,
-                                  circ.assignment_layers[t], t, tol.tie_window, bias_scale(cap.layers[circ.assignment_layers[t]].pre),
-                                  "trajectory", expected=trace.assignments[t])
-            if diverged is None and any(m.kind == "tie" for m in traj):
-                diverged = t
+            cost = ref.costs(X, trace.centroids[t], t)
+            traj, _ = check_costs(cost, labels_t, margins, circ.assignment_layers[t], t, tol.tie_window,
+                                  bias_scale(cap.layers[circ.assignment_layers[t]].pre), "trajectory",
+                                  expected=trace.assignments[t], E=ref.cost_uncertainty(cost, trace.centroids[t]))
             if diverged is None:
                 mismatches.extend(traj)
+                if any(m.kind == "tie" for m in traj):
+                    diverged = t
         if t == T:
             break
         C_next = cap.centroids(t + 1)[b]
@@ -278,7 +292,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             outliers=int((labels_t < 0).sum()),
             proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
-    trajectory_verdict(diverged, mismatches, failures, notes)
+    trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=hard)
     if ties and hard:
         notes.append(f"{len(ties)} tied assignment(s) (candidates equal within the tie window) went to the lower index")
     elif ties:
@@ -323,6 +337,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         tolerances=tol,
         scale=s,
         n_iter=circuit_n_iter(cap, b),
+        converged=circuit_converged(cap, b),
         diverged_after_tie=diverged,
         failures=failures,
         notes=notes,

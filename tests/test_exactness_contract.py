@@ -222,3 +222,21 @@ def test_verdict_and_labels_agree(problem):
     if not rep.verified:
         assert rep.failures
         assert differs or rep.ties, rep.summary()
+
+
+def test_a_split_exact_tie_exits_1_with_the_reason(tmp_path):
+    """With the tie-break switched off, points exactly between two centroids go wherever rounding sends them, not
+    to the lower index as Lloyd's does: the command must say so and exit 1, never 0 with that result."""
+    X = np.array([[0.0], [2.0], [1.0], [1.0], [5.0], [6.0]])
+    np.savetxt(tmp_path / "x.csv", X, delimiter=",")
+    np.savetxt(tmp_path / "c.csv", np.array([[0.0], [2.0]]), delimiter=",")
+    rc, out, err = cli_json("--data", "x.csv", "--k", "2", "--init", "c.csv", "--tie-break", "0",
+                            "--iterations", "2", tmp_path=tmp_path)
+    assert rc == 1, err
+    assert out["verified"] is False
+    assert any("tie" in f and "unlike the reference" in f for f in out["failures"]), out["failures"]
+    assert any("did not" in note for note in out["notes"]), out["notes"]
+    rc, out, _ = cli_json("--data", "x.csv", "--k", "2", "--init", "c.csv", "--iterations", "2", tmp_path=tmp_path)
+    assert rc == 0 and out["verified"] is True
+    _, labels = numpy_lloyd(X, np.array([[0.0], [2.0]]), 2)
+    np.testing.assert_array_equal(out["labels"], labels[-1])

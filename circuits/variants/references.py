@@ -17,11 +17,12 @@ index on ties); a cluster without members keeps its centroid.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from jaxtyping import Float, Int
 
-from circuits.reference import sq_distances
+from circuits.reference import assign_within, sq_distances
 
 #: A row of the responsibilities counts as assigned when it sums to more than this.
 ASSIGNED_MASS = 0.5
@@ -127,6 +128,9 @@ class Reference:
     name: str = "lloyd"
     #: Hard algorithms assign every point to one centroid (or leave it out); soft ones spread it.
     hard: bool = field(default=True, init=False)
+    #: ``(C, D) -> E``, the per-entry uncertainty of the squared distances ``D`` to ``C``: distance costs within it
+    #: tie, and the lower index wins (:func:`circuits.reference.assign_within`). Set by the verifier.
+    tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     # -- assignment ---------------------------------------------------------------------------------------
     def costs(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Costs:
@@ -135,8 +139,19 @@ class Reference:
 
     def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
         cost = self.costs(X, C, t)
-        chosen = np.argmin(cost.values + cost.bias, axis=1)
+        E = self.cost_uncertainty(cost, C)
+        chosen = np.argmin(cost.values + cost.bias, axis=1) if E is None else assign_within(cost.values + cost.bias, E)
         return one_hot(cost.labels[chosen], C.shape[0])
+
+    def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:
+        """``E`` for every cost column: the tie window on the centroid columns (distance costs), 0 on any other
+        column (a threshold is exact); ``None`` without a tie window."""
+        if self.tie_window is None:
+            return None
+        k = C.shape[0]
+        E = np.zeros_like(cost.values)
+        E[:, :k] = self.tie_window(C, cost.values[:, :k])
+        return E
 
     # -- update -------------------------------------------------------------------------------------------
     def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],

@@ -93,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
               f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
-            print(f"sharpness chosen from the data: tie-break {units['tie_break_user_sq_distance']:.3g} and exactly"
-                  f" hard above {units['hard_gap_user_sq_distance']:.3g} (squared units of the data);"
-                  f" widest float64 tie window {rep.tolerances.tie_window:.3g}")
+            print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"
+                  f" {units['hard_gap_user_sq_distance']:.3g} (squared data units); widest tie window"
+                  f" {rep.tolerances.tie_window:.3g}")
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1

@@ -441,7 +441,7 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0):
     return lambda C, D: distance_uncertainty(X, C, D, offset, s, gamma, t, u)
 
 
-def _widest_tie_window(ref: reference.LloydTrace, X: np.ndarray, window) -> float:
+def _widest_tie_window(ref: reference.Trace, X: np.ndarray, window) -> float:
     """The widest window between a point's two nearest centroids along the reference trajectory."""
     widest = 0.0
     if ref.centroids.shape[1] < 2:

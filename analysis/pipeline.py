@@ -67,7 +67,7 @@ class RunResult:
         rep = self.report.to_dict()
         keys = ["iteration", "label_agreement", "max_centroid_error", "objective_circuit", "objective_reference",
                 "min_margin", "leak_bound", "ties", "proven_bound"]
-        if self.circuit.spec is not None:
+        if self.circuit.spec.name != "lloyd":
             keys += ["max_assignment_error", "update_weight_error", "outliers"]
         per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
         return {
@@ -162,7 +162,7 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     if circuit is None:
         sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype)
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype)
-    scaling = lloyd_scaling(X, C0) if variant == "lloyd" and circuit.spec is None else None
+    scaling = lloyd_scaling(X, C0) if circuit.spec.name == "lloyd" else None
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling)
     cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
     return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)

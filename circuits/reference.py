@@ -125,6 +125,14 @@ def one_hot(labels: Int[np.ndarray, " n"], k: int) -> Float[np.ndarray, "n k"]:
     return R
 
 
+def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
+    A = np.asarray(A, dtype=np.float64)
+    norms = np.linalg.norm(A, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ValueError(f"spherical k-means needs non-zero {what}: {int((norms == 0).sum())} have norm 0")
+    return A / norms
+
+
 @dataclass
 class Trace:
     """Every iterate of a reference run (indexing as in the module docstring)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float, Int
 
-from circuits.reference import Costs, Reference, Trace, labels_of, objective, one_hot, sq_distances
+from circuits.reference import Costs, Reference, Trace, labels_of, objective, one_hot, sq_distances, unit_rows
 
 def softmax_rows(Z: Float[np.ndarray, "n k"]) -> Float[np.ndarray, "n k"]:
     Z = Z - Z.max(axis=1, keepdims=True)
@@ -99,14 +99,6 @@ class DegenerateUpdate(ValueError):
 
 #: A spherical cluster is degenerate when its members' unit vectors sum to at most this much per member.
 DEGENERATE = 1e-12
-
-
-def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
-    A = np.asarray(A, dtype=np.float64)
-    norms = np.linalg.norm(A, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise ValueError(f"spherical k-means needs non-zero {what}: {int((norms == 0).sum())} have norm 0")
-    return A / norms
 
 
 @dataclass

@@ -12,8 +12,8 @@ full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the
   computed against the *intended* support read from ``Y`` of the block's input: the members of each centroid,
   or the centroid itself when it has none.
 
-Variant circuits (``circuit.spec`` set, see :mod:`circuits.variants`) are captured the same way, with three
-differences their spec asks for: the problem may be re-encoded first (spherical k-means projects the points onto
+Variant circuits (see :mod:`circuits.variants`) are captured the same way, with three differences their spec
+(``circuit.spec``) asks for: the problem may be re-encoded first (spherical k-means projects the points onto
 the unit sphere; :attr:`Capture.encoded` is then what the circuit actually ran on); decoded states go through
 the spec's readout (labels of soft responsibilities, centroids normalised); and with attention sinks
 (``use_attention_sinks``) the assign summary also keeps the mass each point put on the sink.
@@ -245,8 +245,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
-    spec = getattr(circuit, "spec", None)
-    if spec is not None and spec.input_map is not None:
+    if circuit.spec.input_map is not None:
         encoded = _reencode(circuit, encoded)
     note = ""
     if path != "dense":
@@ -273,18 +272,18 @@ class _LayerDecoder:
 
     def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in):
         self.circuit, self.encoded = circuit, encoded
-        self.spec = getattr(circuit, "spec", None)
+        self.spec = circuit.spec
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
         state = decode(self.circuit.layout, resid, self.encoded.sequence, self.encoded.scaling)
-        return self.spec.readout(state) if self.spec is not None else state
+        return self.spec.readout(state)
 
     def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
         post = self.read(resid_post)
         if isinstance(att, UpdateAttention):
-            if self.spec is not None and self.spec.swapped_update_normalisation:
+            if self.spec.swapped_update_normalisation:
                 # Not a softmax over members: the membership certificate does not apply (NaN = not applicable);
                 # the verifier checks this head's pattern against the reference's weights instead.
                 att.margin, att.leak_bound, att.leak_observed, att.member_spread = (

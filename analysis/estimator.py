@@ -19,10 +19,24 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from analysis.data import check_magnitude
-from analysis.pipeline import DTYPES, run_problem
+from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
 from circuits.initialisation import initial_centroids
-from circuits.variants import check_variant
+from circuits.variants import check_variant, get_variant
+
+
+#: Points whose distances from the centroids differ by more than this factor are predicted in separate runs.
+GROUP_FACTOR = 256.0
+
+
+def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
+    """Indices of ``X`` grouped by distance from the centroids' median, each group within ``GROUP_FACTOR``."""
+    centre = np.median(centres, axis=0)
+    spread = float(np.linalg.norm(centres - centre, axis=1).max())
+    r = np.linalg.norm(X - centre, axis=1)
+    floor = spread if spread > 0 else max(float(r.max()), 1.0)
+    level = np.ceil(np.log(np.maximum(r / floor, 1.0)) / np.log(GROUP_FACTOR)).astype(int)
+    return [np.flatnonzero(level == g) for g in np.unique(level)]
 
 
 class CircuitMismatchWarning(UserWarning):
@@ -42,7 +56,8 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     random_state : seed of the initialisation: an int, a ``numpy.random.RandomState`` (one seed is drawn from it),
         or ``None``, which means 0 so that results are reproducible.
     variant : registered circuit variant (see :mod:`circuits.variants`).
-    sharpness : :class:`circuits.sharpness.Sharpness` or ``None`` for the defaults.
+    sharpness : a :class:`circuits.sharpness.Sharpness` used as it is; ``None`` (Lloyd's: tie-break and beta
+        chosen from the data, see :func:`circuits.sharpness.for_problem`), or a ``dict`` of knobs to keep.
     dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
@@ -106,14 +121,17 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=2)
             n_init = 1
         seed = self._seed()
+        inits = [initial_centroids(X, int(self.n_clusters), np.asarray(self.init) if given else self.init,
+                                   (seed + run) % 2**32) for run in range(n_init)]
+        # Every initialisation runs the same circuit: build it once, sharp enough for all of them.
+        sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
         best, circuit = None, None
-        for run in range(n_init):
-            C0 = initial_centroids(X, int(self.n_clusters), np.asarray(self.init) if given else self.init,
-                                   (seed + run) % 2**32)
-            # Every initialisation runs the same circuit: build it once.
-            result = run_problem(X, C0, int(self.max_iter), self.variant, DTYPES[self.dtype], self.sharpness,
-                                 circuit=circuit, path=self.path)
-            circuit = result.circuit
+        for C0 in inits:
+            if circuit is None:
+                circuit = get_variant(self.variant).build(X.shape[1], C0.shape[0], int(self.max_iter),
+                                                          sharpness=sharpness, dtype=DTYPES[self.dtype])
+            result = run_problem(X, C0, int(self.max_iter), self.variant, circuit=circuit, path=self.path,
+                                 resolution=resolution)
             if best is None or result.inertia < best[1].inertia:
                 best = (C0, result)
         C0, result = best
@@ -137,12 +155,25 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def predict(self, X):
-        """Nearest fitted centroid of each point, computed by a two-block circuit (commit, then assign)."""
+        """Nearest fitted centroid of each point, computed by a two-block circuit (commit, then assign) and verified.
+
+        Each point's label depends on the centroids alone, so points are run in groups of similar distance from
+        the centroids (within a factor of 256): a far point then cannot coarsen what float64 resolves for the
+        others. Every group is verified against the nearest-centroid reference; a group the circuit cannot
+        resolve raises ``ValueError`` rather than returning a wrong label.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        result = run_problem(X, self.cluster_centers_, 0, self.variant, DTYPES[self.dtype], self.sharpness,
-                             path=self.path)
-        return result.labels.astype(np.int32)
+        centres = self.cluster_centers_
+        labels = np.empty(len(X), dtype=np.int32)
+        for group in _magnitude_groups(X, centres):
+            result = run_problem(X[group], centres, 0, self.variant, DTYPES[self.dtype], self.sharpness,
+                                 path=self.path)
+            if not result.report.verified:
+                raise ValueError(f"predict: the circuit could not resolve {len(group)} point(s) exactly: "
+                                 + "; ".join(result.report.failures))
+            labels[group] = result.labels
+        return labels
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""

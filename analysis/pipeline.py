@@ -16,9 +16,11 @@ from analysis.capture import Capture, capture
 from analysis.verify import VerificationReport, verify_problem
 from circuits import reference
 from circuits.build import KMeansCircuit
-from circuits.encoding import EncodedBatch, encode
-from circuits.sharpness import Sharpness
-from circuits.variants import get_variant
+from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
+from circuits.layout import ResidualLayout
+from circuits.sharpness import FLOAT32_UNDERFLOW, FLOAT64_UNDERFLOW, Resolution, Sharpness, for_problem
+from circuits.variants import get_variant, parse_variant
+from circuits.variants.base import NX
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -29,6 +31,8 @@ class RunResult:
     encoded: EncodedBatch
     capture: Capture
     report: VerificationReport
+    #: How the sharpness was chosen from the data (``None`` when it was given whole, or for variants).
+    resolution: Resolution | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -51,12 +55,19 @@ class RunResult:
         kept = labels >= 0
         return reference.objective(X[kept], self.centroids, labels[kept])
 
+    def _resolution_json(self, rep: dict) -> dict | None:
+        """What the run resolves, in squared user units (the exactness contract's numbers)."""
+        if self.resolution is None:
+            return None
+        return {**self.resolution.to_dict(), **self.resolution.in_user_units(rep["scale"]),
+                "widest_tie_window_user_sq_distance": rep["tolerances"]["tie_window"]}
+
     def to_json(self) -> dict:
         """The command line's ``--json`` object (DESIGN.md section 4) plus a few self-describing extras."""
         rep = self.report.to_dict()
         keys = ["iteration", "label_agreement", "max_centroid_error", "objective_circuit", "objective_reference",
                 "min_margin", "leak_bound", "ties", "proven_bound"]
-        if self.circuit.spec is not None:
+        if self.circuit.spec.name != "lloyd":
             keys += ["max_assignment_error", "update_weight_error", "outliers"]
         per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
         return {
@@ -85,26 +96,73 @@ class RunResult:
             "variant_params": rep["variant_params"],
             "reference": rep["reference"],
             "sharpness": self.circuit.sharpness.to_dict(),
+            "sharpness_chosen_from_data": self.resolution is not None,
+            "resolution": self._resolution_json(rep),
             "scale": rep["scale"],
             # proven_bound is real arithmetic; the float64 rounding the verifier allows for comes on top of it.
-            "tolerances": {"centroid": rep["tolerances"]["centroid"], "tie_window": rep["tolerances"]["tie_window"]},
+            "tolerances": {"centroid": rep["tolerances"]["centroid"], "tie_window": rep["tolerances"]["tie_window"],
+                           "tie_break": rep["tolerances"]["tie_break"]},
+            "converged": rep["converged"],
             "failures": rep["failures"],
             "notes": rep["notes"] + ([f"dense path: {self.capture.path_note}"] if self.capture.path_note else []),
         }
 
 
+def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
+    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best."""
+    return fit_unit_scaling(X, C0, centre="median")
+
+
+#: Variants whose assign head is Lloyd's (distance scores with the tie-break): their knobs are chosen from the
+#: data like Lloyd's. The others tie other quantities to beta (soft stiffness, cosines) and keep their defaults.
+DISTANCE_VARIANTS = ("lloyd", "damped", "trimmed", "sparse", "gumbel")
+
+
+def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
+                     sharpness: Sharpness | dict | None = None,
+                     dtype: torch.dtype = torch.float64) -> tuple[Sharpness | None, Resolution | None]:
+    """The knobs a run uses: a :class:`Sharpness` as given; else, for Lloyd's assign head, tie-break and beta
+    chosen from the data (:func:`circuits.sharpness.for_problem`) with the knobs of a ``dict`` kept as given.
+
+    ``inits`` are the initial centroids of every run that will share the circuit. Other variants keep their
+    defaults, so a ``dict`` for them is just the given knobs.
+    """
+    if isinstance(sharpness, Sharpness):
+        return sharpness, None
+    given = dict(sharpness or {})
+    name = parse_variant(variant)[0]
+    if name not in DISTANCE_VARIANTS:
+        return (Sharpness(**given) if given else None), None
+    X = np.asarray(X, dtype=np.float64)
+    d, k = X.shape[1], np.asarray(inits[0]).shape[0]
+    problems = []
+    for C0 in inits:
+        scaling = lloyd_scaling(X, C0) if name == "lloyd" else fit_unit_scaling(X, C0)
+        problems.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
+    u = float(torch.finfo(dtype).eps) / 2
+    underflow = FLOAT64_UNDERFLOW if dtype == torch.float64 else FLOAT32_UNDERFLOW
+    # The widest layout of these variants (one extra column), so gamma bounds every one of them.
+    d_model = ResidualLayout(d, k, extra=(NX,)).d_model
+    return for_problem(problems, d, d_model, given, u, underflow)
+
+
 def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: str = "lloyd",
-                dtype: torch.dtype = torch.float64, sharpness: Sharpness | None = None,
+                dtype: torch.dtype = torch.float64, sharpness: Sharpness | dict | None = None,
                 on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
-                circuit: KMeansCircuit | None = None, path: str = "dense") -> RunResult:
+                circuit: KMeansCircuit | None = None, path: str = "dense",
+                resolution: Resolution | None = None) -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
-    Pass ``circuit`` to reuse a built model (it must match d, k and iterations). ``path`` chooses the execution
-    path (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
+    ``sharpness``: a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
+    :func:`choose_sharpness` pick the rest from the data. Pass ``circuit`` to reuse a built model (it must match
+    d, k and iterations; ``resolution`` then says how its knobs were chosen). ``path`` chooses the execution path
+    (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     if circuit is None:
+        sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype)
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype)
-    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype)
+    scaling = lloyd_scaling(X, C0) if circuit.spec.name == "lloyd" else None
+    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling)
     cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
-    return RunResult(circuit, encoded, cap, verify_problem(cap, 0))
+    return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)

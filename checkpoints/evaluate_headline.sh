@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every number the README quotes for the headline checkpoint, written to checkpoints/headline/eval/*.json.
+# Every number docs/training.md quotes for the headline checkpoint, written to checkpoints/headline/eval/*.json.
 # Run from the repository root with the virtual environment active:  bash checkpoints/evaluate_headline.sh
 set -euo pipefail
 ck=checkpoints/headline

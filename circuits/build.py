@@ -15,6 +15,7 @@ serves any number of points.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,7 +25,11 @@ from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE, assign_block, lloyd_schedule, unembed_matrix, update_block
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
+from circuits.spec import LLOYD, VariantSpec
 from circuits.weights import BlockWeights
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
 
 
 def _transformer_lens():
@@ -147,16 +152,16 @@ class KMeansCircuit:
     assignment to those centroids in ``Y``.
     """
 
-    model: object
+    model: HookedTransformer
     layout: ResidualLayout
     schedule: list[str]
     sharpness: Sharpness
     iterations: int
     variant: str = "lloyd"
     blocks: list[BlockWeights] = field(default_factory=list, repr=False)
-    #: The variant's description (``circuits.variants.base.VariantSpec``): parameters, reference algorithm,
-    #: input map and readout. ``None`` for the exact Lloyd circuit.
-    spec: object = field(default=None, repr=False)
+    #: What the circuit computes (:class:`circuits.spec.VariantSpec`): parameters, reference algorithm, input map
+    #: and readout; :data:`circuits.spec.LLOYD` for the exact construction.
+    spec: VariantSpec = field(default_factory=lambda: LLOYD, repr=False)
     #: Permanent TransformerLens hooks that are part of the architecture: ``(hook name, what it does)``.
     hooks: list[tuple[str, str]] = field(default_factory=list)
     #: The functions of the permanent ``hook_attn_scores`` hooks by layer, for execution paths that do not run
@@ -166,7 +171,7 @@ class KMeansCircuit:
     @property
     def params(self) -> dict[str, float]:
         """The variant's parameters (empty for Lloyd)."""
-        return dict(getattr(self.spec, "params", {}) or {})
+        return dict(self.spec.params)
 
     @property
     def dtype(self) -> torch.dtype:

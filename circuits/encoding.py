@@ -1,6 +1,7 @@
 """Problems in, residual streams in; residual streams out, answers out — always in the user's units.
 
-The encoder centres each problem on the mean of its points and divides by the largest distance of a point (or
+The encoder centres each problem on the mean of its points (Lloyd's pipeline: the median, see
+:func:`fit_unit_scaling`) and divides by the largest distance of a point (or
 initial centroid) from that mean, so all tokens live in the unit ball whatever the user's units (offsets of 1e8,
 scales of 1e-8 included) and the sharpness knobs of :mod:`circuits.sharpness` mean the same thing for every
 problem. The decoder undoes this on the way out.
@@ -57,10 +58,18 @@ class UnitScaling:
         return {"offset": self.offset.tolist(), "scale": self.scale.tolist()}
 
 
-def fit_unit_scaling(X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"] | None = None) -> UnitScaling:
-    """Centre on the mean of the points; scale so that every point and initial centroid is in the unit ball."""
+def fit_unit_scaling(X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"] | None = None,
+                     centre: str = "mean") -> UnitScaling:
+    """Centre on the mean (or the coordinate-wise ``"median"``) of the points; scale so that every point and
+    initial centroid is in the unit ball.
+
+    The median keeps the bulk of the data near 0 when a few points are far away, which is what float64
+    resolves best (:mod:`circuits.sharpness`); Lloyd's circuit is translation-invariant, so it may use either.
+    """
     X = as_batch(X, "X")
-    offset = X.mean(axis=1)
+    if centre not in ("mean", "median"):
+        raise ValueError(f"centre must be 'mean' or 'median', got {centre!r}")
+    offset = X.mean(axis=1) if centre == "mean" else np.median(X, axis=1)
     radius = np.linalg.norm(X - offset[:, None, :], axis=-1).max(axis=1)
     if C0 is not None:
         radius = np.maximum(radius, np.linalg.norm(as_batch(C0, "C0") - offset[:, None, :], axis=-1).max(axis=1))

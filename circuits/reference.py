@@ -1,14 +1,19 @@
-"""A plain numpy Lloyd's algorithm: the reference every circuit is checked against.
+"""A plain numpy Lloyd's algorithm: the reference every circuit is checked against, and the base of the family.
+
+:class:`Reference` is Lloyd's iteration written as an assignment (a responsibility matrix, one-hot rows) and an
+update (weights over the members, or the old centroid when there are none); the variants' references
+(:mod:`circuits.variants.references`) subclass it and change one of the two. :func:`lloyd`, :func:`assign` and
+:func:`update` are Lloyd's own entry points on top of it, so Lloyd's algorithm is written once.
 
 Rules, stated because every comparison depends on them:
 
 * Distances are ``|x - c|^2`` computed directly from the difference (not via ``|x|^2 - 2 x.c + |c|^2``).
-* Ties: a point goes to the centroid minimising ``|x - c_j|^2 + tie_break * j``. With ``tie_break = 0`` this is
-  ``np.argmin`` (exact ties to the lower index). By default ``tie_break`` is ``1e-11`` times the squared data scale
-  (the largest distance of a point or initial centroid from the mean of the points): far above rounding, far
-  below any gap that is not a tie, so exact ties *and ties to rounding* go to the lower index. The circuit
-  carries the same term in its keys. (Decimal data such as iris has points whose distances to two centroids are
-  equal in decimal but differ by one ulp in binary; plain argmin resolves those by rounding noise.)
+* Ties: a point goes to the centroid minimising ``|x - c_j|^2 + tie_break * j``. With ``tie_break = 0`` (the
+  default) this is ``np.argmin``: exact ties to the lower index. A *tie window* (a per-entry uncertainty
+  ``E_ij`` of the squared distances, see :func:`assign_within`) widens "exact" to "equal within what the
+  computation resolves": every centroid whose distance exceeds the smallest by at most ``E_ij + E_imin`` is a
+  candidate, and the lowest index among them wins. The circuit's verifier passes the circuit's own resolution
+  (:mod:`analysis.verify`); with no window this is plain Lloyd's.
 * Empty clusters: a centroid with no points keeps its previous position. (scikit-learn instead relocates it, so
   oracle tests against scikit-learn use problems without empty clusters.)
 * Every iterate is recorded: ``centroids[t]`` after ``t`` iterations (``centroids[0]`` is the initialisation) and
@@ -18,7 +23,8 @@ Rules, stated because every comparison depends on them:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from jaxtyping import Float, Int
@@ -36,10 +42,6 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     return out
 
 
-#: Default tie-break, relative to the squared data scale (same default as the circuit's).
-TIE_BREAK = 1e-11
-
-
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
     """Largest distance of a point (or initial centroid) from the mean of the points; 1 if all coincide."""
     X = np.asarray(X, dtype=np.float64)
@@ -54,31 +56,25 @@ def tie_broken(D: Float[np.ndarray, "n k"], tie_break: float) -> Float[np.ndarra
     return D + tie_break * np.arange(D.shape[1]) if tie_break else D
 
 
-def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:
-    """Nearest centroid of each point; ties (within ``tie_break``, absolute) go to the lower index."""
-    return np.argmin(tie_broken(sq_distances(X, C), tie_break), axis=1)
-
-
-def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
-    """Mean of each cluster's points; an empty cluster keeps its centroid. Label -1 (unassigned) counts nowhere."""
-    k = C.shape[0]
-    labels = np.asarray(labels)
-    assigned = labels >= 0
-    counts = np.bincount(labels[assigned], minlength=k)
-    sums = np.zeros_like(C, dtype=np.float64)
-    np.add.at(sums, labels[assigned], np.asarray(X, dtype=np.float64)[assigned])
-    new = C.astype(np.float64).copy()
-    filled = counts > 0
-    new[filled] = sums[filled] / counts[filled, None]
-    return new
+def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
+    """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc)."""
+    rows = np.arange(D.shape[0])
+    best = np.argmin(D, axis=1)
+    candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
+    return np.argmax(candidate, axis=1)  # the first True: the lowest tied index
 
 
 def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"] | None = None) -> float:
-    """k-means objective: sum of squared distances to the assigned (default: nearest) centroid."""
-    D = sq_distances(X, C)
+    """k-means objective: sum of squared distances to the assigned (default: nearest) centroid; points labelled -1
+    (left out, e.g. trimmed k-means outliers) count nowhere."""
     if labels is None:
-        return float(D.min(axis=1).sum())
-    return float(D[np.arange(len(X)), labels].sum())
+        return float(sq_distances(X, C).min(axis=1).sum()) if len(X) else 0.0
+    labels = np.asarray(labels)
+    inside = np.flatnonzero(labels >= 0)
+    if len(inside) == 0:
+        return 0.0
+    D = sq_distances(np.asarray(X)[inside], C)
+    return float(D[np.arange(len(inside)), labels[inside]].sum())
 
 
 def gaps(D: Float[np.ndarray, "n k"]) -> Float[np.ndarray, " n"]:
@@ -87,33 +83,6 @@ def gaps(D: Float[np.ndarray, "n k"]) -> Float[np.ndarray, " n"]:
         return np.full(D.shape[0], np.inf)
     part = np.partition(D, 1, axis=1)
     return part[:, 1] - part[:, 0]
-
-
-@dataclass
-class LloydTrace:
-    """Every iterate of a Lloyd run (see the module docstring for the indexing)."""
-
-    centroids: Float[np.ndarray, "T_plus_1 k d"]
-    assignments: Int[np.ndarray, "T_plus_1 n"]
-    objectives: Float[np.ndarray, " T_plus_1"]
-    gaps: Float[np.ndarray, "T_plus_1 n"]
-    tie_break: float = 0.0
-
-    @property
-    def iterations(self) -> int:
-        return len(self.centroids) - 1
-
-    @property
-    def labels(self) -> Int[np.ndarray, " n"]:
-        return self.assignments[-1]
-
-    @property
-    def final_centroids(self) -> Float[np.ndarray, "k d"]:
-        return self.centroids[-1]
-
-    @property
-    def n_iter(self) -> int:
-        return iterations_run(self.assignments, self.centroids)
 
 
 def iterations_run(assignments, centroids) -> int:
@@ -131,23 +100,169 @@ def iterations_run(assignments, centroids) -> int:
     return T
 
 
-def lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-          tie_break: float | None = None) -> LloydTrace:
-    """Run ``iterations`` Lloyd steps from ``C0`` and record every iterate.
+def converged(assignments, centroids) -> bool:
+    """Whether two consecutive iterates are equal (the run reached a fixed point within its iterations)."""
+    T = len(centroids) - 1
+    return any((t >= 2 and np.array_equal(assignments[t - 1], assignments[t - 2]))
+               or np.array_equal(centroids[t], centroids[t - 1]) for t in range(1, T + 1))
 
-    ``tie_break`` is absolute (squared user units); ``None`` means :data:`TIE_BREAK` times the squared data scale.
+
+#: A row of the responsibilities counts as assigned when it sums to more than this.
+ASSIGNED_MASS = 0.5
+
+
+def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
+    """Argmax of each row, or -1 for a row that is (essentially) empty: an outlier or an unassigned point."""
+    R = np.asarray(R, dtype=np.float64)
+    return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
+
+
+def one_hot(labels: Int[np.ndarray, " n"], k: int) -> Float[np.ndarray, "n k"]:
+    """Rows ``e_label``; a label of -1 gives a row of zeros."""
+    R = np.zeros((len(labels), k))
+    inside = labels >= 0
+    R[np.flatnonzero(inside), labels[inside]] = 1.0
+    return R
+
+
+def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
+    A = np.asarray(A, dtype=np.float64)
+    norms = np.linalg.norm(A, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ValueError(f"spherical k-means needs non-zero {what}: {int((norms == 0).sum())} have norm 0")
+    return A / norms
+
+
+@dataclass
+class Trace:
+    """Every iterate of a reference run (indexing as in the module docstring)."""
+
+    centroids: Float[np.ndarray, "T_plus_1 k d"]
+    responsibilities: Float[np.ndarray, "T_plus_1 n k"]
+    objectives: Float[np.ndarray, " T_plus_1"]
+
+    @property
+    def iterations(self) -> int:
+        return len(self.centroids) - 1
+
+    @property
+    def assignments(self) -> Int[np.ndarray, "T_plus_1 n"]:
+        return np.stack([labels_of(R) for R in self.responsibilities])
+
+    @property
+    def labels(self) -> Int[np.ndarray, " n"]:
+        return labels_of(self.responsibilities[-1])
+
+    @property
+    def final_centroids(self) -> Float[np.ndarray, "k d"]:
+        return self.centroids[-1]
+
+    @property
+    def n_iter(self) -> int:
+        return iterations_run(self.assignments, self.centroids)
+
+
+@dataclass
+class Costs:
+    """What a hard assignment minimises: column ``c`` of ``values`` is label ``labels[c]`` (-1: left out)."""
+
+    values: Float[np.ndarray, "n m"]
+    labels: Int[np.ndarray, " m"]
+    #: Added to column ``c`` before the argmin (``tie_break * j`` for centroid ``j``); ties go to the smaller sum.
+    bias: Float[np.ndarray, " m"]
+
+
+@dataclass
+class Reference:
+    """Lloyd's iteration: hard nearest-centroid assignment, mean update. Subclasses change one of the two."""
+
+    tie_break: float = 0.0
+    name: str = "lloyd"
+    #: Hard algorithms assign every point to one centroid (or leave it out); soft ones spread it.
+    hard: bool = field(default=True, init=False)
+    #: ``(C, D) -> E``, the per-entry uncertainty of the squared distances ``D`` to ``C``: distance costs within it
+    #: tie, and the lower index wins (:func:`circuits.reference.assign_within`). Set by the verifier.
+    tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    # -- assignment ---------------------------------------------------------------------------------------
+    def costs(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Costs:
+        k = C.shape[0]
+        return Costs(sq_distances(X, C), np.arange(k), self.tie_break * np.arange(k, dtype=np.float64))
+
+    def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
+        cost = self.costs(X, C, t)
+        E = self.cost_uncertainty(cost, C)
+        chosen = np.argmin(cost.values + cost.bias, axis=1) if E is None else assign_within(cost.values + cost.bias, E)
+        return one_hot(cost.labels[chosen], C.shape[0])
+
+    def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:
+        """``E`` for every cost column: the tie window on the centroid columns (distance costs), 0 on any other
+        column (a threshold is exact); ``None`` without a tie window."""
+        if self.tie_window is None:
+            return None
+        k = C.shape[0]
+        E = np.zeros_like(cost.values)
+        E[:, :k] = self.tie_window(C, cost.values[:, :k])
+        return E
+
+    # -- update -------------------------------------------------------------------------------------------
+    def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
+               u: int) -> Float[np.ndarray, "k d"]:
+        W = self.update_weights(X, R, C, u)
+        return W[:, :-1] @ X + W[:, -1:] * C
+
+    def update_weights(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
+                       u: int) -> Float[np.ndarray, "k n_plus_1"]:
+        """Row ``j``: the weight of each point in the new centroid ``j``, and last the weight of the old ``c_j``."""
+        return self.member_weights(X, R, C, lambda members, j: np.full(len(members), 1.0 / len(members)))
+
+    def member_weights(self, X, R, C, weigh) -> Float[np.ndarray, "k n_plus_1"]:
+        """Update weights of a hard assignment: ``weigh(member indices, j)`` spreads centroid ``j`` over its
+        members; a centroid without members keeps itself (weight 1 on the last column)."""
+        labels = labels_of(R)
+        k, n = C.shape[0], X.shape[0]
+        W = np.zeros((k, n + 1))
+        for j in range(k):
+            members = np.flatnonzero(labels == j)
+            if len(members):
+                W[j, members] = weigh(members, j)
+            else:
+                W[j, n] = 1.0
+        return W
+
+    def objective(self, X, C, R) -> float:
+        return objective(X, C, labels_of(R))
+
+    # -- the iteration ------------------------------------------------------------------------------------
+    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> Trace:
+        X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
+        cents, resps, objs = [C.copy()], [], []
+        for t in range(iterations + 1):
+            R = self.assign(X, C, t)
+            resps.append(R)
+            objs.append(self.objective(X, C, R))
+            if t < iterations:
+                C = self.update(X, R, C, t + 1)
+                cents.append(C.copy())
+        return Trace(np.stack(cents), np.stack(resps), np.array(objs))
+
+
+def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:
+    """Nearest centroid of each point; ties (within ``tie_break``, absolute) go to the lower index."""
+    return labels_of(Reference(tie_break=tie_break).assign(X, C, 0))
+
+
+def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
+    """Mean of each cluster's points; an empty cluster keeps its centroid. Label -1 (unassigned) counts nowhere."""
+    return Reference().update(np.asarray(X, dtype=np.float64), one_hot(np.asarray(labels), C.shape[0]),
+                              np.asarray(C, dtype=np.float64), 1)
+
+
+def lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+          tie_break: float = 0.0, tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Trace:
+    """Run ``iterations`` Lloyd steps from ``C0`` and record every iterate (:class:`Reference`).
+
+    ``tie_break`` is absolute (squared user units). ``tie_window(C, D)``, if given, returns the per-entry
+    uncertainty ``E`` of the distances ``D`` to centroids ``C``; ties within it go to the lower index.
     """
-    X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
-    if tie_break is None:
-        tie_break = TIE_BREAK * data_scale(X, C0) ** 2
-    cents, labs, objs, gps = [C.copy()], [], [], []
-    for t in range(iterations + 1):
-        D = sq_distances(X, C)
-        labels = np.argmin(tie_broken(D, tie_break), axis=1)
-        labs.append(labels)
-        objs.append(float(D[np.arange(len(X)), labels].sum()))
-        gps.append(gaps(D))
-        if t < iterations:
-            C = update(X, labels, C)
-            cents.append(C.copy())
-    return LloydTrace(np.stack(cents), np.stack(labs), np.array(objs), np.stack(gps), tie_break)
+    return Reference(tie_break=tie_break, tie_window=tie_window).run(X, C0, iterations)

@@ -26,6 +26,37 @@ Why each default is safe (float64):
 
 float32 cannot hold ``beta * score`` to the precision these margins need (scores of 1e14 carry absolute
 rounding of ~1e7): a float32 circuit is an explicit approximation and is reported as such.
+
+Resolution, and knobs chosen from the data (:func:`for_problem`, what the command line and the estimator use
+unless a knob is given). What float64 resolves depends on the magnitudes encoded, not on the unit ball alone: a
+far outlier, or a far initial centroid, makes the scale ``s`` large and the rest of the data small in unit
+coordinates. The derivation, in unit coordinates (``u = 2**-53``, the unit roundoff):
+
+* A point query and a centroid key form the score ``2 x.c_j - |c_j|^2 - t j`` from ``d_model``-term products
+  (query and key projections, then their dot product) and the ``N`` slot, itself a ``2d``-term MLP sum. Each
+  step rounds relative to the sum of the absolute terms, so the computed score is off by at most
+  ``gamma * m_ij`` with ``m_ij = 2 |x_i| |c_j| + |c_j|^2 + t j`` and ``gamma = 2 (3 d_model + 2 d + 8) u``
+  (the standard ``n u`` dot-product bound per stage, doubled for safety; multiplying by ``beta`` adds ``u``).
+  Two centroids whose squared distances to a point differ by less than ``gamma (m_ij1 + m_ij2)`` are ordered
+  by rounding: that, and only that, is a tie of the circuit's computation (:mod:`analysis.verify` adds the
+  rounding of the user-unit representation and of its own distance computation).
+* An exact tie needs the tie-break to beat that rounding: ``t > gamma (m_ij1 + m_ij2)``. Two centroids tied at
+  a point are equally far from it, so ``|c_j| <= |x_i| + dist(x_i, nearest centroid)``. After the first update
+  every non-empty centroid is a mean of points, and a point's nearest centroid is no farther than some mean,
+  so that is at most ``3 R`` (``R`` the largest ``|x_i|``, the encoder centres on the mean of the points); at
+  the first assignment it is at most ``R + max_i min_j |x_i - c0_j|``. With ``Q`` the larger of the two,
+  ``m <= 3 Q^2 + t k``, and :func:`for_problem` takes ``t = 24 gamma Q^2``. Only points count in ``Q``, so a
+  far *initial centroid* that stays empty does not coarsen the tie-break. Nor does a far *point*: ``Q`` counts
+  the bulk (all but the farthest 1 %, at least the farthest point; Lloyd's circuit also centres on the median,
+  so the bulk sits near 0). A left-out point's exact ties are covered where they can be known, at the first
+  assignment; a later exact tie there (two centroids exactly equidistant from an outlier) is split softly and
+  the verifier says NOT VERIFIED. The alternative, a tie-break as coarse as the outlier's rounding, would
+  swallow gaps that float64 resolves for every other point (measured: 440 wrong assignments on issue 12's
+  example).
+* ``beta = 8 * 745 / t`` makes every gap above ``9/8 t`` exactly hard (``beta * (gap - t) > 745``), so the
+  circuit departs from Lloyd's only where a gap lies within about ``t * |j1 - j2|`` (user units ``t s^2``):
+  the verifier reports any such point, and calls it a tie only where float64 cannot order the two distances.
+  ``beta`` is capped at 1e250 (and ``t`` floored accordingly), far above what any data set in float64 needs.
 """
 
 from __future__ import annotations
@@ -33,9 +64,17 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 #: log of the smallest positive float64 (subnormal): exp(-x) is exactly 0 beyond this.
 FLOAT64_UNDERFLOW = 745.2
 FLOAT32_UNDERFLOW = 103.98
+#: Unit roundoff of float64 (half its machine epsilon).
+UNIT_ROUNDOFF = 2.0**-53
+#: Largest tie-break :func:`for_problem` chooses (unit-scaled squared distance).
+TIE_BREAK_CAP = 1e-4
+#: Largest beta the circuit accepts (scores beta * mask must stay far below float64's 1.8e308).
+MAX_BETA = 1e250
 #: Largest squared distance between two points of the unit ball.
 MAX_UNIT_SQ_DISTANCE = 4.0
 
@@ -53,8 +92,8 @@ class Sharpness:
         for name, value in asdict(self).items():
             if not math.isfinite(value):
                 raise ValueError(f"{name} must be finite, got {value}")
-        if not 0 < self.beta <= 1e250:
-            raise ValueError(f"beta must lie in (0, 1e250], got {self.beta}")
+        if not 0 < self.beta <= MAX_BETA:
+            raise ValueError(f"beta must lie in (0, {MAX_BETA:g}], got {self.beta}")
         if not self.beta_update > 0:
             raise ValueError(f"beta_update must be positive, got {self.beta_update}")
         if not self.mask > MAX_UNIT_SQ_DISTANCE:
@@ -91,3 +130,88 @@ class Sharpness:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def score_rounding(d: int, d_model: int, unit_roundoff: float = UNIT_ROUNDOFF) -> float:
+    """``gamma``: a computed assign score is within ``gamma * m_ij`` of its exact value (module docstring)."""
+    return 2.0 * (3 * d_model + 2 * d + 8) * unit_roundoff
+
+
+#: Share of the points, farthest from the centre first, that ``Q`` may leave out (see :func:`tie_magnitude`).
+FAR_SHARE = 0.01
+
+
+def tie_magnitude(unit_X: np.ndarray, unit_C0: np.ndarray, gamma: float) -> float:
+    """``Q``: a bound on ``|c_j|`` for the centroids that can tie at a point (module docstring).
+
+    The bound counts the bulk of the points: all but the farthest ``FAR_SHARE`` of them (at least the farthest
+    one, never all). A far point would otherwise make the tie-break
+    as coarse as its own rounding for everyone; instead its exact ties are checked where they can be known, at the
+    first assignment (a far point nearly tied there raises ``Q`` to cover it), and later ones are left to the
+    verifier, which reports a soft or different assignment as a failure.
+    """
+    unit_X, unit_C0 = np.asarray(unit_X, dtype=np.float64), np.asarray(unit_C0, dtype=np.float64)
+    if not unit_X.size:
+        return 0.0
+    radius = np.linalg.norm(unit_X, axis=-1)
+    drop = min(len(radius) - 1, max(1, int(FAR_SHARE * len(radius))))
+    R = float(np.sort(radius)[len(radius) - 1 - drop])
+    diff = unit_X[:, None, :] - unit_C0[None, :, :]
+    D = np.einsum("nkd,nkd->nk", diff, diff)
+    nearest = np.sqrt(D.min(axis=1))
+    bulk = radius <= R
+    Q = max(3.0 * R, float((radius + nearest)[bulk].max()))
+    if unit_C0.shape[0] > 1:
+        # Far points whose two nearest initial centroids tie within what Q would cover: cover them too.
+        part = np.partition(D, 1, axis=1)
+        own = radius + nearest
+        tied = (~bulk) & (part[:, 1] - part[:, 0] <= 24.0 * gamma * own**2)
+        if tied.any():
+            Q = max(Q, float(own[tied].max()))
+    return Q
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How the tie-break and beta were chosen for a problem (unit-scaled squared distances)."""
+
+    gamma: float
+    Q: float
+    tie_break: float
+    beta: float
+    #: Knobs the user gave, kept as given.
+    given: tuple[str, ...] = ()
+
+    def in_user_units(self, scale: float) -> dict[str, float]:
+        return {
+            "tie_break_user_sq_distance": self.tie_break * scale**2,
+            "hard_gap_user_sq_distance": FLOAT64_UNDERFLOW / self.beta * scale**2,
+            "rounding_per_unit_magnitude_user_sq_distance": self.gamma * scale**2,
+        }
+
+    def to_dict(self) -> dict:
+        return {"gamma": self.gamma, "Q": self.Q, "tie_break": self.tie_break, "beta": self.beta,
+                "given": list(self.given)}
+
+
+def for_problem(unit_problems: list[tuple[np.ndarray, np.ndarray]], d: int, d_model: int,
+                given: dict[str, float] | None = None, unit_roundoff: float = UNIT_ROUNDOFF,
+                underflow: float = FLOAT64_UNDERFLOW) -> tuple[Sharpness, Resolution]:
+    """Sharpness for the given unit-scaled problems ``[(X, C0), ...]`` (all run by one circuit).
+
+    ``t = 24 gamma Q^2`` with the largest ``Q`` of the problems (every exact tie goes to the lower index), and
+    ``beta = 8 * 745 / t`` with the smallest ``t`` (every gap the tie-break does not swallow is exactly hard).
+    Knobs in ``given`` are kept as they are; the others are derived, or defaulted where nothing depends on data.
+    ``unit_roundoff`` and ``underflow`` are the circuit dtype's (float32: ``2**-24`` and 103.98, an approximation).
+    """
+    given = dict(given or {})
+    gamma = score_rounding(d, d_model, unit_roundoff)
+    Q = max(tie_magnitude(X, C0, gamma) for X, C0 in unit_problems)
+    # A floor keeps beta = 8 * 745 / t within MAX_BETA; it binds only for problems whose points all coincide.
+    floor = 8 * underflow / MAX_BETA
+    # The cap binds only in float32 (whose bound reaches ~2e-3 at Q = 3): a tie-break that coarse would distort
+    # real gaps, and float32 is reported as an approximation whatever the knobs.
+    t = given.get("tie_break", min(max(24.0 * gamma * Q**2, floor), TIE_BREAK_CAP))
+    beta = given.get("beta", min(8 * underflow / max(t, floor), MAX_BETA))
+    knobs = {**given, "tie_break": t, "beta": beta}
+    return Sharpness(**knobs), Resolution(gamma, Q, t, beta, tuple(sorted(given)))

@@ -1,8 +1,9 @@
-"""The committed headline checkpoint: the README's tables are its evaluation files, and it still beats Lloyd's.
+"""The committed headline checkpoint: the docs' tables are its evaluation files, and it still beats Lloyd's.
 
-``checkpoints/evaluate_headline.sh`` writes ``checkpoints/headline/eval/*.json``; the README quotes them. The first
-test ties every quoted ratio to those files, so the tables cannot drift from the runs; the second evaluates the
-committed weights afresh on held-out tasks, so a checkpoint that no longer loads or no longer beats Lloyd's fails.
+``checkpoints/evaluate_headline.sh`` writes ``checkpoints/headline/eval/*.json``; ``docs/training.md`` quotes
+them. The first test ties every quoted ratio to those files, so the tables cannot drift from the runs; the second
+evaluates the committed weights afresh on held-out tasks, so a checkpoint that no longer loads or no longer beats
+Lloyd's fails.
 """
 
 import json
@@ -30,7 +31,7 @@ TASK_ROWS = {
 
 def table_rows() -> dict[str, list[str]]:
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "training.md").read_text().splitlines():
         if line.startswith("| ") and not line.startswith("|---"):
             cells = [c.strip() for c in line.strip("|").split("|")]
             rows[cells[0]] = cells[1:]
@@ -41,7 +42,7 @@ def number(cell: str) -> float:
     return float(re.search(r"[-\d.]+", cell.replace("*", "")).group())
 
 
-def test_readme_tables_are_the_committed_evaluations():
+def test_training_page_tables_are_the_committed_evaluations():
     rows = table_rows()
     for label, name in TASK_ROWS.items():
         final = json.loads((HEADLINE / "eval" / f"{name}.json").read_text())["tasks"]["final"]

@@ -6,9 +6,9 @@ circuit, an MLP and the unembedding, in an assign layer and in an update layer.
 
 The expected obligation is worked out here, independently of the prover: for heads, which entries of the
 (bias-augmented) product ``W_Q W_K^T`` / ``W_V W_O`` the mutated factor entry touches, and which named block each
-lies in, from a table written from the construction's description in the README; for MLPs, whether the unit is live,
-whether the entry reads or writes outside the block's subspaces, and which coordinates the unit writes. A mutation
-that changes no circuit (a row of an unused head dimension) must leave every obligation proved.
+lies in, from a table written from the construction's description in docs/circuit.md; for MLPs, whether the unit
+is live, whether the entry reads or writes outside the block's subspaces, and which coordinates the unit writes. A
+mutation that changes no circuit (a row of an unused head dimension) must leave every obligation proved.
 """
 
 from __future__ import annotations

@@ -1,24 +1,40 @@
-"""The README stays true: its Python example runs, and its layout table matches the code."""
+"""The README and the docs stay true: their Python examples run, the layout table matches the code, and the
+quickstart's commands are the CI's."""
 
 import re
 from pathlib import Path
 
+import pytest
+
 from circuits.layout import SUBSPACE_DOCS, standard_subspaces
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
-def test_python_example_runs(capsys):
-    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
-    assert blocks, "the README has a Python example"
-    for code in blocks:
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_python_examples_run(capsys):
+    """Every ``python`` block of the README and of every docs page runs as written."""
+    assert python_blocks(README), "the README has a Python example"
+    sources = [(ROOT / "README.md", README)] + [(page, page.read_text()) for page in DOCS]
+    ran = 0
+    for path, text in sources:
+        for code in python_blocks(text):
+            exec(compile(code, str(path.relative_to(ROOT)), "exec"), {"__name__": "readme"})
+            ran += 1
+    assert ran >= 4  # README, In Python, the report's views, patching
     out = capsys.readouterr().out
     assert "True" in out and "VERIFIED" in out
 
 
-def test_layout_table_matches_the_code():
-    rows = re.findall(r"^\| (\w+) \| (\w+) \| (.+?) \|$", README, flags=re.M)
+@pytest.mark.parametrize("page", ["README.md", "docs/circuit.md"])
+def test_layout_table_matches_the_code(page):
+    text = (ROOT / page).read_text()
+    rows = re.findall(r"^\| (\w+) \| (\w+) \| (.+?) \|$", text, flags=re.M)
     table = [(name, width, holds.replace("\\|", "|")) for name, width, holds in rows if name != "subspace"]
     symbol = {2: "d", 3: "k", 1: "1"}
     expected = [(name, symbol[width], SUBSPACE_DOCS[name]) for name, width in standard_subspaces(d=2, k=3)]
@@ -26,7 +42,7 @@ def test_layout_table_matches_the_code():
 
 
 def test_quickstart_commands_are_the_ci_commands():
-    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
     setup = re.search(r"```bash\n(python3 -m venv .*?)\n```", README).group(1)
     for part in setup.split(" && "):
         assert part.strip() in ci, part

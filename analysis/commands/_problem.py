@@ -54,21 +54,29 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     blobs.add_argument("--d", type=int, default=2, help="dimension (default 2)")
     blobs.add_argument("--centers", type=int, default=3, help="number of blobs (default 3)")
     knobs = parser.add_argument_group("exactness knobs", "see circuits/sharpness.py for the safe ranges")
-    knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default 1e14)")
+    knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default: chosen from the data, see circuits/sharpness.py)")
     knobs.add_argument("--beta-update", type=float, default=None, help="update sharpness (default 4000)")
-    knobs.add_argument("--tie-break", type=float, default=None, help="tie-break in unit-scaled squared distance (default 1e-11)")
+    knobs.add_argument("--tie-break", type=float, default=None, help="tie-break in unit-scaled squared distance (default: chosen from the data)")
     knobs.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                        help="float64 (exact) or float32 (an approximation, reported as such)")
 
 
-def sharpness_from(args: argparse.Namespace):
+def sharpness_from(args: argparse.Namespace, from_data: bool = False):
+    """The knobs given on the command line, checked against their safe ranges.
+
+    ``from_data``: a ``dict`` of the given knobs (``None`` if none), so the run chooses the others from its data
+    (:func:`analysis.pipeline.choose_sharpness`); otherwise a whole :class:`Sharpness` with defaults filled in.
+    """
     from circuits.sharpness import Sharpness
 
     given = {name: getattr(args, name) for name in ("beta", "beta_update", "tie_break") if getattr(args, name) is not None}
     try:
-        return Sharpness(**given)
+        whole = Sharpness(**given)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    if from_data:
+        return given or None
+    return whole
 
 
 def check_variant_arg(spec: str, iterations: int) -> str:

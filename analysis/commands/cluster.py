@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         from analysis.commands._problem import run_checkpoint
 
         return run_checkpoint(args, problem, out)
-    sharpness = sharpness_from(args)
+    sharpness = sharpness_from(args, from_data=True)
 
     from analysis.pipeline import DTYPES, run_problem
 
@@ -96,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
               f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g},"
               f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
+        if result.resolution is not None:
+            units = result.resolution.in_user_units(rep.scale)
+            print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"
+                  f" {units['hard_gap_user_sq_distance']:.3g} (squared data units); widest tie window"
+                  f" {rep.tolerances.tie_window:.3g}")
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1

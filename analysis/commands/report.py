@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_file(args.out)
     if args.max_points < 1:
         raise InputError(f"--max-points must be >= 1, got {args.max_points}")
-    sharpness = sharpness_from(args)
+    sharpness = sharpness_from(args, from_data=True)
 
     from analysis.commands.cluster import progress_bar
     from analysis.pipeline import DTYPES, run_problem

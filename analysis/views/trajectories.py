@@ -27,7 +27,6 @@ from analysis.views._common import (
     soft_clusters,
     visibility,
 )
-from circuits import reference as lloyd_reference
 
 
 class Projection:
@@ -69,26 +68,14 @@ class ReferenceRun:
     objectives: np.ndarray
 
 
-def reference_run(obj, b: int = 0) -> ReferenceRun | None:
-    """The circuit's own reference, run independently in numpy from the same initial centroids.
+def reference_run(obj, b: int = 0) -> ReferenceRun:
+    """The circuit's own reference, run independently in numpy from the same initial centroids: the trajectory
+    the verifier compares with (:func:`analysis.verify.reference_trace`), on the points the circuit received."""
+    from analysis.verify import reference_trace
 
-    Lloyd's circuit: :func:`circuits.reference.lloyd` with the circuit's tie-break (in user units). A variant
-    circuit whose ``spec`` names a reference (:mod:`circuits.variants`): that algorithm, on the points the
-    circuit actually received. Anything else: ``None``.
-    """
     cap = as_capture(obj)
-    circ, enc = cap.circuit, cap.encoded
-    s = float(enc.scaling.scale[b])
-    tie_break_abs = circ.sharpness.tie_break * s**2
-    spec = getattr(circ, "spec", None)
-    if spec is not None and hasattr(spec, "reference"):
-        trace = spec.reference(s, tie_break_abs, b).run(enc.X[b], enc.C0[b], circ.iterations)
-        return ReferenceRun(getattr(spec, "name", circ.variant), np.asarray(trace.centroids),
-                            np.asarray(trace.objectives))
-    if circ.variant != "lloyd":
-        return None
-    trace = lloyd_reference.lloyd(enc.X[b], enc.C0[b], circ.iterations, tie_break=tie_break_abs)
-    return ReferenceRun("lloyd", trace.centroids, trace.objectives)
+    trace = reference_trace(cap, b)
+    return ReferenceRun(cap.circuit.spec.name, np.asarray(trace.centroids), np.asarray(trace.objectives))
 
 
 def circuit_iterates(obj, b: int = 0) -> tuple[np.ndarray, np.ndarray]:

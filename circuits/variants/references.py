@@ -1,9 +1,11 @@
 """Numpy reference implementations of the clustering algorithms the variant circuits realise.
 
+Each is a subclass of Lloyd's :class:`circuits.reference.Reference` that changes its assignment or its update.
+
 Every algorithm here is written as the textbook iteration, independently of any circuit: an *assignment* maps
 centroids to a responsibility matrix ``R`` (``n x k``; one-hot rows for hard algorithms, rows of zeros for points
 left out), an *update* maps ``(R, centroids)`` to new centroids. :meth:`Reference.run` records every iterate with
-the same indexing as :class:`circuits.reference.LloydTrace`: ``centroids[t]`` after ``t`` iterations
+the same indexing as :class:`circuits.reference.Trace`: ``centroids[t]`` after ``t`` iterations
 (``centroids[0]`` is the initialisation) and ``responsibilities[t]`` the assignment to ``centroids[t]``.
 
 All parameters are in the units of the points given to the reference (the verifier converts the circuit's
@@ -16,40 +18,12 @@ index on ties); a cluster without members keeps its centroid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from jaxtyping import Float, Int
 
-from circuits.reference import sq_distances
-
-#: A row of the responsibilities counts as assigned when it sums to more than this.
-ASSIGNED_MASS = 0.5
-
-
-def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
-    """Argmax of each row, or -1 for a row that is (essentially) empty: an outlier or an unassigned point."""
-    R = np.asarray(R, dtype=np.float64)
-    return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
-
-
-def one_hot(labels: Int[np.ndarray, " n"], k: int) -> Float[np.ndarray, "n k"]:
-    """Rows ``e_label``; a label of -1 gives a row of zeros."""
-    R = np.zeros((len(labels), k))
-    inside = labels >= 0
-    R[np.flatnonzero(inside), labels[inside]] = 1.0
-    return R
-
-
-def kmeans_objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"]) -> float:
-    """Sum of squared distances of the assigned points to their centroids; points labelled -1 count nowhere."""
-    labels = np.asarray(labels)
-    inside = np.flatnonzero(labels >= 0)
-    if len(inside) == 0:
-        return 0.0
-    D = sq_distances(np.asarray(X)[inside], C)
-    return float(D[np.arange(len(inside)), labels[inside]].sum())
-
+from circuits.reference import Costs, Reference, Trace, labels_of, objective, one_hot, sq_distances, unit_rows
 
 def softmax_rows(Z: Float[np.ndarray, "n k"]) -> Float[np.ndarray, "n k"]:
     Z = Z - Z.max(axis=1, keepdims=True)
@@ -82,102 +56,6 @@ def gumbel_noise(seed: int, update: int, problem: int, k: int, n_tokens: int) ->
     """
     rng = np.random.default_rng([int(seed), int(update), int(problem)])
     return rng.gumbel(size=(k, n_tokens))
-
-
-@dataclass
-class VariantTrace:
-    """Every iterate of a reference run (indexing as in the module docstring)."""
-
-    centroids: Float[np.ndarray, "T_plus_1 k d"]
-    responsibilities: Float[np.ndarray, "T_plus_1 n k"]
-    objectives: Float[np.ndarray, " T_plus_1"]
-
-    @property
-    def iterations(self) -> int:
-        return len(self.centroids) - 1
-
-    @property
-    def assignments(self) -> Int[np.ndarray, "T_plus_1 n"]:
-        return np.stack([labels_of(R) for R in self.responsibilities])
-
-    @property
-    def labels(self) -> Int[np.ndarray, " n"]:
-        return labels_of(self.responsibilities[-1])
-
-    @property
-    def final_centroids(self) -> Float[np.ndarray, "k d"]:
-        return self.centroids[-1]
-
-
-@dataclass
-class Costs:
-    """What a hard assignment minimises: column ``c`` of ``values`` is label ``labels[c]`` (-1: left out)."""
-
-    values: Float[np.ndarray, "n m"]
-    labels: Int[np.ndarray, " m"]
-    #: Added to column ``c`` before the argmin (``tie_break * j`` for centroid ``j``); ties go to the smaller sum.
-    bias: Float[np.ndarray, " m"]
-
-
-@dataclass
-class Reference:
-    """Lloyd's iteration: hard nearest-centroid assignment, mean update. Subclasses change one of the two."""
-
-    tie_break: float = 0.0
-    name: str = "lloyd"
-    #: Hard algorithms assign every point to one centroid (or leave it out); soft ones spread it.
-    hard: bool = field(default=True, init=False)
-
-    # -- assignment ---------------------------------------------------------------------------------------
-    def costs(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Costs:
-        k = C.shape[0]
-        return Costs(sq_distances(X, C), np.arange(k), self.tie_break * np.arange(k, dtype=np.float64))
-
-    def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
-        cost = self.costs(X, C, t)
-        chosen = np.argmin(cost.values + cost.bias, axis=1)
-        return one_hot(cost.labels[chosen], C.shape[0])
-
-    # -- update -------------------------------------------------------------------------------------------
-    def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
-               u: int) -> Float[np.ndarray, "k d"]:
-        W = self.update_weights(X, R, C, u)
-        return W[:, :-1] @ X + W[:, -1:] * C
-
-    def update_weights(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
-                       u: int) -> Float[np.ndarray, "k n_plus_1"]:
-        """Row ``j``: the weight of each point in the new centroid ``j``, and last the weight of the old ``c_j``."""
-        return self.member_weights(X, R, C, lambda members, j: np.full(len(members), 1.0 / len(members)))
-
-    def member_weights(self, X, R, C, weigh) -> Float[np.ndarray, "k n_plus_1"]:
-        """Update weights of a hard assignment: ``weigh(member indices, j)`` spreads centroid ``j`` over its
-        members; a centroid without members keeps itself (weight 1 on the last column)."""
-        labels = labels_of(R)
-        k, n = C.shape[0], X.shape[0]
-        W = np.zeros((k, n + 1))
-        for j in range(k):
-            members = np.flatnonzero(labels == j)
-            if len(members):
-                W[j, members] = weigh(members, j)
-            else:
-                W[j, n] = 1.0
-        return W
-
-    def objective(self, X, C, R) -> float:
-        return kmeans_objective(X, C, labels_of(R))
-
-    # -- the iteration ------------------------------------------------------------------------------------
-    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> VariantTrace:
-        X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
-        cents, resps, objs = [C.copy()], [], []
-        for t in range(iterations + 1):
-            R = self.assign(X, C, t)
-            resps.append(R)
-            objs.append(self.objective(X, C, R))
-            if t < iterations:
-                C = self.update(X, R, C, t + 1)
-                cents.append(C.copy())
-        return VariantTrace(np.stack(cents), np.stack(resps), np.array(objs))
 
 
 @dataclass
@@ -223,14 +101,6 @@ class DegenerateUpdate(ValueError):
 DEGENERATE = 1e-12
 
 
-def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
-    A = np.asarray(A, dtype=np.float64)
-    norms = np.linalg.norm(A, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise ValueError(f"spherical k-means needs non-zero {what}: {int((norms == 0).sum())} have norm 0")
-    return A / norms
-
-
 @dataclass
 class SphericalKMeans(Reference):
     """Spherical k-means (Dhillon & Modha): unit-norm points, assignment by cosine similarity, centroid = normalised
@@ -262,7 +132,7 @@ class SphericalKMeans(Reference):
 
     def objective(self, X, C, R):
         # 2 * sum(1 - cos): the k-means objective of the unit points about the unit centroids.
-        return kmeans_objective(unit_rows(X, "points"), unit_rows(C, "centroids"), labels_of(R))
+        return objective(unit_rows(X, "points"), unit_rows(C, "centroids"), labels_of(R))
 
 
 @dataclass

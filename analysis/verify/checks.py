@@ -1,0 +1,224 @@
+"""The comparisons a verification is made of: tie windows, one assignment against its reference, certificates.
+
+A **tie** is only what the computation cannot order. :func:`distance_uncertainty` bounds, per point ``i`` and
+centroid ``j``, how far the squared distance ``D_ij`` (user units) may be from what the circuit computed: the
+circuit's score rounding ``gamma m_ij s^2`` (:mod:`circuits.sharpness` derives ``gamma`` and
+``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in unit coordinates), plus the representation of points and centroids in
+the user's units (``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``) and the verifier's own rounding of ``D_ij``
+(``(d + 2) u D_ij``). Two centroids tie for a point when their distances differ by at most ``E_ij1 + E_ij2``; the
+reference then takes the lower index, as the circuit's tie-break does. The circuit's tie-break ``t`` is uniform
+while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can still lie within
+``t |j1 - j2|``: such a point is an error, named as caused by the tie-break.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from analysis.capture import Capture
+from analysis.verify.report import Mismatch, Tie
+from circuits import reference
+from circuits.build import KMeansCircuit
+from circuits.encoding import EncodedBatch
+from circuits.reference import Costs, assign_within
+from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
+
+#: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
+FLOOR_FACTOR = 100.0
+
+Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray, scale: float,
+                         gamma: float, tie_break: float, u: float = UNIT_ROUNDOFF) -> np.ndarray:
+    """``E_ij``: how far the squared distance ``D_ij`` may be from what the circuit computed (module docstring).
+
+    ``X`` (n, d), ``C`` (k, d) and ``D`` in user units; ``offset``/``scale`` the encoder's; ``gamma`` and
+    ``tie_break`` (unit-scaled) the circuit's; ``u`` the unit roundoff of the circuit's dtype.
+    """
+    d = X.shape[1]
+    ux = np.linalg.norm((X - offset) / scale, axis=1)
+    uc = np.linalg.norm((C - offset) / scale, axis=1)
+    m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
+    mu = float(np.linalg.norm(offset))
+    represent = 8 * u * np.sqrt(d * D) * (np.linalg.norm(X, axis=1)[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
+    return gamma * scale**2 * m + represent + (d + 2) * UNIT_ROUNDOFF * D
+
+
+def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
+    """``(C, D) -> E``: the per-entry distance uncertainty of problem ``b`` (:func:`distance_uncertainty`)."""
+    X = enc.X[b]
+    offset, s = enc.scaling.offset[b], float(enc.scaling.scale[b])
+    u = float(torch.finfo(circ.dtype).eps) / 2
+    gamma = score_rounding(circ.layout.d, circ.layout.d_model) * u / UNIT_ROUNDOFF
+    t = circ.sharpness.tie_break
+    return lambda C, D: distance_uncertainty(X, C, D, offset, s, gamma, t, u)
+
+
+def by_distance(circ: KMeansCircuit) -> bool:
+    """Whether the circuit's hard assignment minimises squared distances (every variant but spherical's cosines)."""
+    return not circ.spec.normalise_centroids
+
+
+def make_reference(cap: Capture, b: int = 0) -> reference.Reference:
+    """The reference the circuit is held to, in the user's units. Distance costs tie only within what float64
+    resolves (not within the circuit's tie-break, which a far point makes coarse); cosine costs keep the
+    circuit's tie-break as their tie rule."""
+    circ, enc = cap.circuit, cap.encoded
+    s = float(enc.scaling.scale[b])
+    distance = by_distance(circ)
+    ref = circ.spec.reference(s, 0.0 if distance else circ.sharpness.tie_break * s**2, b)
+    if ref.hard and distance:
+        ref.tie_window = resolution_window(circ, enc, b)
+    return ref
+
+
+def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
+    """The reference's run from the circuit's initial centroids, on the points the circuit received."""
+    enc = cap.encoded
+    return make_reference(cap, b).run(enc.X[b], enc.C0[b], cap.circuit.iterations)
+
+
+def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, iteration: int, rounding: float,
+                bias_scale: float, check: str, expected: np.ndarray | None = None, E: np.ndarray | None = None,
+                tie_break_abs: float = 0.0) -> tuple[list[Mismatch], list[Tie]]:
+    """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
+
+    With a per-entry uncertainty ``E`` (distance costs) two columns tie for a point when their costs differ by at
+    most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break ``tie_break_abs * |j1 - j2|``
+    is marked ``"tie-break"`` in ``Mismatch.cause``. Without ``E`` (cosine costs) the window is
+    ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
+    """
+    V, labels = cost.values, np.asarray(cost.labels)
+    col_of = {int(label): c for c, label in enumerate(labels)}
+    if expected is None:
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
+        expected = labels[exp_col]
+    else:
+        exp_col = np.array([col_of[int(e)] for e in expected])
+    rows = np.arange(len(V))
+    if E is None:
+        window = bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rounding
+    else:
+        window = E + E[rows, exp_col][:, None]
+    within = np.abs(V - V[rows, exp_col][:, None]) <= window
+    ties = [
+        Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
+        for i in np.flatnonzero(within.sum(axis=1) > 1)
+    ]
+    mismatches = []
+    for i in np.flatnonzero(np.asarray(expected) != got):
+        e, g = int(expected[i]), int(got[i])
+        g_col = col_of.get(g)
+        gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
+        kind = "tie" if g_col is not None and within[i, g_col] else "error"
+        w = float(window[i, g_col]) if g_col is not None else 0.0
+        cause = ("tie-break" if kind == "error" and E is not None and 0 <= g < e
+                 and gap <= tie_break_abs * (e - g) + w else "")
+        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, check, w, cause))
+    return mismatches, ties
+
+
+def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> float:
+    """The widest window between a point's two nearest centroids along a reference trajectory."""
+    widest = 0.0
+    if trace.centroids.shape[1] < 2:
+        return widest
+    rows = np.arange(len(X))
+    for C in trace.centroids:
+        D = reference.sq_distances(X, C)
+        E = window(C, D)
+        two = np.argsort(D, axis=1, kind="stable")[:, :2]
+        widest = max(widest, float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max()))
+    return widest
+
+
+def tie_break_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
+    """One failure naming the points whose resolvable gap the circuit's tie-break swallowed, if any."""
+    hit = [m for m in mismatches if m.cause == "tie-break"]
+    if not hit:
+        return []
+    worst = max(hit, key=lambda m: m.gap)
+    return [f"{len(hit)} assignment(s) with gaps float64 resolves fell within the circuit's tie-break"
+            f" ({tie_break_abs:.3g} squared user units per index; e.g. point {worst.point} at iteration"
+            f" {worst.iteration}: gap {worst.gap:.3g}, float64 window {worst.window:.3g}): the data's dynamic range"
+            f" (scale {scale:.3g}) is beyond what one tie-break resolves; pass a smaller --tie-break with a larger"
+            f" --beta, or cluster the far points separately"]
+
+
+def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str],
+                       ties_fail: bool = False) -> None:
+    """What the trajectory comparison adds to the verdict: a failure per label that differs beyond the tie window,
+    and for a tie that sent the trajectory another way a failure (``ties_fail``: the result is then not the
+    reference's) or a note (soft algorithms, whose labels are only a readout)."""
+    if diverged is not None and ties_fail:
+        n_tied = sum(m.kind == "tie" and m.check == "trajectory" for m in mismatches)
+        failures.append(
+            f"a float64 tie in the assignment to the centroids of iteration {diverged} was resolved unlike the"
+            f" reference ({n_tied} label(s)): the circuit's result is not the reference's from there on"
+        )
+    elif diverged is not None:
+        notes.append(
+            f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
+            " reference; from there on the trajectory is compared for information only (the step-wise check still"
+            " covers every layer)"
+        )
+    n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
+    if n_traj_errors:
+        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
+
+
+def circuit_converged(cap: Capture, b: int = 0) -> bool:
+    """Whether two consecutive iterates of the circuit were equal (else it only hit the iteration limit)."""
+    T = cap.circuit.iterations
+    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)],
+                               [cap.centroids(t)[b] for t in range(T + 1)])
+
+
+def circuit_n_iter(cap: Capture, b: int = 0) -> int:
+    """Iterations until the circuit's state stops changing, counted like scikit-learn's ``n_iter_``."""
+    T = cap.circuit.iterations
+    return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)],
+                                    [cap.centroids(t)[b] for t in range(T + 1)])
+
+
+def assign_certificate(att, spec, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per point: margin (best minus runner-up score among the candidates) and the bound on the mass that leaked.
+
+    Candidates are the centroid keys, and the attention sink when the variant has one (masked keys sit
+    ``beta (mask - 4)`` below every centroid and are left out of the sum)."""
+    if spec.sink_logit is None:
+        return att.margin[b], att.leak_bound[b]
+    S = np.concatenate([att.scores[b], np.full((att.scores.shape[1], 1), spec.sink_logit)], axis=1)
+    top2 = -np.sort(-S, axis=1)[:, :2] if S.shape[1] > 1 else np.concatenate([S, np.full_like(S, -np.inf)], axis=1)
+    with np.errstate(under="ignore"):
+        leak = np.exp(S - top2[:, :1]).sum(axis=1) - 1.0
+    return top2[:, 0] - top2[:, 1], np.maximum(leak, 0.0)
+
+
+def max_stiffness(circ) -> float:
+    betas = [blk.notes.get("beta", 0.0) for blk in circ.blocks if blk.kind == "assign"]
+    return max(betas) if betas else 0.0
+
+
+def update_weight_error(att, W: np.ndarray, seq, b: int, j_rows=None) -> float:
+    """Largest |pattern - W| over all keys of every centroid query (W: k x (n + 1), last column the own key)."""
+    P = att.pattern[b]
+    k = P.shape[0]
+    expected = np.zeros_like(P)
+    expected[:, seq.points] = W[:, :-1]
+    expected[np.arange(k), seq.centroids.start + np.arange(k)] += W[:, -1]
+    return float(np.abs(P - expected).max())
+
+
+def noise_floor(spec, enc, b: int, T: int, trace) -> np.ndarray:
+    """Largest centroid gap, per iterate, between the reference run in the user's frame and in the unit frame."""
+    s = float(enc.scaling.scale[b])
+    mu = enc.scaling.offset[b]
+    unit_ref = spec.reference(1.0, 0.0, b)
+    unit_trace = unit_ref.run((enc.X[b] - mu) / s, (enc.C0[b] - mu) / s, T)
+    return np.abs(unit_trace.centroids * s + mu - trace.centroids).max(axis=(1, 2))

@@ -1,0 +1,215 @@
+"""What a verification returns: the report, its records and its tolerances (no checking happens here).
+
+:func:`analysis.verify.verify_problem` fills a :class:`VerificationReport`; ``verified`` is its one-bit summary
+and the rest says why: per-iteration records with the certificate of each assignment (smallest margin
+``beta * gap`` and the leak bound it implies), ties, mismatches and the tolerances used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+@dataclass
+class Mismatch:
+    """A point whose assignment differs from the reference's at one layer."""
+
+    point: int
+    layer: int
+    iteration: int
+    expected: int
+    got: int
+    margin: float
+    gap: float
+    kind: str  # "tie" or "error"
+    check: str  # "step" or "trajectory"
+    #: The tie window ``E_ij1 + E_ij2`` of the two centroids (user units; Lloyd's verification).
+    window: float = 0.0
+    #: Why an error happened where it is known: ``"tie-break"`` when the gap lies within the circuit's tie-break.
+    cause: str = ""
+
+
+@dataclass
+class Tie:
+    """A point whose nearest centroids are equally near within the tie window at one assign layer."""
+
+    point: int
+    layer: int
+    iteration: int
+    candidates: list[int]
+    chosen: int
+    margin: float
+
+
+@dataclass
+class IterationRecord:
+    """Iteration ``t``: assign to the centroids of ``t - 1``, then update to those of ``t``."""
+
+    iteration: int
+    label_agreement: float
+    max_centroid_error: float
+    objective_circuit: float
+    objective_reference: float
+    min_margin: float
+    leak_bound: float
+    update_min_margin: float
+    update_leak_bound: float
+    step_centroid_error: float
+    step_label_errors: int
+    ties: int
+    # Variant circuits also fill these; Lloyd's leaves the defaults.
+    #: Largest |Y - R| against the reference trajectory's responsibilities (soft variants; 0 for hard ones).
+    max_assignment_error: float = 0.0
+    #: Largest |Y - R| against the reference assignment of this layer's own input (soft), or |Y - one-hot| (hard).
+    step_assignment_error: float = 0.0
+    #: Largest |pattern - reference weights| of an update head whose attention normalisation is swapped (0 if none).
+    update_weight_error: float = 0.0
+    #: Points the circuit left out (trimmed k-means outliers) at this iteration's assignment.
+    outliers: int = 0
+    #: Proven bound on ``max_centroid_error`` from the finite sharpness (``analysis.proof.bound``; user units, real
+    #: arithmetic, so compare with ``max_centroid_error - tolerances.centroid``). ``None`` where no bound applies.
+    proven_bound: float | None = None
+
+
+@dataclass
+class Tolerances:
+    centroid: float
+    #: Lloyd's: the widest window ``E_ij1 + E_ij2`` between a point's two nearest reference centroids (user units);
+    #: variants: the rounding allowance added to their tie-break.
+    tie_window: float
+    sq_norm: float
+    eps: float
+    #: The circuit's tie-break ``t`` in squared user units (Lloyd's; 0 where the window above already holds it).
+    tie_break: float = 0.0
+
+    def window(self, j1: int, j2: int, tie_break_abs: float) -> float:
+        """Two centroids ``j1``, ``j2`` tie for a point when their squared distances differ by at most this."""
+        return tie_break_abs * abs(j1 - j2) + self.tie_window
+
+
+@dataclass
+class VerificationReport:
+    """Per-problem verdict with its evidence. ``verified`` is the one-bit summary; the rest says why."""
+
+    variant: str
+    dtype: str
+    n: int
+    d: int
+    k: int
+    iterations: int
+    verified: bool
+    exact: bool
+    hard_attention: bool
+    per_iteration: list[IterationRecord]
+    final_label_agreement: float
+    final_min_margin: float
+    final_leak_bound: float
+    mismatches: list[Mismatch]
+    ties: list[Tie]
+    tolerances: Tolerances
+    scale: float
+    n_iter: int
+    diverged_after_tie: int | None = None
+    #: Whether two consecutive iterates of the circuit were equal within its iterations.
+    converged: bool = True
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: The variant's parameters as built (distances unit-scaled); empty for Lloyd's circuit.
+    variant_params: dict = field(default_factory=dict)
+    #: The reference algorithm the circuit was checked against.
+    reference: str = "Lloyd's k-means (circuits.reference.lloyd)"
+    #: Per-layer proven bounds on |softmax - hardmax| and their effect (``analysis.proof.bound.SharpnessBound``).
+    sharpness_bound: object = None
+
+    @property
+    def tie_mismatches(self) -> list[Mismatch]:
+        """Disagreements with the reference that lie inside the tie window."""
+        return [m for m in self.mismatches if m.kind == "tie"]
+
+    @property
+    def errors(self) -> list[Mismatch]:
+        return [m for m in self.mismatches if m.kind == "error"]
+
+    @property
+    def min_margin(self) -> float:
+        return min([r.min_margin for r in self.per_iteration] + [self.final_min_margin])
+
+    @property
+    def verdict(self) -> str:
+        return verdict_text(self.verified, self.exact, self.dtype)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["n_ties"] = len(self.ties)
+        out["n_tie_mismatches"] = len(self.tie_mismatches)
+        out["n_errors"] = len(self.errors)
+        return _finite(out)
+
+    def summary(self) -> str:
+        """A per-iteration table and the verdict, for people."""
+        bounded = any(r.proven_bound is not None for r in self.per_iteration)
+        head = f"{'iter':>5} {'labels':>8} {'max |dc|':>10}{' proven |dc|' if bounded else ''} {'objective':>14} {'reference':>14} {'min margin':>11} {'leak bound':>10}"
+        lines = [head]
+        for r in self.per_iteration:
+            lines.append(
+                f"{r.iteration:>5} {r.label_agreement:>8.2%} {r.max_centroid_error:>10.2e}"
+                + (f" {_bound_text(r.proven_bound):>11}" if bounded else "") + f" {r.objective_circuit:>14.8g}"
+                f" {r.objective_reference:>14.8g} {r.min_margin:>11.3g} {r.leak_bound:>10.1e}"
+            )
+        lines.append(
+            f"{'final':>5} {self.final_label_agreement:>8.2%} {'':>10}{' ' * 12 if bounded else ''} {'':>14} {'':>14} {self.final_min_margin:>11.3g}"
+            f" {self.final_leak_bound:>10.1e}"
+        )
+        lines.append(
+            f"{self.verdict}: {len(self.errors)} errors, {len(self.ties)} ties"
+            f" ({len(self.tie_mismatches)} resolved unlike the reference),"
+            f" hard attention everywhere: {self.hard_attention}; "
+            + (f"converged after {self.n_iter} iterations" if self.converged
+               else f"did not converge within {self.iterations} iterations")
+        )
+        lines.extend(f"failure: {f}" for f in self.failures)
+        lines.extend(f"note: {n}" for n in self.notes)
+        if bounded:
+            lines.append(f"note: proven |dc| bounds how far softmax attention moves the centroids from the hardmax"
+                         f" trajectory, in real arithmetic; float64 rounding in the forward pass comes on top (checked"
+                         f" within the centroid tolerance {self.tolerances.centroid:.2g})")
+        return "\n".join(lines)
+
+
+def verdict_text(verified: bool, exact: bool, dtype: str) -> str:
+    """``VERIFIED (exact, float64)``; a float64 run that fails is held to exact tolerances, not called exact."""
+    if not exact:
+        return f"{'VERIFIED' if verified else 'NOT VERIFIED'} (approximate, {dtype})"
+    return f"VERIFIED (exact, {dtype})" if verified else f"NOT VERIFIED ({dtype}, held to exact tolerances)"
+
+
+def _bound_text(x: float | None) -> str:
+    from analysis.proof.bound import format_bound
+
+    return format_bound(x)
+
+
+def _finite(obj):
+    """JSON has no inf/nan: write them as strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def tolerances(dtype: torch.dtype, d: int, scale: float, max_abs: float) -> Tolerances:
+    eps = float(torch.finfo(dtype).eps)
+    ratio = 1.0 + max_abs / scale
+    return Tolerances(
+        centroid=1e3 * eps * scale + 64 * eps * max_abs,
+        tie_window=16 * d * eps * ratio * scale**2,
+        sq_norm=1e3 * eps,
+        eps=eps,
+    )
+
+

@@ -147,10 +147,27 @@ def check_magnitude(arr: np.ndarray, n: int, where: str) -> None:
                          f" {limit:.3g} here; rescale the data)")
 
 
+#: Squared distances below this are subnormal in float64 (fewer than 53 significant bits): too coarse to compare.
+_SMALLEST_RESOLVED_SQ = float(np.finfo(np.float64).tiny) * 2.0**53
+
+
+def check_spread(X: np.ndarray, where: str) -> None:
+    """Reject data whose spread is so small that squared distances between its points underflow float64.
+
+    The reference computes ``|x - c|^2`` in the user's units; below ``tiny * 2**53`` those values lose precision
+    (subnormal) or vanish, and every point would look tied. Identical points (no spread) are fine.
+    """
+    spread = float(np.abs(X - np.median(X, axis=0)).max()) if len(X) else 0.0
+    if 0.0 < spread and spread**2 < _SMALLEST_RESOLVED_SQ:
+        raise InputError(f"{where}: the points spread over only {spread:.3g}: squared distances underflow float64"
+                         f" (below {np.sqrt(_SMALLEST_RESOLVED_SQ):.3g} they cannot be compared); rescale the data")
+
+
 def validate_problem(X: np.ndarray, k: int) -> None:
     """Reject problems the circuit cannot pose: empty data, k < 1, k above the number of distinct points."""
     _check_finite_nonempty(X, "data")
     check_magnitude(X, X.shape[0], "data")
+    check_spread(X, "data")
     if k < 1:
         raise InputError(f"--k must be at least 1, got {k}")
     distinct = len(np.unique(X, axis=0))

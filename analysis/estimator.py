@@ -18,7 +18,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from analysis.data import check_magnitude
+from analysis.data import check_magnitude, check_spread
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
 from circuits.initialisation import initial_centroids
@@ -111,6 +111,7 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
                                  "members with equal weight (uniform positive weights are accepted)")
         check_magnitude(X, X.shape[0], "X")
+        check_spread(X, "X")
         given = not isinstance(self.init, str)
         if given:
             init = np.asarray(self.init, dtype=np.float64)

@@ -247,6 +247,17 @@ def test_an_init_file_near_the_float64_limit_is_refused(tmp_path, capsys):
     usage_error(capsys, ["cluster", "--dataset", "iris", "--k", 2, "--init", init], "init file init.csv", "overflow float64")
 
 
+def test_subnormal_data_is_refused_not_verified_as_all_ties(tmp_path, capsys):
+    """Points 1e-310 apart have squared distances of 0 in float64: every point would tie, so refuse."""
+    from analysis.estimator import CircuitKMeans
+
+    data = tmp_path / "tiny.npy"
+    np.save(data, np.array([[1e-310, 0.0], [-1e-310, 0.0], [0.0, 3e-310], [2e-310, 2e-310]]))
+    usage_error(capsys, ["cluster", "--data", data, "--k", 2], "squared distances underflow float64")
+    with pytest.raises(ValueError, match="underflow"):
+        CircuitKMeans(2).fit(np.load(data))
+
+
 def test_the_estimator_refuses_such_data_and_bad_variants_with_value_error():
     from analysis.estimator import CircuitKMeans
 

@@ -47,9 +47,9 @@ def model_trajectory(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, step
             per_step, per_agree = [], []
 
             def observe(t: int, resid: torch.Tensor) -> None:
-                C = unit_to_task(resid[:, 1 + n :, model.layout["C"]], enc).double().numpy()
+                C = unit_to_task(resid[:, enc.sequence.centroids, model.layout["C"]], enc).double().numpy()
                 per_step.append(C)
-                Y = resid[:, 1 : 1 + n, model.layout["Y"]].double().numpy()
+                Y = resid[:, enc.sequence.points, model.layout["Y"]].double().numpy()
                 nearest = np.stack([reference.sq_distances(xi, ci).argmin(1) for xi, ci in zip(x, C)])
                 per_agree.append(float((Y.argmax(-1) == nearest).mean()))
 
@@ -248,15 +248,16 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     with torch.no_grad():
         fast = model.run(enc.resid, iterations, n, keep=True)
     C = model.layout["C"]
-    cents = np.stack([unit_to_task(r[:, 1 + n :, C], enc)[0].double().numpy() for r in hooked])
-    fast_cents = np.stack([unit_to_task(r[:, 1 + n :, C], enc)[0].double().numpy() for r in fast])
+    seq = enc.sequence
+    cents = np.stack([unit_to_task(r[:, seq.centroids, C], enc)[0].double().numpy() for r in hooked])
+    fast_cents = np.stack([unit_to_task(r[:, seq.centroids, C], enc)[0].double().numpy() for r in fast])
     scale = float(enc.scaling.scale[0])
     export_error = float(np.abs(cents - fast_cents).max() / scale)
     trace = reference.lloyd(X, C0, iterations)
     per_iteration = []
     for t in range(1, iterations + 1):
         labels = reference.sq_distances(X, cents[t]).argmin(1)
-        Y = hooked[t][0, 1 : 1 + n, model.layout["Y"]].double().numpy()
+        Y = hooked[t][0, seq.points, model.layout["Y"]].double().numpy()
         top2 = np.sort(Y, axis=1)[:, -2:] if Y.shape[1] > 1 else np.c_[np.zeros(n), Y]
         per_iteration.append({
             "iteration": t,

@@ -27,6 +27,8 @@ Unembedding reads ``Y``: the logits at a point position are its assignment.
 
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 from jaxtyping import Float
 
@@ -34,8 +36,18 @@ from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
 from circuits.weights import BlockWeights, HeadBuilder, MLPBuilder, dense
 
-ASSIGN = "assign"
-UPDATE = "update"
+class BlockKind(str, Enum):
+    """The two block types. A ``str`` enum: a kind compares and serialises as its name (``"assign"``)."""
+
+    ASSIGN = "assign"
+    UPDATE = "update"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ASSIGN = BlockKind.ASSIGN
+UPDATE = BlockKind.UPDATE
 
 
 def assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
@@ -112,6 +124,16 @@ def lloyd_schedule(iterations: int) -> list[str]:
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations}")
     return [UPDATE, ASSIGN] * (iterations + 1)
+
+
+def n_layers(iterations: int) -> int:
+    """Number of blocks of the schedule for ``iterations`` Lloyd steps."""
+    return len(lloyd_schedule(iterations))
+
+
+def layers_of(iterations: int, kind: BlockKind) -> list[int]:
+    """Layers of the schedule that are ``kind`` blocks: ``layers_of(T, UPDATE)[t]`` commits centroids ``t``."""
+    return [layer for layer, k in enumerate(lloyd_schedule(iterations)) if k == kind]
 
 
 def unembed_matrix(layout: ResidualLayout) -> Float[np.ndarray, "d_model k"]:

@@ -166,6 +166,11 @@ class SequenceLayout:
         return slice(1 + self.n, 1 + self.n + self.k)
 
     @property
+    def small(self) -> list[int]:
+        """BOS and the centroid tokens: the positions other than the points (``k + 1`` of them)."""
+        return [self.bos, *range(self.n_tokens)[self.centroids]]
+
+    @property
     def n_tokens(self) -> int:
         return 1 + self.n + self.k
 

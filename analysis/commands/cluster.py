@@ -10,6 +10,7 @@ import sys
 from analysis.commands._output import check_out_dir, write_output_dir
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
+from circuits.blocks import n_layers as schedule_length
 
 NAME = "cluster"
 HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     from analysis.capture import PathUnavailable
 
-    n_layers = 2 * problem.iterations + 2
+    n_layers = schedule_length(problem.iterations)
     try:
         with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
             result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],

@@ -18,6 +18,7 @@ from pathlib import Path
 from analysis.commands._output import check_out_dir, write_output_dir
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
+from circuits.blocks import n_layers as schedule_length
 
 NAME = "patch"
 HELP = "activation patching: corrupt the problem, patch clean activations back in, write heatmaps of what restores it"
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     pair = make_pair_from(args, problem)
     sweeps = parse_sweeps(args.sweeps)
-    read = parse_read(args.read, 2 * problem.iterations + 2)
+    read = parse_read(args.read, schedule_length(problem.iterations))
     out = check_out_dir(args.out if args.out is not None else default_out(problem.source, args.corruption),
                         ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)

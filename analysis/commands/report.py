@@ -7,6 +7,7 @@ import argparse
 from analysis.commands._output import check_out_file, write_output_file
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
+from circuits.blocks import n_layers as schedule_length
 
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES, run_problem
     from analysis.report import build_report
 
-    n_layers = 2 * problem.iterations + 2
+    n_layers = schedule_length(problem.iterations)
     with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
         result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
                              sharpness, on_layer=lambda layer: bar.update())

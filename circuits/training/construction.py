@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_mlp
-from circuits.layout import ResidualLayout
+from circuits.layout import ResidualLayout, SequenceLayout
 from circuits.weights import BlockWeights, HeadBuilder, MLPBuilder
 
 #: Extra subspaces of the trainable layout, with what they hold.
@@ -176,12 +176,13 @@ def prepare_input(layout: ResidualLayout, resid: np.ndarray, n: int) -> np.ndarr
     """The exact circuit's encoding (initial centroids staged in ``C_stage``) turned into the trainable model's
     input: centroids committed to ``C`` with ``N = |c|^2``, ``BETA = 1`` and ``XB = X`` on the points."""
     out = np.array(resid, dtype=np.float64, copy=True)
-    cents = slice(1 + n, None)
+    seq = SequenceLayout(n, layout.k)
+    cents = seq.centroids
     staged = out[:, cents, layout["C_stage"]]
     out[:, cents, layout["C"]] = staged
     out[:, cents, layout["N"]] = (staged**2).sum(-1, keepdims=True)
     out[:, cents, layout["C_stage"]] = 0.0
-    points = slice(1, 1 + n)
+    points = seq.points
     out[:, points, layout["BETA"]] = 1.0
     out[:, points, layout["XB"]] = out[:, points, layout["X"]]
     return out

@@ -98,9 +98,10 @@ class Validator:
                 part = self.tasks.subset(slice(start, start + self.chunk))
                 enc = model.encode(part.X, part.C0)
                 betas = []
+                seq = enc.sequence
                 resid = model.run(enc.resid, self.iterations, part.n,
-                                  observe=lambda t, r: betas.append(float(r[:, 1 : 1 + part.n, model.layout["BETA"]].mean())))[-1]
-                C = unit_to_task(resid[:, 1 + part.n :, model.layout["C"]], enc)
+                                  observe=lambda t, r: betas.append(float(r[:, seq.points, model.layout["BETA"]].mean())))[-1]
+                C = unit_to_task(resid[:, seq.centroids, model.layout["C"]], enc)
                 objectives.append(kmeans_objective(torch.as_tensor(part.X, dtype=C.dtype), C).double().numpy())
                 stiffness.append(betas)
         obj = np.concatenate(objectives)

@@ -38,7 +38,7 @@ from torch import nn
 
 from circuits.blocks import ASSIGN, UPDATE, unembed_matrix
 from circuits.encoding import EncodedBatch, encode
-from circuits.layout import ResidualLayout
+from circuits.layout import ResidualLayout, SequenceLayout
 from circuits.training.construction import (
     CONSTANT_SUBSPACES, STAGING_SUBSPACES, InitSharpness, construction_blocks, prepare_input, structural_channel,
     trainable_layout,
@@ -227,8 +227,9 @@ class RecurrentKMeans(nn.Module):
              patterns: dict | None = None) -> Float[torch.Tensor, "batch pos d_model"]:
         """The head's output in the ``HookedTransformer``'s arithmetic, skipping the masked point x point block."""
         W_QK, W_OV = self.circuits(kind)
-        small = torch.cat([resid[:, :1], resid[:, 1 + n:]], dim=1)  # BOS and centroids: [batch, k+1, d_model]
-        points = resid[:, 1 : 1 + n]
+        seq = SequenceLayout(n, self.layout.k)
+        small = resid[:, seq.small]  # BOS and centroids: [batch, k+1, d_model]
+        points = resid[:, seq.points]
         # The structural channel is one more rank-1 term of the score; it is added wherever scores are computed
         # (trained weights may write a little into the dimensions it reads, on any token).
         sq, sk = self.structural_q, self.structural_k
@@ -242,7 +243,10 @@ class RecurrentKMeans(nn.Module):
         small_out = (small_pattern @ resid) @ W_OV
         if patterns is not None:
             patterns[kind] = (point_pattern, small_pattern)
-        return torch.cat([small_out[:, :1], point_out, small_out[:, 1:]], dim=1)
+        out = resid.new_zeros(resid.shape[:2] + small_out.shape[2:])
+        positions = lambda idx: torch.as_tensor(idx, device=resid.device)  # noqa: E731
+        return out.index_copy(1, positions(seq.small), small_out).index_copy(
+            1, positions(range(seq.n_tokens)[seq.points]), point_out)
 
     def mlp(self, resid: Float[torch.Tensor, "batch pos d_model"], kind: str) -> Float[torch.Tensor, "batch pos d_model"]:
         def read(name: str) -> torch.Tensor:
@@ -287,7 +291,7 @@ class RecurrentKMeans(nn.Module):
     def centroids_after(self, encoded_resid, steps: int, n: int) -> Float[torch.Tensor, "batch k d"]:
         """Unit-scaled centroids (``C`` at the centroid tokens) after ``steps`` full steps — what evaluation and the
         exported ``HookedTransformer`` read, so the loss sees every write into ``C``, the last assign block's too."""
-        return self.run(encoded_resid, steps, n)[-1][:, 1 + n :, self.layout["C"]]
+        return self.run(encoded_resid, steps, n)[-1][:, SequenceLayout(n, self.layout.k).centroids, self.layout["C"]]
 
     def encode(self, X: np.ndarray, C0: np.ndarray) -> EncodedBatch:
         """Problems in, model input out (the exact circuit's encoding, prepared by ``prepare_input``)."""

@@ -27,6 +27,7 @@ from circuits.sharpness import Sharpness
 from circuits.variants import attention
 from circuits.variants.base import NX, VariantSpec, assemble, unit_sharpness
 from circuits.variants.references import GumbelKMeans
+from circuits.blocks import UPDATE, layers_of
 from circuits.variants.sparse import closeness_blocks
 
 #: Width of the float64 Gumbel range, rounded up: membership must beat it twice over.
@@ -49,7 +50,7 @@ def build_gumbel_circuit(d: int, k: int, iterations: int = 10, gamma: float = 0.
     hooks = {
         layer: (hook_names.attn_scores(layer), attention.gumbel_max(seed, u, k),
                 f"Gumbel-max hard attention (seed {seed}, update {u}): one-hot argmax(s + g)")
-        for u, layer in enumerate(range(0, 2 * iterations + 2, 2))
+        for u, layer in enumerate(layers_of(iterations, UPDATE))
     }
 
     def reference(scale: float, tie_break_abs: float, problem: int = 0) -> GumbelKMeans:

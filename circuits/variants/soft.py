@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from circuits import hook_names
-from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_block, update_mlp
+from circuits.blocks import ASSIGN, UPDATE, assign_mlp, layers_of, update_block, update_mlp
 from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
@@ -108,7 +108,7 @@ def build_soft_circuit(d: int, k: int, iterations: int = 10, beta: float = 30.0,
     hooks = {
         layer: (hook_names.attn_scores(layer), attention.linear,
                 "normalised linear attention: scores s -> log relu(s), pattern s / sum(s)")
-        for layer in range(2, 2 * iterations + 2, 2)
+        for layer in layers_of(iterations, UPDATE)[1:]
     }
     params = {"beta": beta, "prior": prior} | ({"growth": growth} if name == "annealed" else {})
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from circuits import hook_names
-from circuits.blocks import UPDATE, assign_block, update_mlp
+from circuits.blocks import UPDATE, assign_block, layers_of, update_mlp
 from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
@@ -72,7 +72,7 @@ def build_sparse_circuit(d: int, k: int, iterations: int = 10, gamma: float = 10
     member = 8 * gamma + 16
     blocks = closeness_blocks(layout, sharp, gamma, member, iterations)
     hooks = {layer: (hook_names.attn_scores(layer), attention.sparsemax, "sparsemax attention: scores s -> log sparsemax(s)")
-             for layer in range(0, 2 * iterations + 2, 2)}
+             for layer in layers_of(iterations, UPDATE)}
 
     def reference(scale: float, tie_break_abs: float, problem: int = 0) -> SparseKMeans:
         return SparseKMeans(tie_break=tie_break_abs, gamma=gamma / scale**2)

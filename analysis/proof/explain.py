@@ -6,7 +6,8 @@ exactly this text.
 
 from __future__ import annotations
 
-from analysis.proof.prover import OBLIGATION_SETS, NoObligations, ProofReport
+from analysis.proof.registry import OBLIGATION_SETS, NoObligations
+from analysis.proof.report import ProofReport
 
 README_D, README_K = 4, 3
 

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.proof.examples import run_examples
 from analysis.proof.exact_lloyd import exact_lloyd
-from analysis.proof.explain import README_D, README_K, readme_section
+from analysis.proof.explain import SECTION_D, SECTION_K, exactness_section
 from analysis.proof.hard_forward import hard_forward
 from analysis.proof.obligation import Status
 from analysis.proof.prover import prove_circuit
@@ -152,7 +152,7 @@ def test_exactness_page_section_is_the_provers_output():
     page = (Path(__file__).resolve().parents[1] / "docs" / "exactness.md").read_text()
     start = page.index("## Why it is exact")
     end = page.index("\n## ", start + 1) + 1
-    expected = readme_section(prove_circuit(lloyd_circuit(README_D, README_K, 1)))
+    expected = exactness_section(prove_circuit(lloyd_circuit(SECTION_D, SECTION_K, 1)))
     assert page[start:end] == expected + "\n"
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.proof.explain import README_D, README_K, readme_section
-from analysis.proof.obligations import CHECKED, FAILED, PROVED
+from analysis.proof.examples import run_examples
+from analysis.proof.exact_lloyd import exact_lloyd
+from analysis.proof.explain import SECTION_D, SECTION_K, exactness_section
+from analysis.proof.hard_forward import hard_forward
+from analysis.proof.obligation import Status
 from analysis.proof.prover import prove_circuit
-from analysis.proof.theorem import exact_lloyd, hard_forward, run_examples
 from circuits import reference
 from circuits.build import KMeansCircuit, build_lloyd_circuit, build_model
 from circuits.blocks import assign_block, lloyd_schedule, unembed_matrix, update_block
@@ -40,13 +42,13 @@ def test_every_obligation_is_proved(d, k, T):
     report = prove_circuit(lloyd_circuit(d, k, T), examples=1)
     assert [o.name for o in report.obligations] == EXPECTED
     assert report.ok, report.render()
-    assert all(o.status == PROVED for o in report.obligations if o.name != "model.semantics")
+    assert all(o.status == Status.PROVED for o in report.obligations if o.name != "model.semantics")
     # Block obligations cover every layer of their kind.
     schedule = lloyd_schedule(T)
     assert report.get("assign.QK.distance").layers == [i for i, s in enumerate(schedule) if s == "assign"]
     assert report.get("update.MLP.square_norm").layers == [i for i, s in enumerate(schedule) if s == "update"]
-    assert report.get("theorem.examples").status == CHECKED
-    assert {o.status for o in report.theorem} <= {PROVED, CHECKED}
+    assert report.get("theorem.examples").status == Status.CHECKED
+    assert {o.status for o in report.theorem} <= {Status.PROVED, Status.CHECKED}
 
 
 def test_sixty_four_dimensions_sixteen_centroids():
@@ -69,15 +71,15 @@ def test_a_changed_architecture_fails_the_architecture_and_semantics_obligations
     circuit = KMeansCircuit(model, layout, schedule, sharp, 1, "lloyd", [kinds[s] for s in schedule])
     report = prove_circuit(circuit, examples=0)
     assert not report.ok
-    assert report.get("model.architecture").status == FAILED and "use_attn_scale" in report.get("model.architecture").detail
-    assert report.get("model.semantics").status == FAILED
+    assert report.get("model.architecture").status == Status.FAILED and "use_attn_scale" in report.get("model.architecture").detail
+    assert report.get("model.semantics").status == Status.FAILED
 
 
 def test_hardmax_circuit_in_exact_arithmetic_is_lloyd():
     """The theorem, run: exact rational forward pass with hardmax vs exact Lloyd, with many exact ties."""
     circuit = lloyd_circuit(2, 3, 3)
     row = run_examples(circuit, _params(circuit), examples=4, seed=3)
-    assert row.status == CHECKED, row.detail
+    assert row.status == Status.CHECKED, row.detail
     # And one problem checked against the numpy reference too (an independent implementation).
     X = np.array([[0.25, 0.0], [0.5, 0.25], [-0.5, 0.0], [-0.25, 0.5], [0.0, -0.75], [0.125, 0.125]])
     C0 = X[[0, 2, 4]]
@@ -150,7 +152,7 @@ def test_exactness_page_section_is_the_provers_output():
     page = (Path(__file__).resolve().parents[1] / "docs" / "exactness.md").read_text()
     start = page.index("## Why it is exact")
     end = page.index("\n## ", start + 1) + 1
-    expected = readme_section(prove_circuit(lloyd_circuit(README_D, README_K, 1)))
+    expected = exactness_section(prove_circuit(lloyd_circuit(SECTION_D, SECTION_K, 1)))
     assert page[start:end] == expected + "\n"
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from analysis.proof.algebra import (
-    FREE, NONNEG, GatedTerm, Lin, Poly, prove_piecewise_identity, strict_witness, strictly_feasible,
+    GatedTerm, Lin, Poly, Sign, prove_piecewise_identity, strict_witness, strictly_feasible,
 )
 
 VARS = ("a", "b", "c")
@@ -51,7 +51,7 @@ def test_fourier_motzkin_agrees_with_linear_programming(rows):
 
 def test_known_identities_hold_and_near_misses_fail():
     s, c, n = lin({"s": 1}), lin({"c": 1}), lin({"n": 1})
-    free = {"s": FREE, "c": FREE, "n": NONNEG}
+    free = {"s": Sign.FREE, "c": Sign.FREE, "n": Sign.NONNEG}
     one = lin({}, 1)
     # relu(s - c) - relu(c - s) = s - c for all reals.
     terms = [GatedTerm(Fraction(1), s - c, one, 0), GatedTerm(Fraction(-1), c - s, one, 1)]
@@ -61,7 +61,7 @@ def test_known_identities_hold_and_near_misses_fail():
     assert prove_piecewise_identity(sq, Fraction(0), Poly.var("s") * Poly.var("s"), free).holds
     # relu(n) = n needs n >= 0: true on the domain, false on the reals.
     assert prove_piecewise_identity([GatedTerm(Fraction(1), n, one, 0)], Fraction(0), Poly.var("n"), free).holds
-    result = prove_piecewise_identity([GatedTerm(Fraction(1), n, one, 0)], Fraction(0), Poly.var("n"), {"n": FREE})
+    result = prove_piecewise_identity([GatedTerm(Fraction(1), n, one, 0)], Fraction(0), Poly.var("n"), {"n": Sign.FREE})
     assert not result.holds and "n < 0" in result.counterexample
     # A wrong coefficient, a missing unit, a constant offset: each is refuted.
     wrong = [GatedTerm(Fraction(1), s, s, 0), GatedTerm(Fraction(2), -s, -s, 1)]
@@ -77,7 +77,7 @@ def test_independent_components_are_proven_separately():
         s = lin({f"s{m}": 1})
         terms += [GatedTerm(Fraction(1), s, s, 2 * m), GatedTerm(Fraction(1), -s, -s, 2 * m + 1)]
         target = target + Poly.var(f"s{m}") * Poly.var(f"s{m}")
-    result = prove_piecewise_identity(terms, Fraction(0), target, {f"s{m}": FREE for m in range(40)})
+    result = prove_piecewise_identity(terms, Fraction(0), target, {f"s{m}": Sign.FREE for m in range(40)})
     assert result.holds and result.cells == 80
 
 
@@ -94,7 +94,7 @@ def gated_sums(draw):
     for t, on in zip(terms, active):
         if on:
             intended = intended + (t.gate.to_poly() * t.linear.to_poly()).scale(t.weight)
-    domain = {v: draw(st.sampled_from([FREE, NONNEG])) for v in VARS[:2]}
+    domain = {v: draw(st.sampled_from([Sign.FREE, Sign.NONNEG])) for v in VARS[:2]}
     return terms, intended, domain
 
 
@@ -115,7 +115,7 @@ def test_piecewise_prover_agrees_with_exact_evaluation(case):
         point = {}
         for v in VARS[:2]:
             x = Fraction(int(rng.integers(-40, 41)), int(rng.integers(1, 9)))
-            point[v] = abs(x) if domain[v] == NONNEG else x
+            point[v] = abs(x) if domain[v] == Sign.NONNEG else x
         diffs.append(evaluate(terms, intended, point))
     if result.holds:
         assert all(d == 0 for d in diffs)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.proof.obligations import FAILED
+from analysis.proof.obligation import Status
 from analysis.proof.prover import prove_circuit
 from circuits import hook_names
 from circuits.build import build_lloyd_circuit
@@ -142,7 +142,7 @@ def mutate_and_prove(circuit, key: str, full_idx: tuple, value: float):
 
 
 def failed_obligations(report) -> set[str]:
-    return {o.name for o in report.obligations if o.status == FAILED}
+    return {o.name for o in report.obligations if o.status == Status.FAILED}
 
 
 HEAD_PARAMS = ("W_Q", "W_K", "b_Q", "b_K", "W_V", "W_O", "b_V", "b_O")
@@ -186,7 +186,7 @@ def test_unembedding_mutations(circuit):
         for idx, how, new in mutations(a, rng, n_each=2):
             report = mutate_and_prove(circuit, key, idx, new)
             assert failed_obligations(report) == {"unembed.reads_y"}, (key, idx, how)
-            assert report.get("theorem.unembed").status == FAILED
+            assert report.get("theorem.unembed").status == Status.FAILED
 
 
 def test_unmutated_model_proves(circuit):

@@ -5,8 +5,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from analysis.proof.obligations import FAILED, NOT_APPLICABLE
-from analysis.proof.prover import NOT_PROVEN, OBLIGATION_SETS, NoObligations, prove_circuit
+from analysis.proof.obligation import Status
+from analysis.proof.prover import OBLIGATION_SETS, NoObligations, prove_circuit
 from circuits import hook_names
 from circuits.variants import VARIANTS, get_variant
 
@@ -42,7 +42,7 @@ def test_damped_norm_is_exact_iff_one_minus_eta_is_a_float(eta):
     exactly, for every input, only when that rounding is exact; the prover names the obligation otherwise."""
     report = prove_circuit(get_variant(f"damped:eta={eta}").build(2, 2, 1), examples=0)
     exact_weight = Fraction(1 - eta) == 1 - Fraction(eta)
-    failed = {o.name for o in report.obligations if o.status == FAILED}
+    failed = {o.name for o in report.obligations if o.status == Status.FAILED}
     assert failed == (set() if exact_weight else {"update.MLP.damped_square_norm"})
 
 
@@ -60,12 +60,12 @@ def test_trimmed_sink_mutation_is_named():
     with torch.no_grad():
         param[0] = param[0] * 2
     report = prove_circuit(circuit, examples=0)
-    assert {o.name for o in report.obligations if o.status == FAILED} == {"assign.sink.threshold"}
+    assert {o.name for o in report.obligations if o.status == Status.FAILED} == {"assign.sink.threshold"}
 
 
-@pytest.mark.parametrize("name,status,ok", [("soft", NOT_APPLICABLE, True), ("annealed", NOT_APPLICABLE, True),
-                                            ("sparse", NOT_PROVEN, False), ("spherical", NOT_PROVEN, False),
-                                            ("gumbel", NOT_PROVEN, False)])
+@pytest.mark.parametrize("name,status,ok", [("soft", Status.NOT_APPLICABLE, True), ("annealed", Status.NOT_APPLICABLE, True),
+                                            ("sparse", Status.NOT_PROVEN, False), ("spherical", Status.NOT_PROVEN, False),
+                                            ("gumbel", Status.NOT_PROVEN, False)])
 def test_variants_without_obligations_say_why(name, status, ok, capsys):
     from analysis import cli
 
@@ -73,4 +73,4 @@ def test_variants_without_obligations_say_why(name, status, ok, capsys):
     out = capsys.readouterr().out
     assert ("NOT APPLICABLE" if ok else "NOT PROVEN") in out
     entry = OBLIGATION_SETS[name]
-    assert isinstance(entry, NoObligations) and (status == NOT_PROVEN) == entry.exact
+    assert isinstance(entry, NoObligations) and (status == Status.NOT_PROVEN) == entry.exact

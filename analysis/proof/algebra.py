@@ -19,6 +19,7 @@ must add up. This keeps the cost linear in ``d`` for the update MLP (``d`` indep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from fractions import Fraction
 from typing import Iterable, Mapping
 
@@ -28,8 +29,13 @@ Monomial = tuple[str, ...]
 ZERO = Fraction(0)
 ONE = Fraction(1)
 
-FREE = "free"
-NONNEG = "nonneg"
+
+
+class Sign(Enum):
+    """Sign constraint of a variable of the domain."""
+
+    FREE = "free"  # any real
+    NONNEG = "nonneg"  # >= 0
 
 
 def exact(value) -> Fraction:
@@ -369,10 +375,10 @@ def evaluate(poly: Poly, point: Mapping[str, Fraction]) -> Fraction:
 
 
 def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intended: Poly,
-                             domain: Mapping[str, str], context: str = "") -> IdentityResult:
+                             domain: Mapping[str, Sign], context: str = "") -> IdentityResult:
     """Prove ``sum(t.weight * relu(t.gate) * t.linear) + constant == intended`` for all points of ``domain``.
 
-    ``domain[v]`` is :data:`FREE` (any real) or :data:`NONNEG` (``v >= 0``); every variable that occurs must be
+    ``domain[v]`` is ``Sign.FREE`` (any real) or ``Sign.NONNEG`` (``v >= 0``); every variable that occurs must be
     listed. Returns whether the identity holds, how many cells were examined, and, if it fails, a cell and the
     difference found there.
     """
@@ -394,7 +400,7 @@ def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intende
     for comp in _components(variable_terms, intended):
         comp_terms = [t for t in variable_terms if (t.gate.variables | t.linear.variables) & comp]
         target = intended.restrict(comp)
-        dom = [Lin.of({v: ONE}) for v in sorted(comp) if domain.get(v, FREE) == NONNEG]
+        dom = [Lin.of({v: ONE}) for v in sorted(comp) if domain.get(v, Sign.FREE) is Sign.NONNEG]
         planes: dict[tuple, Lin] = {}
         for t in comp_terms:
             if not t.gate.is_constant():
@@ -417,7 +423,7 @@ def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intende
             diff = value - target
             if not diff.is_constant():
                 where = " and ".join(f"{h} {'>' if s > 0 else '<'} 0" for h, s in cell) or "everywhere"
-                dom_text = ", ".join(f"{v} > 0" for v in sorted(comp) if domain.get(v, FREE) == NONNEG)
+                dom_text = ", ".join(f"{v} > 0" for v in sorted(comp) if domain.get(v, Sign.FREE) is Sign.NONNEG)
                 region = dom + [h.scale(Fraction(s)) for h, s in cell]
                 witness = _witness(region, diff)
                 at = ", ".join(f"{v} = {_fmt(x)}" for v, x in sorted(witness.items()))

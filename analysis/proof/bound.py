@@ -83,6 +83,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Float
 
+from analysis.proof.registry import BOUNDED_VARIANTS
+from circuits.blocks import ASSIGN, UPDATE
+
 U = 2.0**-53
 TINY = 5e-324
 #: Outward rounding applied to every evaluated bound.
@@ -201,7 +204,7 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
     log_off = math.log(n + k + n_sinks) - beta_update / 2
     log_delta = math.log(n * r_x) - beta_update / 2 if n and r_x > 0 else -math.inf
     delta = np.full(k, float(_up(_exp(log_delta))) if log_delta > -math.inf else 0.0)
-    layers.append(LayerBound(0, "update", 0, float(_up(2 * _exp(log_off))), (math.log(2) + log_off) / math.log(10),
+    layers.append(LayerBound(0, UPDATE, 0, float(_up(2 * _exp(log_off))), (math.log(2) + log_off) / math.log(10),
                              centroid=float(delta.max())))
     centroid_user.append(float(_up(delta.max() * scale)))
     layer = 1
@@ -233,10 +236,10 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
         traj.certified.append(certified)
         if not certified:
             # Assign layer of iteration s sits at 2s + 1, update layer of iteration s at 2s.
-            layers.append(LayerBound(2 * it + 1, "assign", it, math.inf, math.inf, math.inf, n))
+            layers.append(LayerBound(2 * it + 1, ASSIGN, it, math.inf, math.inf, math.inf, n))
             for s in range(it + 1, iterations + 1):
-                layers.append(LayerBound(2 * s, "update", s, math.inf, math.inf, centroid=math.inf))
-                layers.append(LayerBound(2 * s + 1, "assign", s, math.inf, math.inf, math.inf, n))
+                layers.append(LayerBound(2 * s, UPDATE, s, math.inf, math.inf, centroid=math.inf))
+                layers.append(LayerBound(2 * s + 1, ASSIGN, s, math.inf, math.inf, math.inf, n))
             centroid_user.extend([math.inf] * (iterations - it))
             break
         dist = np.sqrt(D * (1 + g)) + E[None, :]
@@ -252,7 +255,7 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
         eps = _up(_exp(log_eps))
         eps = np.minimum(eps, 1.0)
         worst = float(log_eps.max()) if n else -math.inf
-        layers.append(LayerBound(layer, "assign", it, float(_up(2 * eps.max())) if n else 0.0,
+        layers.append(LayerBound(layer, ASSIGN, it, float(_up(2 * eps.max())) if n else 0.0,
                                  (math.log(2) + worst) / math.log(10), float(_up(2 * eps.max())) if n else 0.0,
                                  int((eps >= 0.5).sum())))
         layer += 1
@@ -312,16 +315,12 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
         delta, C, e = new_delta, new_C, new_e
         traj.centroids.append(C.copy())
         worst_l1 = float(l1.max())
-        layers.append(LayerBound(layer, "update", it + 1, worst_l1,
+        layers.append(LayerBound(layer, UPDATE, it + 1, worst_l1,
                                  math.log10(worst_l1) if 0 < worst_l1 < math.inf else (math.inf if worst_l1 else -math.inf),
                                  centroid=float(delta.max())))
         centroid_user.append(float(_up(delta.max() * scale)))
         layer += 1
     return SharpnessBound(scale, certified, layers, centroid_user, notes=notes), traj
-
-
-#: Circuits the bound is derived for.
-BOUNDED_VARIANTS = ("lloyd", "damped", "trimmed")
 
 
 def _sink_logits(circ, kind: str) -> float | None:
@@ -330,7 +329,7 @@ def _sink_logits(circ, kind: str) -> float | None:
         return None
     values = {float(circ.model.blocks[layer].attn.sinks.detach().reshape(-1)[0]) for layer in circ.layers_of(kind)}
     # Tied weights share one value; if they did not, the largest logit is the worst case for the update heads.
-    return max(values) if kind == "update" or len(values) == 1 else None
+    return max(values) if kind == UPDATE or len(values) == 1 else None
 
 
 def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] | None:
@@ -350,7 +349,7 @@ def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] 
         return None  # the norm units then do not hold |c|^2 exactly (update.MLP.damped_square_norm fails)
     sink = update_sink = None
     if circ.variant == "trimmed":
-        sink, update_sink = _sink_logits(circ, "assign"), _sink_logits(circ, "update")
+        sink, update_sink = _sink_logits(circ, ASSIGN), _sink_logits(circ, UPDATE)
         if sink is None:
             return None
     seq = enc.sequence
@@ -368,7 +367,7 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
     out: dict[int, float] = {}
     for lc in cap.layers:
         att = lc.attention
-        if lc.kind == "assign":
+        if lc.kind == ASSIGN:
             it = circ.assignment_layers.index(lc.layer)
             if it >= len(traj.labels):
                 continue
@@ -379,7 +378,7 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
             masked = np.abs(1 - p.sum(axis=1) - sink)  # point and BOS keys (hard weight 0)
             out[lc.layer] = float((np.abs(p - hard[:, :k]).sum(axis=1) + masked + np.abs(sink - hard[:, k])).max()) \
                 if len(p) else 0.0
-        elif lc.kind == "update":
+        elif lc.kind == UPDATE:
             it = circ.centroid_layers.index(lc.layer)
             if it > len(traj.labels):
                 continue
@@ -430,7 +429,7 @@ def bound_violations(cap, b: int = 0, proven: tuple[SharpnessBound, HardTrajecto
         if observed[lb.layer] > lb.softmax_l1 + slack:
             out.append(f"layer {lb.layer} ({lb.kind}): |softmax - hardmax|_1 = {observed[lb.layer]:.3g} > bound {lb.softmax_l1:.3g}")
         lc = cap.layers[lb.layer]
-        if lb.kind == "assign" and lb.assignment_l1 is not None and math.isfinite(lb.assignment_l1):
+        if lb.kind == ASSIGN and lb.assignment_l1 is not None and math.isfinite(lb.assignment_l1):
             it = circ.assignment_layers.index(lb.layer)
             Y = lc.post.assignments[b]
             hard_Y = np.eye(Y.shape[1] + 1)[traj.labels[it]][:, :-1]  # outliers (label -1): 0
@@ -441,7 +440,7 @@ def bound_violations(cap, b: int = 0, proven: tuple[SharpnessBound, HardTrajecto
             if wrong > lb.uncertified_labels:
                 out.append(f"layer {lb.layer}: {wrong} labels differ from the hard trajectory, only"
                            f" {lb.uncertified_labels} uncertified")
-        if lb.kind == "update" and lb.centroid is not None and math.isfinite(lb.centroid):
+        if lb.kind == UPDATE and lb.centroid is not None and math.isfinite(lb.centroid):
             it = circ.centroid_layers.index(lb.layer)
             err = float(np.sqrt(((lc.post.unit_centroids[b] - traj.centroids[it]) ** 2).sum(axis=1)).max())
             if err > lb.centroid + c_slack:

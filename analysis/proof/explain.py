@@ -1,14 +1,18 @@
-"""The README's "Why it is exact" section, generated from the prover's own output so that it cannot drift.
+"""The "Why it is exact" section of docs/exactness.md, generated from the prover's own output so that it cannot drift.
 
-``python -m analysis.proof.explain`` prints the section; ``tests/test_prove.py`` checks that README.md contains
-exactly this text.
+``python -m analysis.proof.explain`` prints the section; ``tests/test_prove.py`` checks that docs/exactness.md
+contains exactly this text.
 """
 
 from __future__ import annotations
 
-from analysis.proof.prover import OBLIGATION_SETS, NoObligations, ProofReport
+from analysis.proof.prover import prove_circuit
+from analysis.proof.registry import OBLIGATION_SETS, NoObligations
+from analysis.proof.report import ProofReport
+from circuits.variants import VARIANTS
 
-README_D, README_K = 4, 3
+#: The circuit the section proves (``kmeans-circuits prove --d 4 --k 3``).
+SECTION_D, SECTION_K = 4, 3
 
 INTRO = """\
 Tests on data can only show that the circuit agrees with Lloyd's algorithm on the inputs tried. `kmeans-circuits
@@ -53,8 +57,6 @@ report none."""
 
 def variants_text() -> str:
     """One paragraph per kind of variant, from the registry of obligation sets."""
-    from circuits.variants import VARIANTS
-
     proved = [name for name in VARIANTS if callable(OBLIGATION_SETS.get(name))]
     soft = [name for name in VARIANTS if isinstance(OBLIGATION_SETS.get(name), NoObligations)
             and not OBLIGATION_SETS[name].exact]
@@ -72,6 +74,7 @@ def variants_text() -> str:
         " longer guarantees that a centroid beats the masked keys. Soft by design, with no hardmax theorem to prove (`N/A`,"
         " exit 0; the verifier holds them to their references within float64 rounding): "
         + ", ".join(f"`{n}`" for n in soft) + ". Claimed exact but not covered (`NOT PROVEN`, exit 1):",
+        "",  # Markdown needs the blank line to start the list
     ]
     for name in unproven:
         lines.append(f"- `{name}`: {OBLIGATION_SETS[name].reason}.")
@@ -82,8 +85,8 @@ def _md(text: str) -> str:
     return text.replace("*", "\\*")
 
 
-def readme_section(report: ProofReport) -> str:
-    """The section for ``report`` (the proof of the ``README_D``, ``README_K`` circuit)."""
+def exactness_section(report: ProofReport) -> str:
+    """The section for ``report`` (the proof of the ``SECTION_D``, ``SECTION_K`` circuit)."""
     lines = ["## Why it is exact", "", INTRO, "", "The obligations, as the prover states them:", ""]
     lines += [f"- `{o.name}` ({o.status.lower()}): {_md(o.statement)}" for o in report.obligations]
     lines += ["", THEOREM_INTRO, ""]
@@ -95,10 +98,9 @@ def readme_section(report: ProofReport) -> str:
 
 
 def current_section() -> str:
-    from circuits.build import build_lloyd_circuit
-    from analysis.proof.prover import prove_circuit
+    from circuits.build import build_lloyd_circuit  # torch and TransformerLens: loaded only to build
 
-    return readme_section(prove_circuit(build_lloyd_circuit(README_D, README_K, 1)))
+    return exactness_section(prove_circuit(build_lloyd_circuit(SECTION_D, SECTION_K, 1)))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ the spec's readout (labels of soft responsibilities, centroids normalised); and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
 import numpy as np
@@ -32,6 +33,20 @@ from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
 from circuits.encoding import DecodedState, EncodedBatch, decode, encode
+
+
+class ExecutionPath(str, Enum):
+    """How a circuit is run. A ``str`` enum: compares and serialises as its name (``"dense"``)."""
+
+    DENSE = "dense"  #: the HookedTransformer forward with TransformerLens hooks
+    STRUCTURED = "structured"  #: circuits.structured: the same weights, attention on groups of identical q/k
+    AUTO = "auto"  #: structured when the run is structured, else dense (the reason recorded)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PATHS = tuple(p.value for p in ExecutionPath)
 
 
 @dataclass
@@ -78,8 +93,8 @@ class Capture:
     layers: list[LayerCapture]
     logits: Float[np.ndarray, "batch n k"]
     cache: object = field(default=None, repr=False)
-    #: Which execution path ran: "dense" (the HookedTransformer forward) or "structured" (circuits.structured).
-    path: str = "dense"
+    #: Which execution path ran: dense (the HookedTransformer forward) or structured (circuits.structured).
+    path: ExecutionPath = ExecutionPath.DENSE
     #: Why the dense path ran when the structured one was asked for (``path="auto"``); empty otherwise.
     path_note: str = ""
 
@@ -221,7 +236,6 @@ def _reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
     return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
 
 
-PATHS = ("dense", "structured", "auto")
 #: The dense forward holds a few (n + k + 1)^2 float64 matrices per layer: beyond this many tokens (~6 GB) it
 #: is refused rather than left to exhaust memory.
 DENSE_MAX_TOKENS = 12_000
@@ -232,7 +246,7 @@ class PathUnavailable(RuntimeError):
 
 
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
-            on_layer: Callable[[int], None] | None = None, path: str = "dense") -> Capture:
+            on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense") -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
@@ -245,16 +259,17 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
+    path = ExecutionPath(path)
     if circuit.spec.input_map is not None:
         encoded = _reencode(circuit, encoded)
     note = ""
-    if path != "dense":
+    if path != ExecutionPath.DENSE:
         from circuits.structured import StructuredPathUnavailable
 
         try:
             return _capture_structured(circuit, encoded, keep_cache, on_layer)
         except StructuredPathUnavailable as exc:
-            if path == "structured":
+            if path == ExecutionPath.STRUCTURED:
                 raise PathUnavailable(str(exc)) from None
             note = str(exc)
     tokens = encoded.sequence.n_tokens
@@ -325,7 +340,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
 
         cache = ActivationCache(entries, model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path="structured")
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED)
 
 
 def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
@@ -372,4 +387,4 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
     for layer in range(circuit.n_layers):
         decoder.add(layer, cache[hook_names.resid_post(layer)], summaries.get(layer))
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache if keep_cache else None, path="dense")
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache if keep_cache else None, path=ExecutionPath.DENSE)

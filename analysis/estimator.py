@@ -19,6 +19,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from analysis.data import check_magnitude, check_spread
+from analysis.capture import PATHS
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
 from circuits.initialisation import initial_centroids
@@ -89,7 +90,7 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1:
             raise ValueError(f"n_init must be a positive integer, got {self.n_init!r}")
-        if self.path not in ("auto", "dense", "structured"):
+        if self.path not in PATHS:
             raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
         if not isinstance(self.variant, str):
             raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")

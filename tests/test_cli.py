@@ -166,3 +166,18 @@ def test_console_script_is_installed():
     assert exe.exists() and os.access(exe, os.X_OK)
     res = subprocess.run([str(exe), "cluster", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0
+
+
+def test_report_takes_path_and_refuses_a_dense_run_too_large_for_it(tmp_path):
+    """report runs on the structured path when asked (it always ran dense, exit 3 above 12,000 tokens)."""
+    X = np.random.default_rng(0).normal(size=(12_100, 1))
+    np.save(tmp_path / "x.npy", X)
+    res = cli("report", "--data", tmp_path / "x.npy", "--k", 2, "--iterations", 1, "--path", "dense",
+              "--out", tmp_path / "dense.html")
+    assert res.returncode == 2, res.stderr
+    assert "too many for the dense path" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "dense.html").exists()
+    res = cli("report", "--data", tmp_path / "x.npy", "--k", 2, "--iterations", 1, "--path", "structured",
+              "--max-points", 50, "--out", tmp_path / "structured.html")
+    assert res.returncode == 0, res.stderr
+    assert "VERIFIED (exact, float64)" in res.stdout and (tmp_path / "structured.html").exists()

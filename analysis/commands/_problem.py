@@ -61,6 +61,14 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                        help="float64 (exact) or float32 (an approximation, reported as such)")
 
 
+def add_path_argument(parser: argparse.ArgumentParser) -> None:
+    """``--path``: how the circuit is run (the same names as :class:`analysis.capture.ExecutionPath`)."""
+    parser.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
+                        help="execution path: the dense HookedTransformer forward, the structured path (same weights,"
+                             " attention on groups of identical queries/keys, O(n k d)), or auto: structured when the"
+                             " circuit is structured, else dense (default auto)")
+
+
 def sharpness_from(args: argparse.Namespace, from_data: bool = False):
     """The knobs given on the command line, checked against their safe ranges.
 

@@ -8,7 +8,7 @@ import json
 import sys
 
 from analysis.commands._output import check_out_dir, write_output_dir
-from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+from analysis.commands._problem import add_path_argument, add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
 from circuits.blocks import n_layers as schedule_length
 
@@ -23,10 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " labels.csv, centroids.csv and evaluation.json, the comparison with Lloyd's; the"
                              " circuit report is for constructed circuits)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
-    parser.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
-                        help="execution path: the dense HookedTransformer forward, the structured path (same weights,"
-                             " attention on groups of identical queries/keys, O(n k d)), or auto: structured when the"
-                             " circuit is structured, else dense (default auto)")
+    add_path_argument(parser)
     parser.add_argument("--checkpoint", metavar="FILE", default=None,
                         help="run a trained model (checkpoint folder from `train`) instead of the construction;"
                              " the data must have the model's d and --k its k")

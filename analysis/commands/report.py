@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from analysis.commands._output import check_out_file, write_output_file
-from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
+from analysis.commands._problem import add_path_argument, add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
 from circuits.blocks import n_layers as schedule_length
 
@@ -20,6 +20,7 @@ MAX_POINTS = 400
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument("--out", metavar="FILE", required=True, help="the HTML file to write (.html)")
+    add_path_argument(parser)
     parser.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="M",
                         help=f"points drawn per figure (default {MAX_POINTS}); verification always uses all of them")
 
@@ -32,13 +33,17 @@ def run(args: argparse.Namespace) -> int:
     sharpness = sharpness_from(args, from_data=True)
 
     from analysis.commands.cluster import progress_bar
+    from analysis.capture import PathUnavailable
     from analysis.pipeline import DTYPES, run_problem
     from analysis.report import build_report
 
     n_layers = schedule_length(problem.iterations)
     with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
-        result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
-                             sharpness, on_layer=lambda layer: bar.update())
+        try:
+            result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
+                                 sharpness, on_layer=lambda layer: bar.update(), path=args.path)
+        except PathUnavailable as exc:
+            raise InputError(str(exc)) from None
     report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
     write_output_file(out, report.to_html())
     rep = result.report

@@ -36,6 +36,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits import hook_names
+
 #: A head is structured when one side (keys, else queries) has at most this many distinct vectors.
 PAIR_BUDGET = 256
 
@@ -258,10 +260,10 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         problems.append("an MLP other than a gated ReLU")
     for layer, block in enumerate(model.blocks):
         attn = block.attn
-        for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
+        for name in hook_names.ATTENTION_HOOK_ATTRIBUTES:
             hook = getattr(attn, name, None)
             registered = 0 if hook is None else len(hook._forward_hooks) + len(hook._forward_pre_hooks)
-            expected = 1 if name == "hook_attn_scores" and layer in score_hooks else 0
+            expected = 1 if name == hook_names.SCORES_ATTRIBUTE and layer in score_hooks else 0
             if registered != expected:
                 problems.append(f"{registered} hook(s) on blocks.{layer}.attn.{name}, which grouped attention would not run")
         if layer in score_hooks and not hasattr(score_hooks[layer], "structured"):

@@ -8,7 +8,9 @@ import json
 import sys
 
 from analysis.commands._output import check_out_dir, write_output_dir
-from analysis.commands._problem import add_path_argument, add_problem_arguments, load_problem, sharpness_from
+from analysis.commands._problem import (
+    Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, sharpness_from,
+)
 from analysis.data import InputError
 from circuits.blocks import n_layers as schedule_length
 
@@ -65,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     out = check_out_dir(args.out, CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
     if getattr(args, "checkpoint", None) is not None:
-        from analysis.commands._problem import run_checkpoint
-
         return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
@@ -102,3 +102,43 @@ def run(args: argparse.Namespace) -> int:
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1
+
+
+def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
+    """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluate.cluster_with_checkpoint`)."""
+    import json
+
+    model = check_checkpoint(args.checkpoint)["model"]
+    d, k = model["d"], model["k"]
+    if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
+        raise InputError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
+    if problem.X.shape[1] != d or problem.k != k:
+        raise InputError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
+                         f" d={problem.X.shape[1]} and --k is {problem.k}")
+    from analysis.evaluate import cluster_with_checkpoint
+    from circuits.training.schema import CheckpointError
+
+    try:
+        doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)
+    except CheckpointError as exc:
+        raise InputError(str(exc)) from None
+    if out is not None:
+        write_output_dir(out, dict(zip(CHECKPOINT_OUT_FILES, (
+            csv_text(([v] for v in doc["labels"]), ["label"]),
+            csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
+            json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+        ))))
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"{problem.source}: n={doc['n']} d={d} k={k}, init {problem.init}, trained model {args.checkpoint},"
+              f" {problem.iterations} steps")
+        print(" iter  objective model  objective Lloyd's  labels = Lloyd's")
+        for rec in doc["per_iteration"]:
+            print(f"{rec['iteration']:5d} {rec['objective_circuit']:16.6g} {rec['objective_reference']:18.6g}"
+                  f" {rec['label_agreement']:16.2%}")
+        status = "reproduces" if doc["verified"] else "does NOT reproduce"
+        print(f"the exported HookedTransformer {status} the trained forward pass (max centroid difference"
+              f" {doc['export_error']:.2g} of the data scale); inertia {doc['inertia']:.10g} (Lloyd's"
+              f" {doc['lloyd_inertia']:.10g})" + (f"; wrote {out}" if out else ""))
+    return 0 if doc["verified"] else 1

@@ -1,0 +1,115 @@
+"""The shape of the code, checked: no import cycle, no oversized module, the dependency direction, one home for
+TransformerLens hook names.
+
+Import edges include function-level imports: a cycle hidden inside a function is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("circuits", "analysis")
+MAX_LINES = 450
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph: dict[str, set[str]] = {name: set() for name in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    if target in mods:
+                        graph[name].add(target)
+                    elif base in mods:
+                        graph[name].add(base)
+            elif isinstance(node, ast.Import):
+                graph[name].update(alias.name for alias in node.names if alias.name in mods)
+        graph[name].discard(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_circuits_never_imports_analysis():
+    """Models do not know who looks at them (DESIGN.md section 5)."""
+    wrong = {name: sorted(t for t in targets if t.startswith("analysis"))
+             for name, targets in import_graph().items() if name.startswith("circuits")}
+    assert {name: t for name, t in wrong.items() if t} == {}
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_no_module_above_the_size_limit(name):
+    lines = modules()[name].read_text().count("\n")
+    assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_hook_names_are_spelled_in_one_module():
+    """TransformerLens hook-name strings live in circuits/hook_names.py, so a move to TransformerLens 4 is one file."""
+    spelled = []
+    for name, path in modules().items():
+        if name == "circuits.hook_names":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                    node.value.startswith("blocks.") or ".hook_" in node.value or node.value.startswith("hook_")):
+                spelled.append(f"{name}:{node.lineno}: {node.value!r}")
+    assert spelled == []

@@ -10,11 +10,11 @@ from analysis.verify.checks import (
 )
 from analysis.verify.procedure import verify, verify_problem
 from analysis.verify.report import (
-    IterationRecord, Mismatch, Tie, Tolerances, VerificationReport, tolerances, verdict_text,
+    Check, IterationRecord, Mismatch, MismatchKind, Tie, Tolerances, VerificationReport, tolerances, verdict_text,
 )
 
 __all__ = [
-    "IterationRecord", "Mismatch", "Tie", "Tolerances", "VerificationReport", "circuit_converged", "circuit_n_iter",
+    "Check", "IterationRecord", "MismatchKind", "Mismatch", "Tie", "Tolerances", "VerificationReport", "circuit_converged", "circuit_n_iter",
     "distance_uncertainty", "make_reference", "reference_trace", "resolution_window", "tolerances", "verdict_text",
     "verify", "verify_problem",
 ]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from analysis.capture import Capture
-from analysis.verify.report import Mismatch, Tie
+from analysis.verify.report import Check, Mismatch, MismatchKind, Tie
 from circuits import reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
@@ -115,11 +115,11 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, i
         e, g = int(expected[i]), int(got[i])
         g_col = col_of.get(g)
         gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
-        kind = "tie" if g_col is not None and within[i, g_col] else "error"
+        kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
         w = float(window[i, g_col]) if g_col is not None else 0.0
-        cause = ("tie-break" if kind == "error" and E is not None and 0 <= g < e
+        cause = ("tie-break" if kind == MismatchKind.ERROR and E is not None and 0 <= g < e
                  and gap <= tie_break_abs * (e - g) + w else "")
-        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, check, w, cause))
+        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
     return mismatches, ties
 
 
@@ -156,7 +156,7 @@ def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failure
     and for a tie that sent the trajectory another way a failure (``ties_fail``: the result is then not the
     reference's) or a note (soft algorithms, whose labels are only a readout)."""
     if diverged is not None and ties_fail:
-        n_tied = sum(m.kind == "tie" and m.check == "trajectory" for m in mismatches)
+        n_tied = sum(m.kind == MismatchKind.TIE and m.check == Check.TRAJECTORY for m in mismatches)
         failures.append(
             f"a float64 tie in the assignment to the centroids of iteration {diverged} was resolved unlike the"
             f" reference ({n_tied} label(s)): the circuit's result is not the reference's from there on"
@@ -167,7 +167,7 @@ def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failure
             " reference; from there on the trajectory is compared for information only (the step-wise check still"
             " covers every layer)"
         )
-    n_traj_errors = sum(m.kind == "error" and m.check == "trajectory" for m in mismatches)
+    n_traj_errors = sum(m.kind == MismatchKind.ERROR and m.check == Check.TRAJECTORY for m in mismatches)
     if n_traj_errors:
         failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
 

@@ -43,7 +43,9 @@ from analysis.verify.checks import (
     max_stiffness, noise_floor, resolution_window, tie_break_failures, trajectory_verdict, update_weight_error,
     widest_tie_window,
 )
-from analysis.verify.report import IterationRecord, Mismatch, Tie, VerificationReport, tolerances
+from analysis.verify.report import (
+    Check, IterationRecord, Mismatch, MismatchKind, Tie, VerificationReport, tolerances,
+)
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
 from circuits.reference import one_hot
@@ -155,11 +157,11 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             C_in, Y = lc.pre.centroids[b], lc.post.assignments[b]
             margins, _ = assign_certificate(lc.attention, spec, b)
             if hard:
-                found, tied = check_hard(C_in, lc.post.labels[b], margins, lc.layer, t, lc.pre, "step")
+                found, tied = check_hard(C_in, lc.post.labels[b], margins, lc.layer, t, lc.pre, Check.STEP)
                 mismatches.extend(found)
                 ties.extend(tied)
                 a_err = float(np.abs(Y - one_hot(lc.post.labels[b], Y.shape[1])).max())
-                step_counts[t] = (sum(m.kind == "error" for m in found), len(tied), a_err)
+                step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in found), len(tied), a_err)
             else:
                 R_ref = ref.assign(X, C_in, t)
                 a_err = float(np.abs(Y - R_ref).max())
@@ -199,7 +201,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             n_err = float(np.abs(lc.post.unit_sq_norms[b] - (unit_c**2).sum(-1)).max())
             if n_err > tol.sq_norm * max(1.0, float((unit_c**2).sum(-1).max())):
                 failures.append(f"layer {lc.layer}: N differs from |c|^2 by {n_err:.3g} (unit-scaled) > {tol.sq_norm:.3g}")
-    n_step_errors = sum(m.kind == "error" for m in mismatches)
+    n_step_errors = sum(m.kind == MismatchKind.ERROR for m in mismatches)
     if n_step_errors:
         failures.append(f"{n_step_errors} assignment(s) differ from the reference's beyond the tie window")
     failures.extend(tie_break_failures(mismatches, tie_break_abs, s))
@@ -215,10 +217,10 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         labels_t = cap.assignments(t)[b]
         if hard:
             traj, _ = check_hard(trace.centroids[t], labels_t, margins, circ.assignment_layers[t], t,
-                                 cap.layers[circ.assignment_layers[t]].pre, "trajectory", trace.assignments[t])
+                                 cap.layers[circ.assignment_layers[t]].pre, Check.TRAJECTORY, trace.assignments[t])
             if diverged is None:
                 mismatches.extend(traj)
-                if any(m.kind == "tie" for m in traj):
+                if any(m.kind == MismatchKind.TIE for m in traj):
                     diverged = t
         if t == T:
             break

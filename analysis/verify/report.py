@@ -9,8 +9,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 
 import torch
+
+class MismatchKind(str, Enum):
+    """A label that differs from the reference's: within float64's tie window, or not. Compares as its name."""
+
+    TIE = "tie"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Check(str, Enum):
+    """Which comparison found a mismatch: a block against the reference step on its own input, or the run against
+    the reference trajectory. Compares as its name."""
+
+    STEP = "step"
+    TRAJECTORY = "trajectory"
+
+    def __str__(self) -> str:
+        return self.value
+
 
 @dataclass
 class Mismatch:
@@ -23,8 +45,8 @@ class Mismatch:
     got: int
     margin: float
     gap: float
-    kind: str  # "tie" or "error"
-    check: str  # "step" or "trajectory"
+    kind: MismatchKind
+    check: Check
     #: The tie window ``E_ij1 + E_ij2`` of the two centroids (user units; Lloyd's verification).
     window: float = 0.0
     #: Why an error happened where it is known: ``"tie-break"`` when the gap lies within the circuit's tie-break.
@@ -126,11 +148,11 @@ class VerificationReport:
     @property
     def tie_mismatches(self) -> list[Mismatch]:
         """Disagreements with the reference that lie inside the tie window."""
-        return [m for m in self.mismatches if m.kind == "tie"]
+        return [m for m in self.mismatches if m.kind == MismatchKind.TIE]
 
     @property
     def errors(self) -> list[Mismatch]:
-        return [m for m in self.mismatches if m.kind == "error"]
+        return [m for m in self.mismatches if m.kind == MismatchKind.ERROR]
 
     @property
     def min_margin(self) -> float:

@@ -174,6 +174,7 @@ section.part { background: white; border: 1px solid var(--rule); border-radius: 
                margin-top: 18px; }
 section.part p { max-width: 980px; }
 code { background: #eef1f4; padding: 0 4px; border-radius: 3px; font-size: 13px; }
+pre { font-size: 13px; white-space: pre-wrap; }
 .plot { width: 100%; min-height: 200px; }
 .plot.failed { color: var(--bad); border: 1px dashed var(--bad); padding: 12px; }
 p.note { font-size: 13px; color: var(--muted); margin: 2px 0 10px; }

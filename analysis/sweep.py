@@ -396,23 +396,20 @@ def heatmaps(rows: list[SweepRow], title: str = ""):
 
 
 def sweep_html(rows: list[SweepRow], checks: list[TrendCheck], grid: SweepGrid, runner_name: str) -> str:
-    """One self-contained HTML page (plotly.js embedded): the heatmaps and the verdict."""
+    """One self-contained page of the document engine (plotly.js embedded): the heatmaps and the verdict."""
     import html
 
-    fig = heatmaps(rows)
+    from analysis.report.document import page
+
     summary = "\n".join(summary_lines(rows, checks, max_listed=200))
     settings = html.escape(
         f"runner: {runner_name}; betas {list(grid.betas)}; d {list(grid.d)}; k {list(grid.k)}; n {list(grid.n)};"
         f" scale {list(grid.scale)}; base {grid.base}; {grid.seeds} seed(s) per cell; {grid.iterations} iterations;"
         f" {len(rows)} runs")
-    body = fig.to_html(include_plotlyjs=True, full_html=False)
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kmeans-circuits sweep</title></head><body>"
-        "<h1>Finite-temperature sweep: soft k-means circuit vs Lloyd's</h1>"
-        f"<p>{settings}</p><p>gap = (J_soft - J_lloyd) / J_lloyd of the final centroids (each point to its nearest"
-        " centroid); cells show the mean |gap| over seeds.</p>"
-        f"<pre>{html.escape(summary)}</pre>{body}</body></html>\n"
-    )
+    intro = (f"<p>{settings}</p><p>gap = (J_soft - J_lloyd) / J_lloyd of the final centroids (each point to its"
+             " nearest centroid); cells show the mean |gap| over seeds.</p>"
+             f"<pre>{html.escape(summary)}</pre>")
+    return page("Finite-temperature sweep: soft k-means circuit vs Lloyd's", intro, [heatmaps(rows)])
 
 
 def grid_from(name: str = "default", **overrides) -> SweepGrid:

@@ -1,7 +1,7 @@
 """Benchmark: size and render time of the HTML report at n = 2,000, with and without subsampled drawing.
 
 For each setting it runs the circuit (blobs, d=8, k=10, T=10, float64), verifies it, builds the report, writes it,
-and opens it in headless Chromium offline (``analysis.browser``), recording:
+and opens it in headless Chromium offline (``tests/browser.py``), recording:
 
 * ``build s``: building the report from the verified run (views, residual re-run, HTML), not the run itself;
 * ``MiB``: the HTML file (plotly.js, about 4.6 MiB, is embedded once);
@@ -17,10 +17,14 @@ Run: ``python benchmarks/bench_report.py [--n 2000] [--max-points 400 0]`` (0 dr
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
+
+#: The browser driver is test tooling (tests/browser.py), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 #: Applies every slider step and menu button of every figure in turn and returns the slowest, in ms.
@@ -68,7 +72,7 @@ def main() -> None:
     import torch
     from sklearn.datasets import make_blobs
 
-    from analysis.browser import Chromium, check_page
+    from browser import Chromium, check_page
     from analysis.pipeline import run_problem
     from analysis.report import build_report
     from circuits.initialisation import initial_centroids

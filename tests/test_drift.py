@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.drift import (
-    analyse, attention_patterns, compare_circuit, compare_mlp, drift_report, unit_roles,
-)
-from analysis.browser import find_chromium, static_external_references
+from analysis.drift import analyse, drift_report
+from analysis.drift_measures import attention_patterns, compare_circuit, compare_mlp, unit_roles
+from browser import find_chromium, static_external_references
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.model import ModelConfig, RecurrentKMeans
 from circuits.training.tasks import make_tasks
@@ -119,7 +118,7 @@ def test_drift_report_is_self_contained(untrained_analysis, tmp_path):
 
 @pytest.mark.skipif(find_chromium() is None, reason="headless Chromium is not installed")
 def test_drift_report_draws_every_figure_offline(untrained_analysis, tmp_path):
-    from analysis.browser import check_page
+    from browser import check_page
 
     path = drift_report(untrained_analysis).write(tmp_path / "drift.html")
     check = check_page(path, timeout=120)

@@ -52,7 +52,7 @@ def test_iris_move_centroid_json_shows_the_restoring_layers(iris_run):
 
 
 def test_the_heatmap_page_draws_offline(iris_run):
-    from analysis.browser import check_page, find_chromium, static_external_references
+    from browser import check_page, find_chromium, static_external_references
 
     if find_chromium() is None:
         pytest.skip("no Chromium")

@@ -16,7 +16,8 @@ from plotly.offline import get_plotlyjs
 from sklearn.datasets import load_iris, make_blobs
 
 from analysis import report as R
-from analysis.browser import static_external_references
+from analysis.report.document import _json_script
+from browser import static_external_references
 from analysis.cli import main
 from analysis.pipeline import run_problem
 from circuits.initialisation import initial_centroids
@@ -209,7 +210,7 @@ def test_text_is_escaped_and_code_marked(iris_run):
 def test_figure_json_cannot_close_its_script_element():
     fig = go.Figure(go.Scatter(x=[1], y=[2], name="</script><script>alert(1)</script>"))
     payload = R.figure_json(fig)
-    html_block = R._json_script("f", payload)
+    html_block = _json_script("f", payload)
     assert html_block.count("</script>") == 1 and json.loads(payload)["data"][0]["name"].startswith("</script>")
 
 

@@ -1,7 +1,7 @@
 """The report in a real browser: headless Chromium opens it offline and every figure must draw, with no error.
 
 ``kmeans-circuits report --dataset iris --k 3 --out r.html`` is run as a user runs it; the page is opened with the
-network emulated offline, through the DevTools protocol (:mod:`analysis.browser`), and checked for: an SVG drawn
+network emulated offline, through the DevTools protocol (``tests/browser.py``), and checked for: an SVG drawn
 by plotly in every figure, visible traces that all hold data and drew marks, the report's own record that every
 figure finished, no console error, no uncaught exception, no error in the browser log, and no request to
 anything but the file itself. The checker is shown to fail on pages broken in each of those ways.
@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis import report as R
-from analysis.browser import Chromium, check_page, find_chromium, static_external_references
+from browser import Chromium, check_page, find_chromium, static_external_references
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")

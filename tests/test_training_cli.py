@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from analysis.browser import static_external_references
+from browser import static_external_references
 from circuits import reference
 from circuits.training.checkpoint import read_log
 

@@ -27,7 +27,7 @@ _EXPORTS = {
     "positions_of": "experiment", "encode_pair": "experiment",
     "PatchMetrics": "metrics", "Outcome": "metrics", "fraction_restored": "metrics",
     "SweepResult": "sweeps", "sweep_layer_position": "sweeps", "sweep_layer_subspace": "sweeps",
-    "sweep_components": "sweeps", "run_sweeps": "sweeps",
+    "sweep_components": "sweeps", "run_sweeps": "sweeps", "heatmap": "sweeps",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,9 +2,11 @@
 
 * :func:`result_document` — everything a sweep measured, JSON-ready (what ``kmeans-circuits patch`` writes to
   ``patching.json``).
-* :func:`patching_page` — one self-contained HTML page of heatmaps (plotly.js embedded, no external URL).
-* :func:`patching_section` / :func:`add_patching_section` — the same heatmaps as a
-  :class:`analysis.report.Section`, added to a report built by :func:`analysis.report.build_report`.
+* :func:`patching_section` / :func:`add_patching_section` — the heatmaps, each under what the construction
+  predicts for it, as a :class:`analysis.report.Section`, added to a report built by
+  :func:`analysis.report.build_report`.
+* :func:`patching_page` — the same section as a standalone page of the document engine
+  (:mod:`analysis.report.document`: plotly.js embedded, no external URL).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 import html
 
 from analysis.patching.experiment import PatchingExperiment, UnpatchedCheck
-from analysis.patching.figures import heatmap, page
 from analysis.patching.metrics import E_TOL
-from analysis.patching.sweeps import SweepResult
+from analysis.patching.sweeps import SweepResult, heatmap
+from analysis.report.document import Header, Html, Report, Section
 
 #: What the construction predicts for each sweep, in words; shown above its heatmap.
 READING = {
@@ -105,26 +107,9 @@ def _intro(exp: PatchingExperiment, check: UnpatchedCheck | None, read_layer: in
     return "\n".join(lines)
 
 
-def patching_page(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
-                  read_layer: int | None = None, problem: dict | None = None) -> str:
-    """A standalone HTML page: the summary, and each sweep's explanation and heatmap."""
-    title = "Activation patching on the k-means circuit"
-    if problem:
-        title += f": {problem.get('source', '')}, k = {exp.pair.k}, {exp.pair.kind}"
-    figures, blocks = [], []
-    for sw in sweeps:
-        figures.append(heatmap(sw))
-    # The page is text followed by figures; each figure's explanation goes into the intro as a list.
-    blocks.append("<ul>" + "".join(f"<li><b>{html.escape(sw.title)}</b>: {_code(READING.get(sw.name, ''))}</li>"
-                                   for sw in sweeps) + "</ul>")
-    return page(title, _intro(exp, check, read_layer) + "\n".join(blocks), figures)
-
-
 def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
-                     read_layer: int | None = None):
+                     read_layer: int | None = None) -> Section:
     """The sweeps as a section of the circuit report (:class:`analysis.report.Section`, key ``"patching"``)."""
-    from analysis.report import Html, Section
-
     items = [Html(_intro(exp, check, read_layer))]
     for sw in sweeps:
         items.append(Html(f"<p>{_code(READING.get(sw.name, ''))}</p>"))
@@ -133,6 +118,15 @@ def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: 
             "by cell. The construction predicts where the state of the algorithm lives at every layer, so the "
             "heatmaps can be checked against the weights (tests/test_patching_predictions.py does).")
     return Section("Activation patching", text, items, key="patching")
+
+
+def patching_page(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
+                  read_layer: int | None = None, problem: dict | None = None) -> str:
+    """A standalone HTML page: the summary, and each sweep's explanation above its heatmap."""
+    title = "Activation patching on the k-means circuit"
+    if problem:
+        title += f": {problem.get('source', '')}, k = {exp.pair.k}, {exp.pair.kind}"
+    return Report(Header(title), [patching_section(exp, sweeps, check, read_layer)]).to_html()
 
 
 def add_patching_section(report, exp: PatchingExperiment, sweeps: list[SweepResult],

@@ -23,6 +23,9 @@ One view per module:
 :func:`objective_plot`      objective per iteration, circuit vs reference, with the margins
 :func:`ties_table`          ties and mismatches listed by the verifier
 ==========================  ==============================================================================
+
+The views of what training changed (:mod:`analysis.views.drift`) take a drift analysis instead of a run; import
+them from that module (they need the training code, which the views of a run do not).
 """
 
 from analysis.views._common import DEFAULT_MAX_POINTS, PointSample, View, point_sample

@@ -51,24 +51,24 @@ class View:
         return self.figure._repr_mimebundle_(include=include, exclude=exclude)
 
 
+def _unwrap(obj, cls: type, attr: str, expected: str):
+    """``obj`` if it is a ``cls``, else its attribute ``attr`` if that is one (a run holds its capture and circuit)."""
+    if isinstance(obj, cls):
+        return obj
+    inner = getattr(obj, attr, None)
+    if isinstance(inner, cls):
+        return inner
+    raise TypeError(f"expected {expected}, got {type(obj).__name__}")
+
+
 def as_capture(obj) -> Capture:
     """The :class:`Capture` inside a ``RunResult`` (or the capture itself)."""
-    if isinstance(obj, Capture):
-        return obj
-    cap = getattr(obj, "capture", None)
-    if isinstance(cap, Capture):
-        return cap
-    raise TypeError(f"expected a RunResult or a Capture, got {type(obj).__name__}")
+    return _unwrap(obj, Capture, "capture", "a RunResult or a Capture")
 
 
 def as_circuit(obj) -> KMeansCircuit:
     """The :class:`KMeansCircuit` of a run, a capture, or the circuit itself."""
-    if isinstance(obj, KMeansCircuit):
-        return obj
-    circ = getattr(obj, "circuit", None)
-    if isinstance(circ, KMeansCircuit):
-        return circ
-    raise TypeError(f"expected a RunResult, Capture or KMeansCircuit, got {type(obj).__name__}")
+    return _unwrap(obj, KMeansCircuit, "circuit", "a RunResult, Capture or KMeansCircuit")
 
 
 def report_of(obj):

@@ -1,8 +1,10 @@
 """Open an HTML report in headless Chromium, offline, and say what drew, what failed and what was fetched.
 
-Used by the browser tests and the report benchmark; useful for any HTML the toolkit writes. Chromium is driven
-through the DevTools protocol over ``--remote-debugging-pipe`` (file descriptors 3 and 4, messages separated by
-NUL bytes), so only the standard library is needed and no port is opened. The page is loaded with the network
+Test tooling, kept out of the package: the browser tests import it as ``browser`` (``tests/`` is on pytest's
+path) and ``benchmarks/bench_report.py`` puts ``tests/`` on its path to do the same; it checks any HTML the
+toolkit writes. Chromium is driven through the DevTools protocol over ``--remote-debugging-pipe`` (file
+descriptors 3 and 4, messages separated by NUL bytes), so only the standard library is needed and no port is
+opened. The page is loaded with the network
 emulated offline, and every request the page makes is recorded: a self-contained report makes none besides its
 own ``file://`` URL (``data:`` URLs, which plotly uses for its own images, are not requests to anywhere).
 

@@ -1,0 +1,330 @@
+"""The HTML document engine: one self-contained page of sections of figures, tables and text.
+
+Every page the toolkit writes goes through here: the circuit report (:mod:`analysis.report.circuit`), the drift
+report (:mod:`analysis.report.drift`), the activation-patching page (:mod:`analysis.patching.report`) and the
+finite-temperature sweep (:mod:`analysis.sweep`). A :class:`Report` is a :class:`Header` (a title and, where the
+page has them, a verdict, groups of facts and messages) followed by :class:`Section` objects, each a title, some
+explanatory text and a list of items: a :class:`FigureItem` (a figure with a name and notes, such as
+:class:`analysis.views.View`), a plotly figure, a :class:`Table` or trusted :class:`Html`. :func:`page` is the
+shortest way to a page: a title, some HTML and figures.
+
+:meth:`Report.to_html` embeds plotly.js once (in the page head) and each figure as a JSON block drawn by one
+small script, figure after figure, yielding to the browser between them; the page references no external URL
+and makes no network request (``tests/test_report_browser.py`` checks both in headless Chromium). Progress is
+published as ``window.kmeansReport = {total, rendered, failed, done, ms}`` so a browser test (or a curious
+reader's console) can see what drew.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence, Union, runtime_checkable
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from circuits.files import write_text_atomic
+
+
+@runtime_checkable
+class FigureItem(Protocol):
+    """A named figure with notes printed under it (:class:`analysis.views.View` is one). The engine needs no more,
+    so it does not import the views (which import the circuit and torch)."""
+
+    name: str
+    figure: go.Figure
+    notes: list[str]
+
+
+@dataclass
+class Table:
+    """A small HTML table (header row plus rows of cells, written as text)."""
+
+    header: list[str]
+    rows: list[list[object]]
+    caption: str = ""
+
+
+@dataclass
+class Html:
+    """Trusted HTML inserted as is (for content a section builds itself; never user input)."""
+
+    markup: str
+
+
+Item = Union[FigureItem, go.Figure, Table, Html]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+@dataclass
+class Section:
+    """A titled part of the report. ``text`` is plain text: blank lines separate paragraphs, `backticks`
+    mark code."""
+
+    title: str
+    text: str = ""
+    items: list[Item] = field(default_factory=list)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        self.key = self.key or slug(self.title)
+
+    def add(self, item: Item) -> "Section":
+        self.items.append(item)
+        return self
+
+
+@dataclass
+class Fact:
+    """One line of the header: a label, a value and an optional explanation."""
+
+    label: str
+    value: str
+    help: str = ""
+
+
+@dataclass
+class Header:
+    """The top of a page: its title and, where the page has them, a verdict (coloured by ``verified`` and
+    ``exact``), groups of :class:`Fact` lines and messages."""
+
+    title: str
+    verdict: str = ""
+    verified: bool = False
+    exact: bool = False
+    groups: dict[str, list[Fact]] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """A header and an ordered list of sections; render with :meth:`to_html`."""
+
+    header: Header
+    sections: list[Section] = field(default_factory=list)
+
+    def section(self, key: str) -> Section:
+        for s in self.sections:
+            if s.key == key:
+                return s
+        raise KeyError(f"no section {key!r}; the report has {', '.join(s.key for s in self.sections)}")
+
+    def add_section(self, section: Section, after: str | None = None, before: str | None = None) -> Section:
+        """Append ``section``, or place it right after/before the section with key ``after``/``before``."""
+        if after is not None and before is not None:
+            raise ValueError("give at most one of after= and before=")
+        if any(s.key == section.key for s in self.sections):
+            raise ValueError(f"the report already has a section {section.key!r}")
+        if after is None and before is None:
+            self.sections.append(section)
+        else:
+            anchor = self.sections.index(self.section(after if after is not None else before))
+            self.sections.insert(anchor + (1 if after is not None else 0), section)
+        return section
+
+    def figures(self) -> list[go.Figure]:
+        """Every plotly figure of the report, in page order."""
+        out = []
+        for s in self.sections:
+            for item in s.items:
+                if isinstance(item, FigureItem):
+                    out.append(item.figure)
+                elif isinstance(item, go.Figure):
+                    out.append(item)
+        return out
+
+    def to_html(self) -> str:
+        return render_html(self)
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write the HTML atomically (a temporary sibling renamed into place)."""
+        return write_text_atomic(Path(path), self.to_html())
+
+
+# ---------------------------------------------------------------------------------------------------- rendering
+
+CSS = """
+:root { --ink: #1d232b; --muted: #5b6470; --rule: #d9dee5; --ok: #1b7837; --bad: #b2182b; --warn: #b26a00; }
+* { box-sizing: border-box; }
+body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink);
+       margin: 0; background: #f6f7f9; }
+main { max-width: 1280px; margin: 0 auto; padding: 24px 28px 80px; }
+h1 { font-size: 26px; margin: 0 0 6px; }
+h2 { font-size: 20px; margin: 0 0 8px; }
+header.report { background: white; border: 1px solid var(--rule); border-radius: 8px; padding: 20px 24px; }
+.verdict { display: inline-block; font-weight: 700; padding: 4px 12px; border-radius: 4px; color: white;
+           margin: 4px 0 12px; }
+.verdict.ok { background: var(--ok); } .verdict.bad { background: var(--bad); } .verdict.approx { background: var(--warn); }
+.facts { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); gap: 12px 32px; }
+.facts h3 { font-size: 14px; text-transform: uppercase; letter-spacing: .05em; color: var(--muted); margin: 8px 0 4px; }
+.facts dl { margin: 0; display: grid; grid-template-columns: minmax(110px, 38%) 1fr; gap: 3px 12px; font-size: 14px; }
+.facts dt { color: var(--muted); } .facts dd { margin: 0; font-variant-numeric: tabular-nums; }
+.facts dd small { color: var(--muted); display: block; }
+ul.messages { font-size: 14px; color: var(--muted); margin: 12px 0 0; padding-left: 20px; }
+nav.toc { margin: 16px 0; font-size: 14px; } nav.toc a { margin-right: 14px; color: #2a5d9f; }
+section.part { background: white; border: 1px solid var(--rule); border-radius: 8px; padding: 18px 24px;
+               margin-top: 18px; }
+section.part p { max-width: 980px; }
+code { background: #eef1f4; padding: 0 4px; border-radius: 3px; font-size: 13px; }
+pre { font-size: 13px; white-space: pre-wrap; }
+.plot { width: 100%; min-height: 200px; }
+.plot.failed { color: var(--bad); border: 1px dashed var(--bad); padding: 12px; }
+p.note { font-size: 13px; color: var(--muted); margin: 2px 0 10px; }
+table.data { border-collapse: collapse; font-size: 13px; margin: 8px 0 14px; }
+table.data th, table.data td { border-bottom: 1px solid var(--rule); padding: 3px 10px; text-align: left; }
+table.data caption { text-align: left; color: var(--muted); padding-bottom: 4px; }
+footer { color: var(--muted); font-size: 12px; margin-top: 24px; }
+"""
+
+#: Draws every figure in page order, one per task so the page stays responsive, and publishes progress.
+BOOT_JS = """
+(function () {
+  var template = JSON.parse(document.getElementById("kmeans-plotly-template").textContent);
+  var config = {responsive: true, displaylogo: false, showLink: false, showSendToCloud: false};
+  var divs = Array.prototype.slice.call(document.querySelectorAll("div.plot[data-figure]"));
+  var state = window.kmeansReport = {total: divs.length, rendered: 0, failed: [], done: false, ms: null};
+  var t0 = performance.now();
+  function next(i) {
+    if (i >= divs.length) {
+      state.done = true; state.ms = performance.now() - t0;
+      document.documentElement.setAttribute("data-report", "done");
+      return;
+    }
+    var div = divs[i];
+    var drawn;
+    try {
+      var spec = JSON.parse(document.getElementById(div.getAttribute("data-figure")).textContent);
+      var layout = spec.layout || {};
+      layout.template = JSON.parse(JSON.stringify(template));
+      var own = div.getAttribute("data-modebar") === "off" ? Object.assign({}, config, {displayModeBar: false}) : config;
+      drawn = Plotly.newPlot(div, spec.data || [], layout, own).then(function () {
+        return spec.frames ? Plotly.addFrames(div, spec.frames) : null;
+      });
+    } catch (err) {
+      drawn = Promise.reject(err);
+    }
+    Promise.resolve(drawn).then(function () {
+      state.rendered += 1;
+    }, function (err) {
+      state.failed.push(div.id);
+      div.className += " failed";
+      div.textContent = "This figure could not be drawn: " + err;
+      console.error("figure " + div.id + " could not be drawn: " + err);
+    }).then(function () { setTimeout(function () { next(i + 1); }, 0); });
+  }
+  next(0);
+})();
+"""
+
+
+def _text_html(text: str) -> str:
+    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    out = []
+    for p in paras:
+        esc = html.escape(p)
+        esc = re.sub(r"`([^`]+)`", r"<code>\1</code>", esc)
+        out.append(f"<p>{esc}</p>")
+    return "\n".join(out)
+
+
+def _json_script(element_id: str, payload: str) -> str:
+    # "</" inside a script element would end it early; "<\/" is the same JSON string.
+    return f'<script type="application/json" id="{element_id}">{payload.replace("</", "<" + chr(92) + "/")}</script>'
+
+
+def _table_html(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in table.header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in table.rows)
+    caption = f"<caption>{html.escape(table.caption)}</caption>" if table.caption else ""
+    return f'<table class="data">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def figure_json(fig: go.Figure) -> str:
+    """A figure as plotly JSON without its template (the page sets one shared template on every figure)."""
+    spec = json.loads(pio.to_json(fig, validate=False))
+    spec.get("layout", {}).pop("template", None)
+    return json.dumps(spec, separators=(",", ":"), allow_nan=False)
+
+
+def _template_json() -> str:
+    from plotly.utils import PlotlyJSONEncoder
+
+    template = pio.templates[pio.templates.default].to_plotly_json()
+    return json.dumps(template, cls=PlotlyJSONEncoder, separators=(",", ":"))
+
+
+def _header_html(h: Header) -> str:
+    facts = []
+    for group, items in h.groups.items():
+        rows = "".join(
+            f"<dt>{html.escape(f.label)}</dt><dd>{html.escape(f.value)}"
+            + (f"<small>{html.escape(f.help)}</small>" if f.help else "") + "</dd>"
+            for f in items)
+        facts.append(f"<div><h3>{html.escape(group)}</h3><dl>{rows}</dl></div>")
+    messages = "".join(f"<li>{html.escape(m)}</li>" for m in h.messages)
+    cls = "ok" if h.verified and h.exact else "approx" if h.verified else "bad"
+    return (f'<header class="report"><h1>{html.escape(h.title)}</h1>'
+            + (f'<div class="verdict {cls}" id="verdict">{html.escape(h.verdict)}</div>' if h.verdict else "")
+            + (f'<div class="facts">{"".join(facts)}</div>' if facts else "")
+            + (f'<ul class="messages">{messages}</ul>' if messages else "") + "</header>")
+
+
+def _figure_html(item: FigureItem | go.Figure, n: int) -> list[str]:
+    """The placeholder the boot script draws into, the figure's JSON and (for a named figure) its notes."""
+    fig = item if isinstance(item, go.Figure) else item.figure
+    name = f"figure-{n}" if isinstance(item, go.Figure) else item.name
+    bar = "" if any(t.type != "table" for t in fig.data) else ' data-modebar="off"'
+    out = [f'<div class="plot" id="plot-{n}" data-view="{html.escape(name)}" data-figure="plot-{n}-json"{bar}></div>',
+           _json_script(f"plot-{n}-json", figure_json(fig))]
+    if not isinstance(item, go.Figure):
+        out.extend(f'<p class="note">{html.escape(note)}</p>' for note in item.notes)
+    return out
+
+
+def _section_html(s: Section, counter) -> list[str]:
+    title = f"<h2>{html.escape(s.title)}</h2>" if s.title else ""
+    parts = [f'<section class="part" id="{html.escape(s.key)}">{title}', _text_html(s.text)]
+    for item in s.items:
+        if isinstance(item, (go.Figure, FigureItem)):
+            parts.extend(_figure_html(item, next(counter)))
+        elif isinstance(item, Table):
+            parts.append(_table_html(item))
+        elif isinstance(item, Html):
+            parts.append(item.markup)
+        else:
+            raise TypeError(f"a section item must be a View, Figure, Table or Html, got {type(item).__name__}")
+    parts.append("</section>")
+    return parts
+
+
+def render_html(report: Report) -> str:
+    """The report as one HTML document with plotly.js embedded once and no external reference."""
+    counter = iter(range(1, 10**9))
+    h = report.header
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{html.escape(h.title)}</title>", f"<style>{CSS}</style>",
+             f"<script>{get_plotlyjs()}</script>", "</head><body><main>", _header_html(h)]
+    if len(report.sections) > 1:  # a table of contents helps only where there is more than one section
+        toc = "".join(f'<a href="#{html.escape(s.key)}">{html.escape(s.title)}</a>' for s in report.sections)
+        parts.append(f'<nav class="toc">{toc}</nav>')
+    for s in report.sections:
+        parts.extend(_section_html(s, counter))
+    parts.append("<footer>kmeans-circuits report: self-contained (plotly.js embedded), opens offline.</footer>")
+    parts.append(_json_script("kmeans-plotly-template", _template_json()))
+    parts.append(f"<script>{BOOT_JS}</script></main></body></html>")
+    return "\n".join(parts)
+
+
+def page(title: str, intro_html: str, figures: Sequence[go.Figure | FigureItem] = ()) -> str:
+    """A page of one untitled section: trusted ``intro_html``, then ``figures``; rendered by :func:`render_html`."""
+    return render_html(Report(Header(title), [Section("", items=[Html(intro_html), *figures], key="main")]))

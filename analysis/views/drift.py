@@ -1,0 +1,187 @@
+"""Views of a drift analysis (:class:`~analysis.drift_measures.DriftAnalysis`): what training changed, as figures.
+
+Each function takes the analysis and returns a :class:`~analysis.views.View` (its data and a plotly figure), or
+``None`` where the analysis holds nothing to draw; :func:`analysis.report.drift.drift_report` puts them on a page.
+
+==========================  ==============================================================================
+:func:`view_behaviour`      objective, ARI, assignment entropy and applied stiffness per step
+:func:`view_similarity`     cosine and relative distance of each head circuit to the construction
+:func:`view_singular_values`  singular values (``FactoredMatrix.S``) of each circuit, trained vs construction
+:func:`view_blocks`         change of every (row subspace, column subspace) block, one circuit at a time
+:func:`view_circuits`       trained and construction matrices side by side in the named basis
+:func:`view_patterns`       attention of one problem, exact and trained, with a slider over the steps
+:func:`view_history`        drift, validation ratio and knobs against training step (from the training log)
+:func:`view_sweep`          the untrained construction swept over its stiffness, against the trained model
+==========================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.drift_measures import BLOCK_NAMES, DriftAnalysis, subspace_blocks
+from analysis.views._common import View, cluster_colour
+from circuits.blocks import ASSIGN, UPDATE
+
+
+def view_behaviour(a: DriftAnalysis) -> View:
+    beh = a.behaviour
+    steps = list(range(beh.steps + 1))
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("k-means objective (mean over tasks)", "ARI to generating components",
+                                                        "assignment entropy (nats)", "stiffness applied (a x BETA)"))
+    colours = {"trained": "#d62728", "construction": "#1f77b4", "Lloyd's": "#2ca02c"}
+    for name, ys in beh.objective.items():
+        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, line=dict(color=colours[name])), 1, 1)
+    for name, ys in beh.ari.items():
+        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
+                                 line=dict(color=colours[name])), 1, 2)
+    for name, ys in beh.entropy.items():
+        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
+                                 line=dict(color=colours[name])), 2, 1)
+    for name, ys in beh.stiffness.items():
+        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
+                                 line=dict(color=colours[name])), 2, 2)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(height=620, title=f"Behaviour on {beh.tasks} held-out tasks (n={beh.n}), step by step")
+    return View("drift-behaviour", "behaviour per step", fig, {"behaviour": beh.__dict__})
+
+
+def view_similarity(a: DriftAnalysis) -> View:
+    labels = [f"{BLOCK_NAMES[c.block]} {c.which}" for c in a.circuits]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine similarity to the construction", "relative Frobenius distance"))
+    fig.add_trace(go.Bar(x=labels, y=[c.cosine for c in a.circuits], marker_color="#1f77b4", name="cosine"), 1, 1)
+    fig.add_trace(go.Bar(x=labels, y=[c.rel_frobenius for c in a.circuits], marker_color="#d62728", name="|W - W0| / |W0|"), 1, 2)
+    fig.update_layout(height=380, showlegend=False, title="Trained head circuits vs the construction (basis-invariant)")
+    return View("drift-similarity", "cosine and distance", fig,
+                {"cosine": [c.cosine for c in a.circuits], "rel_frobenius": [c.rel_frobenius for c in a.circuits]})
+
+
+def view_singular_values(a: DriftAnalysis, top: int = 40) -> View:
+    fig = make_subplots(rows=1, cols=len(a.circuits), subplot_titles=[f"{BLOCK_NAMES[c.block]} {c.which}" for c in a.circuits])
+    for i, c in enumerate(a.circuits, start=1):
+        m = min(top, len(c.sv_trained))
+        fig.add_trace(go.Scatter(y=c.sv_construction[:m], mode="lines+markers", name="construction", legendgroup="c",
+                                 showlegend=i == 1, line=dict(color="#1f77b4")), 1, i)
+        fig.add_trace(go.Scatter(y=c.sv_trained[:m], mode="lines+markers", name="trained", legendgroup="t",
+                                 showlegend=i == 1, line=dict(color="#d62728")), 1, i)
+        fig.update_yaxes(type="log", row=1, col=i)
+    fig.update_layout(height=360, title="Singular values (FactoredMatrix.S), largest first")
+    return View("drift-singular-values", "singular values", fig,
+                {"trained": [c.sv_trained.tolist() for c in a.circuits],
+                 "construction": [c.sv_construction.tolist() for c in a.circuits]})
+
+
+def view_blocks(a: DriftAnalysis) -> View:
+    """Per circuit, |change| of every (row subspace, column subspace) block, with a menu to pick the circuit."""
+    fig = go.Figure()
+    names = list(a.layout.names)
+    buttons = []
+    for i, c in enumerate(a.circuits):
+        _, change = subspace_blocks(c.trained - c.construction, a.layout)
+        _, cons = subspace_blocks(c.construction, a.layout)
+        text = [[f"|change| {change[r, s]:.3g}<br>|construction| {cons[r, s]:.3g}" for s in range(len(names))]
+                for r in range(len(names))]
+        fig.add_trace(go.Heatmap(z=change, x=names, y=names, colorscale="Reds", visible=i == 0, text=text,
+                                 hovertemplate="rows %{y}, cols %{x}<br>%{text}<extra></extra>",
+                                 colorbar=dict(title="|change|")))
+        rows_title = "query reads" if c.which == "QK" else "value reads"
+        cols_title = "key reads" if c.which == "QK" else "writes"
+        buttons.append(dict(label=f"{BLOCK_NAMES[c.block]} {c.which}", method="update",
+                            args=[{"visible": [j == i for j in range(len(a.circuits))]},
+                                  {"yaxis.title.text": rows_title, "xaxis.title.text": cols_title}]))
+    fig.update_layout(height=560, title="Change of each subspace block (Frobenius norm of trained - construction)",
+                      updatemenus=[dict(buttons=buttons, x=0, y=1.12, xanchor="left", yanchor="top")],
+                      yaxis=dict(autorange="reversed", title="query reads"), xaxis=dict(title="key reads"))
+    return View("drift-blocks", "subspace blocks", fig, {"names": names})
+
+
+def view_circuits(a: DriftAnalysis) -> View:
+    """Trained and construction matrices side by side, restricted to dimensions either touches."""
+    labels = a.layout.labels
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("construction", "trained"), horizontal_spacing=0.12)
+    buttons, n_traces = [], 2 * len(a.circuits)
+    for i, c in enumerate(a.circuits):
+        scale = max(np.abs(c.construction).max(), np.abs(c.trained).max(), 1e-12)
+        rows = np.flatnonzero((np.abs(c.construction) + np.abs(c.trained)).max(1) > 1e-3 * scale)
+        cols = np.flatnonzero((np.abs(c.construction) + np.abs(c.trained)).max(0) > 1e-3 * scale)
+        for j, (W, name) in enumerate(((c.construction, "construction"), (c.trained, "trained"))):
+            fig.add_trace(go.Heatmap(z=W[np.ix_(rows, cols)], x=[labels[q] for q in cols], y=[labels[q] for q in rows],
+                                     colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale, visible=i == 0,
+                                     showscale=j == 1, name=name), 1, j + 1)
+        buttons.append(dict(label=f"{BLOCK_NAMES[c.block]} {c.which}", method="update",
+                            args=[{"visible": [t // 2 == i for t in range(n_traces)]}]))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=720, title="Head circuits in the named residual basis (rows read by query/value, columns by key/written)",
+                      updatemenus=[dict(buttons=buttons, x=0, y=1.1, xanchor="left", yanchor="top")])
+    return View("drift-circuits", "circuits side by side", fig, {})
+
+
+def view_patterns(a: DriftAnalysis) -> View:
+    p = a.patterns
+    names = list(p.assign)
+    fig = make_subplots(rows=2, cols=len(names), subplot_titles=[f"{name}: assign head, point -> centroid" for name in names]
+                        + [f"{name}: update head, centroid -> point" for name in names], vertical_spacing=0.12)
+    steps_traces = []
+    for si, t in enumerate(p.steps):
+        idx = []
+        for ci, name in enumerate(names):
+            fig.add_trace(go.Heatmap(z=p.assign[name][si].T, colorscale="Viridis", zmin=0, zmax=1, showscale=ci == 0,
+                                     visible=si == 0, name=f"{name} assign"), 1, ci + 1)
+            idx.append(len(fig.data) - 1)
+            fig.add_trace(go.Heatmap(z=p.update[name][si], colorscale="Viridis", zmin=0,
+                                     zmax=max(1e-12, float(p.update[name][si].max())), showscale=False,
+                                     visible=si == 0, name=f"{name} update"), 2, ci + 1)
+            idx.append(len(fig.data) - 1)
+        steps_traces.append(idx)
+    total = len(fig.data)
+    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=40), steps=[
+        dict(label=str(t), method="update", args=[{"visible": [i in steps_traces[si] for i in range(total)]}])
+        for si, t in enumerate(p.steps)])
+    bounds = np.flatnonzero(np.diff(p.components)) + 0.5
+    for ci in range(len(names)):
+        for b in bounds:
+            fig.add_vline(x=float(b), line=dict(color="white", width=1), row=1, col=ci + 1)
+            fig.add_vline(x=float(b), line=dict(color="white", width=1), row=2, col=ci + 1)
+    fig.update_yaxes(title_text="centroid", autorange="reversed")
+    fig.update_xaxes(title_text="point (sorted by generating component)")
+    fig.update_layout(height=640, sliders=[slider],
+                      title="Attention on one held-out problem (HookedTransformer.run_with_cache); step 0 is the first assignment")
+    return View("drift-patterns", "attention patterns", fig, {"steps": p.steps})
+
+
+def view_history(a: DriftAnalysis) -> View | None:
+    log = [r for r in a.log if r.get("drift")]
+    if not log:
+        return None
+    steps = [r["step"] for r in log]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("validation ratio model / Lloyd's", "relative distance from the initial weights",
+                                                        "knobs read from the weights"))
+    fig.add_trace(go.Scatter(x=steps, y=[r["val_ratio"] for r in log], name="validation ratio", line=dict(color="black")), 1, 1)
+    for kind in (UPDATE, ASSIGN):
+        for part, dash in (("qk", "solid"), ("ov", "dash"), ("mlp", "dot")):
+            fig.add_trace(go.Scatter(x=steps, y=[r["drift"][kind][part] for r in log], name=f"{kind} {part}",
+                                     line=dict(dash=dash, color="#1f77b4" if kind == UPDATE else "#d62728")), 1, 2)
+    knob_names = [k for k in ("assign_stiffness", "update_member_score", "update_self_score", "schedule_growth")
+                  if all("knobs" in r for r in log)]
+    for i, kname in enumerate(knob_names):
+        fig.add_trace(go.Scatter(x=steps, y=[r["knobs"][kname] for r in log], name=kname,
+                                 line=dict(color=cluster_colour(i))), 1, 3)
+    fig.update_xaxes(title_text="training step")
+    fig.update_layout(height=400, title="Drift against training step (from the training log)")
+    return View("drift-history", "drift against training step", fig, {"steps": steps})
+
+
+def view_sweep(a: DriftAnalysis) -> View | None:
+    if not a.sweep:
+        return None
+    fig = go.Figure(go.Scatter(x=[r["beta"] for r in a.sweep], y=[r["ratio"] for r in a.sweep], mode="lines+markers",
+                               name="construction (untrained) at stiffness a"))
+    fig.add_hline(y=a.behaviour.ratio["trained"][-1], line=dict(color="#d62728", dash="dash"),
+                  annotation_text="trained model")
+    fig.add_hline(y=1.0, line=dict(color="#2ca02c", dash="dot"), annotation_text="Lloyd's")
+    fig.update_xaxes(type="log", title_text="assignment stiffness a (unit-scaled)")
+    fig.update_yaxes(type="log", title_text=f"objective / Lloyd's after {a.behaviour.steps} steps")
+    fig.update_layout(height=380, title="Is it just the temperature? The construction swept over its stiffness")
+    return View("drift-sweep", "stiffness sweep", fig, {"sweep": a.sweep})

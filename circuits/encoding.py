@@ -70,6 +70,10 @@ def fit_unit_scaling(X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "b
     if centre not in ("mean", "median"):
         raise ValueError(f"centre must be 'mean' or 'median', got {centre!r}")
     offset = X.mean(axis=1) if centre == "mean" else np.median(X, axis=1)
+    # Coinciding points: their rounded mean may sit an ulp away, and scaling that ulp up to the unit ball would
+    # turn rounding noise into geometry. Centre on the point itself.
+    same = (X == X[:, :1]).all(axis=(1, 2))
+    offset[same] = X[same, 0]
     radius = np.linalg.norm(X - offset[:, None, :], axis=-1).max(axis=1)
     if C0 is not None:
         radius = np.maximum(radius, np.linalg.norm(as_batch(C0, "C0") - offset[:, None, :], axis=-1).max(axis=1))

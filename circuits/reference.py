@@ -45,7 +45,8 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
     """Largest distance of a point (or initial centroid) from the mean of the points; 1 if all coincide."""
     X = np.asarray(X, dtype=np.float64)
-    mu = X.mean(axis=0)
+    # Coinciding points: their own value, not a mean an ulp away (as circuits.encoding.fit_unit_scaling).
+    mu = X[0] if (X == X[:1]).all() else X.mean(axis=0)
     r = np.sqrt(((X - mu) ** 2).sum(axis=1)).max()
     if C0 is not None:
         r = max(r, np.sqrt(((np.asarray(C0, dtype=np.float64) - mu) ** 2).sum(axis=1)).max())
@@ -208,6 +209,15 @@ class Reference:
     # -- update -------------------------------------------------------------------------------------------
     def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
                u: int) -> Float[np.ndarray, "k d"]:
+        if type(self).update_weights is Reference.update_weights:
+            # Plain means as sums over counts (as scikit-learn): exact for coinciding members, where summing
+            # 1/m-weighted points is not.
+            labels = labels_of(R)
+            new = np.array(C, dtype=np.float64, copy=True)
+            for j in np.unique(labels[labels >= 0]):
+                members = labels == j
+                new[j] = X[members].sum(axis=0) / members.sum()
+            return new
         W = self.update_weights(X, R, C, u)
         return W[:, :-1] @ X + W[:, -1:] * C
 

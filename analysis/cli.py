@@ -74,25 +74,26 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
     try:
         return int(args.run(args))
-    except InputError as exc:
-        print(f"kmeans-circuits {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        # Output folders are written all at once at the end, so nothing is left half-written.
-        print(f"kmeans-circuits {args.command}: error: the problem does not fit in memory", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:
-        if not is_out_of_memory(exc):
-            report_internal_error(args.command)
-            return 3
-        print(f"kmeans-circuits {args.command}: error: the problem does not fit in memory", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception:
-        report_internal_error(args.command)
-        return 3
+    except Exception as exc:
+        message = bad_input_message(exc)
+        if message is None:
+            report_internal_error(args.command)
+            return 3
+        print(f"kmeans-circuits {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def bad_input_message(exc: Exception) -> str | None:
+    """The one-line message of an exception that means bad input (exit 2), or ``None`` for a bug (exit 3)."""
+    if isinstance(exc, InputError) or is_bad_knob(exc):
+        return str(exc)
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and is_out_of_memory(exc)):
+        # Output folders are written all at once at the end, so nothing is left half-written.
+        return "the problem does not fit in memory"
+    return None
 
 
 #: What torch's allocators say when an allocation fails: it raises ``RuntimeError`` (CPU) or its subclass
@@ -103,6 +104,12 @@ OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "not enough memory")
 def is_out_of_memory(exc: RuntimeError) -> bool:
     message = str(exc).lower()
     return type(exc).__name__ == "OutOfMemoryError" or any(text in message for text in OUT_OF_MEMORY)
+
+
+def is_bad_knob(exc: Exception) -> bool:
+    """Knobs or variant parameters whose weights overflow the chosen dtype (found when the circuit is built)."""
+    build = sys.modules.get("circuits.build")  # raised there, so imported whenever it can be the cause
+    return build is not None and isinstance(exc, build.WeightRangeError)
 
 
 def report_internal_error(command: str) -> None:

@@ -55,6 +55,9 @@ def _parse_float(cell: str) -> float:
 
 def load_points(path: str | Path, what: str = "data") -> np.ndarray:
     """A numeric 2-D array from ``.csv`` (header optional) or ``.npy``; one row per point."""
+    if not str(path):
+        # Path("") is ".", which would be reported as a folder.
+        raise InputError(f"{what} file name is empty; give a .csv or .npy file")
     path = Path(path)
     if not path.exists():
         raise InputError(f"{what} file {str(path)!r} does not exist")
@@ -161,6 +164,36 @@ def check_spread(X: np.ndarray, where: str) -> None:
     if 0.0 < spread and spread**2 < _SMALLEST_RESOLVED_SQ:
         raise InputError(f"{where}: the points spread over only {spread:.3g}: squared distances underflow float64"
                          f" (below {np.sqrt(_SMALLEST_RESOLVED_SQ):.3g} they cannot be compared); rescale the data")
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory, or ``None`` where the system does not say."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_iterations(iterations: int, d: int, k: int, what: str = "--iterations") -> None:
+    """Reject an iteration count whose circuit cannot be held in memory, before anything is built.
+
+    The circuit has ``2 T + 2`` blocks, each with query, key, value and output weights of at least ``d_model^2``
+    float64 numbers in all: a lower bound on what building it takes. Beyond physical memory (or beyond what an
+    index can count, where the system does not say) the build could only run for hours and then fail.
+    """
+    from circuits.layout import ResidualLayout
+
+    if iterations < 0:
+        raise InputError(f"{what} must be >= 0, got {iterations}")
+    d_model = ResidualLayout(d, k).d_model
+    need = (2 * iterations + 2) * d_model**2 * 8
+    have = physical_memory() or 2**63
+    if need > have:
+        raise InputError(f"{what} {iterations} is too many: the circuit's {2 * iterations + 2} blocks need at least"
+                         f" {need / 2**30:.3g} GiB for their weights alone, more than this machine's"
+                         f" {have / 2**30:.3g} GiB of memory")
 
 
 def validate_problem(X: np.ndarray, k: int) -> None:

@@ -18,10 +18,11 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from analysis.data import check_magnitude, check_spread
 from analysis.capture import PATHS
+from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
+from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import initial_centroids
 from circuits.variants import check_variant, get_variant
 
@@ -113,6 +114,7 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                                  "members with equal weight (uniform positive weights are accepted)")
         check_magnitude(X, X.shape[0], "X")
         check_spread(X, "X")
+        check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
         given = not isinstance(self.init, str)
         if given:
             init = np.asarray(self.init, dtype=np.float64)
@@ -146,6 +148,10 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.cluster_centers_ = result.centroids
         self.inertia_ = result.inertia
         self.n_iter_ = result.report.n_iter
+        # A threshold given in data radii (trimmed k-means' radius) is fixed in the user's units by the fit:
+        # predict holds it there, whatever the radius of the points it is given.
+        theta = result.circuit.params.get("theta")
+        self.threshold_ = None if theta is None else float(theta) * float(result.encoded.scaling.scale[0]) ** 2
         if not result.report.verified:
             warnings.warn(
                 "the circuit disagrees with its reference: " + "; ".join(result.report.failures),
@@ -164,27 +170,46 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         others. Every group is verified against the nearest-centroid reference; a group the circuit cannot
         resolve raises ``ValueError`` rather than returning a wrong label.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = self._checked(X)
         centres = self.cluster_centers_
         labels = np.empty(len(X), dtype=np.int32)
         for group in _magnitude_groups(X, centres):
-            result = run_problem(X[group], centres, 0, self.variant, DTYPES[self.dtype], self.sharpness,
-                                 path=self.path)
+            result = self._run_group(X[group], centres)
             if not result.report.verified:
                 raise ValueError(f"predict: the circuit could not resolve {len(group)} point(s) exactly: "
                                  + "; ".join(result.report.failures))
             labels[group] = result.labels
         return labels
 
-    def transform(self, X):
-        """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""
+    def _checked(self, X) -> np.ndarray:
+        """``X`` validated against the fit, and small enough that its squared distances to the centroids (and
+        their sum) are finite: beyond that every distance is inf and the nearest centroid cannot be told."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
+        check_magnitude(X, X.shape[0], "X")
+        return X
+
+    def _run_group(self, X: np.ndarray, centres: np.ndarray):
+        """One verified assign-only run of ``X`` against the fitted centroids (see :meth:`predict`)."""
+        threshold = getattr(self, "threshold_", None)
+        if threshold is None:
+            return run_problem(X, centres, 0, self.variant, DTYPES[self.dtype], self.sharpness, path=self.path)
+        # The variant's radius is relative to this run's data radius: choose it so the threshold is the fitted one
+        # (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is the same as any more).
+        scale = float(fit_unit_scaling(X, centres).scale[0])
+        radius = min(float(np.sqrt(threshold)) / scale, 4.0)
+        dtype = DTYPES[self.dtype]
+        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, dtype)
+        circuit = get_variant(self.variant).build(X.shape[1], centres.shape[0], 0, sharpness=sharpness, dtype=dtype,
+                                                  radius=radius)
+        return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
+
+    def transform(self, X):
+        """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""
+        X = self._checked(X)
         return np.sqrt(reference.sq_distances(X, self.cluster_centers_))
 
     def score(self, X, y=None):
         """Negative k-means objective of ``X`` under the fitted centroids (as ``KMeans.score``)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = self._checked(X)
         return -reference.objective(X, self.cluster_centers_)

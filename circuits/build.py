@@ -67,6 +67,22 @@ def circuit_config(layout: ResidualLayout, n_layers: int, d_head: int, d_mlp: in
     return HookedTransformerConfig(**settings)
 
 
+class WeightRangeError(ValueError):
+    """A weight that float64 holds overflows the circuit's dtype: the knobs or a variant's parameters are too
+    large for it (e.g. ``beta = 1e38`` in float32)."""
+
+
+def _cast(a, dtype: torch.dtype) -> torch.Tensor:
+    a = np.asarray(a)
+    out = torch.as_tensor(a, dtype=dtype)
+    if dtype.is_floating_point and not torch.isfinite(out).all() and np.isfinite(a).all():
+        peak = float(np.abs(a).max())
+        raise WeightRangeError(f"a weight of magnitude {peak:.3g} overflows {str(dtype).replace('torch.', '')} (largest"
+                               f" {torch.finfo(dtype).max:.3g}): lower beta, beta_update or the variant's parameters,"
+                               " or use float64")
+    return out
+
+
 def state_dict_from_blocks(
     blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], model, dtype: torch.dtype,
 ) -> dict[str, torch.Tensor]:
@@ -79,7 +95,7 @@ def state_dict_from_blocks(
     d_head = max(b.head.d_head for b in blocks)
     d_mlp = max(b.mlp.d_mlp for b in blocks)
     d_model = W_U.shape[0]
-    t = lambda a: torch.as_tensor(np.asarray(a), dtype=dtype)  # noqa: E731
+    t = lambda a: _cast(a, dtype)  # noqa: E731
     state: dict[str, torch.Tensor] = {}
     for layer, block in enumerate(blocks):
         head, mlp = block.head.padded(d_head), block.mlp.padded(d_mlp)

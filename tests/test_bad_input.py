@@ -43,7 +43,9 @@ def checkpoint(tmp_path_factory):
     model.weight("assign", "W_Q").sum().backward()
     optimizer.step()
     folder = tmp_path_factory.mktemp("ck") / "tiny"
-    log = [{"step": 0, "loss": None, "val_ratio": 1.0, "drift": {"assign": {"qk": 0.0}}, "knobs": {"growth": 1.0}}]
+    drift = {kind: {"qk": 0.0, "ov": 0.0, "mlp": 0.0} for kind in ("update", "assign")}
+    knobs = {"assign_stiffness": 5.0, "update_member_score": 5.0, "update_self_score": 2.5, "schedule_growth": 1.0}
+    log = [{"step": 0, "loss": None, "val_ratio": 1.0, "drift": drift, "knobs": knobs}]
     save_checkpoint(folder, model, {"model": cfg.model_config().to_dict(), "dtype": cfg.dtype,
                                     "training": cfg.to_dict(), "progress": {"step": 1, "best_step": 0}},
                     optimizer=optimizer, log=log)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.data import DATASETS, InputError, load_dataset, load_points, resolve_init, validate_problem
+from analysis.data import (
+    DATASETS, InputError, check_iterations, load_dataset, load_points, resolve_init, validate_problem,
+)
 
 
 @dataclass
@@ -108,6 +110,7 @@ def load_problem(args: argparse.Namespace) -> Problem:
     else:
         X, y, source = load_points(args.data), None, args.data
     validate_problem(X, args.k)
+    check_iterations(args.iterations, X.shape[1], args.k)
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
 

@@ -251,7 +251,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
     trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=hard)
-    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R))
+    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, str(circ.dtype).replace("torch.", "")))
     final_labels = cap.assignments(T)[b]
     if spec.sink_logit is not None:
         outliers = np.flatnonzero(final_labels < 0)
@@ -301,12 +301,12 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     )
 
 
-def _tie_notes(ties: list[Tie], hard: bool, window: float, tol_R: float) -> list[str]:
+def _tie_notes(ties: list[Tie], hard: bool, window: float, tol_R: float, dtype: str = "float64") -> list[str]:
     if not ties:
         return []
     if hard:
         lower = sum(t.chosen == min(t.candidates) for t in ties)
-        return [f"{len(ties)} tied assignment(s) (nearest centroids equal within float64's resolution, at most"
+        return [f"{len(ties)} tied assignment(s) (nearest centroids equal within {dtype}'s resolution, at most"
                 f" {window:.3g} in squared user units): {lower} went to the lower index"
                 + (f", {len(ties) - lower} did not" if lower < len(ties) else "")]
     return [f"{len(ties)} label readout tie(s): the largest responsibilities are equal within {2 * tol_R:.2g},"

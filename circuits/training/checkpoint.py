@@ -146,6 +146,12 @@ def _load_into(model: RecurrentKMeans, tensors: dict[str, torch.Tensor], where: 
         if name not in trained and not torch.equal(value, expected[name]):
             raise CheckpointError(f"{where}: {name} is fixed by the architecture in {CONFIG} and differs from it"
                                   f" ({_first_difference(value, expected[name])})")
+    for name in trained:
+        # The model uses each parameter times its preconditioning scale: that product must be finite too.
+        scale = tensors.get(f"{name}_scale")
+        if scale is not None and not torch.isfinite(tensors[name] * scale).all():
+            raise CheckpointError(f"{where}: {name} times {name}_scale overflows {tensors[name].dtype}"
+                                  f" (largest |{name}| {float(tensors[name].abs().max()):.3g})")
     model.load_state_dict(tensors, strict=True)
 
 

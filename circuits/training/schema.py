@@ -208,6 +208,12 @@ def read_config(path: str | Path) -> dict:
     return validate_config(load_json(_read_text(folder / CONFIG), where), where)
 
 
+#: What a log record's drift holds (``circuits.training.loop.drift_from``), and the knobs the drift history plots.
+DRIFT_BLOCKS = ("update", "assign")
+DRIFT_PARTS = ("qk", "ov", "mlp")
+LOG_KNOBS = ("assign_stiffness", "update_member_score", "update_self_score", "schedule_growth")
+
+
 def _log_record(record, where: str) -> dict:
     if not isinstance(record, dict):
         raise CheckpointError(f"{where}: a record must be a JSON object")
@@ -226,10 +232,19 @@ def _log_record(record, where: str) -> dict:
         for kind, parts in drift.items():
             for part, value in parts.items():
                 _number(value, f"{where}: drift.{kind}.{part}")
+        if drift:
+            # The history plots each block's parts against the validation ratio of the same record.
+            missing = [f"drift.{kind}.{part}" for kind in DRIFT_BLOCKS for part in DRIFT_PARTS
+                       if part not in drift.get(kind, {})] + (["val_ratio"] if "val_ratio" not in record else [])
+            if missing:
+                raise CheckpointError(f"{where}: a record with drift needs {', '.join(missing)}")
     knobs = record.get("knobs")
     if knobs is not None:
         if not isinstance(knobs, dict):
             raise CheckpointError(f"{where}: knobs must be an object")
+        missing = [name for name in LOG_KNOBS if name not in knobs]
+        if missing:
+            raise CheckpointError(f"{where}: knobs is missing {', '.join(missing)}")
         for name, value in knobs.items():
             if type(value) not in (int, float):
                 raise CheckpointError(f"{where}: knobs.{name} must be a number, got {json.dumps(value)[:40]}")

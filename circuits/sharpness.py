@@ -42,10 +42,10 @@ coordinates. The derivation, in unit coordinates (``u = 2**-53``, the unit round
   rounding of the user-unit representation and of its own distance computation).
 * An exact tie needs the tie-break to beat that rounding: ``t > gamma (m_ij1 + m_ij2)``. Two centroids tied at
   a point are equally far from it, so ``|c_j| <= |x_i| + dist(x_i, nearest centroid)``. After the first update
-  every non-empty centroid is a mean of points, and a point's nearest centroid is no farther than some mean,
-  so that is at most ``3 R`` (``R`` the largest ``|x_i|``, the encoder centres on the mean of the points); at
-  the first assignment it is at most ``R + max_i min_j |x_i - c0_j|``. With ``Q`` the larger of the two,
-  ``m <= 3 Q^2 + t k``, and :func:`for_problem` takes ``t = 24 gamma Q^2``. Only points count in ``Q``, so a
+  every centroid is a mean of points, within ``R`` of the centre (``R`` the largest ``|x_i|``), or an initial
+  centroid that never had members, which can be a point's nearest only if ``|c0_j| <= 3 R``; the first
+  assignment is known exactly, and points that nearly tie there count with their own magnitudes. With ``Q``
+  the largest of these, ``m <= 3 Q^2 + t k``, and :func:`for_problem` takes ``t = 24 gamma Q^2``. Only points count in ``Q``, so a
   far *initial centroid* that stays empty does not coarsen the tie-break. Nor does a far *point*: ``Q`` counts
   the bulk (all but the farthest 1 %, at least the farthest point; Lloyd's circuit also centres on the median,
   so the bulk sits near 0). A left-out point's exact ties are covered where they can be known, at the first
@@ -144,11 +144,15 @@ FAR_SHARE = 0.01
 def tie_magnitude(unit_X: np.ndarray, unit_C0: np.ndarray, gamma: float) -> float:
     """``Q``: a bound on ``|c_j|`` for the centroids that can tie at a point (module docstring).
 
-    The bound counts the bulk of the points: all but the farthest ``FAR_SHARE`` of them (at least the farthest
-    one, never all). A far point would otherwise make the tie-break
-    as coarse as its own rounding for everyone; instead its exact ties are checked where they can be known, at the
-    first assignment (a far point nearly tied there raises ``Q`` to cover it), and later ones are left to the
-    verifier, which reports a soft or different assignment as a failure.
+    After the first update a centroid is a mean of points (``|c| <= R``, all points lie within ``R`` of the centre)
+    or an initial centroid that never had members, which can still be a point's nearest only if
+    ``|c0_j| <= 3 R`` (farther than ``2 R`` from every point, it loses to any mean). The first assignment is known
+    exactly: points whose two nearest initial centroids nearly tie count with their own magnitudes.
+
+    ``R`` counts the bulk of the points: all but the farthest ``FAR_SHARE`` of them (at least the farthest one,
+    never all). A far point would otherwise make the tie-break as coarse as its own rounding for everyone;
+    its first-assignment ties are covered, and a later exact tie there is left to the verifier, which reports
+    a soft or different assignment as a failure.
     """
     unit_X, unit_C0 = np.asarray(unit_X, dtype=np.float64), np.asarray(unit_C0, dtype=np.float64)
     if not unit_X.size:
@@ -156,18 +160,18 @@ def tie_magnitude(unit_X: np.ndarray, unit_C0: np.ndarray, gamma: float) -> floa
     radius = np.linalg.norm(unit_X, axis=-1)
     drop = min(len(radius) - 1, max(1, int(FAR_SHARE * len(radius))))
     R = float(np.sort(radius)[len(radius) - 1 - drop])
-    diff = unit_X[:, None, :] - unit_C0[None, :, :]
-    D = np.einsum("nkd,nkd->nk", diff, diff)
-    nearest = np.sqrt(D.min(axis=1))
-    bulk = radius <= R
-    Q = max(3.0 * R, float((radius + nearest)[bulk].max()))
+    c_norm = np.linalg.norm(unit_C0, axis=-1)
+    reachable = c_norm[c_norm <= 3.0 * R]
+    Q = max(R, float(reachable.max()) if reachable.size else 0.0)
     if unit_C0.shape[0] > 1:
-        # Far points whose two nearest initial centroids tie within what Q would cover: cover them too.
-        part = np.partition(D, 1, axis=1)
-        own = radius + nearest
-        tied = (~bulk) & (part[:, 1] - part[:, 0] <= 24.0 * gamma * own**2)
-        if tied.any():
-            Q = max(Q, float(own[tied].max()))
+        diff = unit_X[:, None, :] - unit_C0[None, :, :]
+        D = np.einsum("nkd,nkd->nk", diff, diff)
+        two = np.argsort(D, axis=1, kind="stable")[:, :2]
+        rows = np.arange(len(unit_X))
+        own = np.maximum(radius, np.maximum(c_norm[two[:, 0]], c_norm[two[:, 1]]))
+        near = D[rows, two[:, 1]] - D[rows, two[:, 0]] <= 48.0 * gamma * own**2
+        if near.any():
+            Q = max(Q, float(own[near].max()))
     return Q
 
 

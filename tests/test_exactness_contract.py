@@ -134,8 +134,7 @@ def test_hand_computed_tie_and_a_resolved_gap():
     np.testing.assert_array_equal(result.labels, [0, 1, 0, 1])
     assert {t.point for t in rep.ties} == {0}
     D = ((X[:, None, :] - C0[None]) ** 2).sum(-1)
-    E = distance_uncertainty(X, C0, D, result.encoded.scaling.offset[0], rep.scale,
-                             score_rounding(1, result.circuit.layout.d_model), result.circuit.sharpness.tie_break)
+    E = distance_uncertainty(X, C0, D, result.encoded.scaling.offset[0])
     assert E[1].sum() < 4e-9 / 1e3  # the resolved gap is a thousand windows wide
 
 
@@ -145,7 +144,7 @@ def test_tie_break_covers_exact_ties_and_beta_makes_gaps_hard():
     C0 = X[:4]
     sharp, res = for_problem([(X, C0)], 3, 30)
     gamma = score_rounding(3, 30)
-    assert res.Q >= 3 * np.sort(np.linalg.norm(X, axis=1))[-2]
+    assert res.Q >= np.sort(np.linalg.norm(X, axis=1))[-2]
     # The tie-break beats the rounding of any score pair with |c| <= Q, and beta makes it exactly hard.
     assert sharp.tie_break > 2 * gamma * (3 * res.Q**2 + sharp.tie_break * 4)
     assert sharp.beta * sharp.tie_break >= 745 * 8
@@ -160,6 +159,16 @@ def test_tie_magnitude_leaves_out_a_far_point_unless_it_ties_at_the_first_assign
     # The far point equidistant from two initial centroids: covered.
     C0 = np.array([[1.0, 0.5], [1.0, -0.5]])
     assert tie_magnitude(X, C0, gamma) >= 1.0
+
+
+def test_an_initial_centroid_beyond_three_radii_cannot_tie_later():
+    """Farther than 3R from the centre an initial centroid loses to any mean of points, so it does not coarsen Q;
+    within 3R it may stay empty and be some point's nearest, so it counts."""
+    X = np.array([[-1e-3, 0.0], [1e-3, 0.0], [0.0, 1e-3], [0.0, -1e-3]])
+    far = np.array([[1e-3, 0.0], [0.9, 0.0]])
+    near = np.array([[1e-3, 0.0], [2.5e-3, 0.0]])
+    assert tie_magnitude(X, far, 1e-14) < 2e-3
+    assert tie_magnitude(X, near, 1e-14) >= 2.5e-3
 
 
 def test_did_not_converge_is_said():

@@ -33,30 +33,46 @@ FLOOR_FACTOR = 100.0
 Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray, scale: float,
-                         gamma: float, tie_break: float, u: float = UNIT_ROUNDOFF) -> np.ndarray:
-    """``E_ij``: how far the squared distance ``D_ij`` may be from what the circuit computed (module docstring).
+def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray,
+                         u: float = UNIT_ROUNDOFF) -> np.ndarray:
+    """``E_ij``: how far float64 in the user's units can place ``D_ij`` from the exact squared distance.
 
-    ``X`` (n, d), ``C`` (k, d) and ``D`` in user units; ``offset``/``scale`` the encoder's; ``gamma`` and
-    ``tie_break`` (unit-scaled) the circuit's; ``u`` the unit roundoff of the circuit's dtype.
+    The representation of points and centroids in the user's units (a decoded centroid ``s c + mu`` is rounded
+    relative to its magnitude and the offset ``mu``): ``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``, plus the
+    rounding of ``D_ij`` itself, ``(d + 2) u D_ij``. Two distances closer than ``E_ij1 + E_ij2`` cannot be ordered
+    by anyone computing in these units: that is a tie. ``u`` is the unit roundoff of the circuit's dtype.
     """
     d = X.shape[1]
+    mu = float(np.linalg.norm(offset))
+    represent = 8 * u * np.sqrt(d * D) * (np.linalg.norm(X, axis=1)[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
+    return represent + (d + 2) * UNIT_ROUNDOFF * D
+
+
+def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale: float, gamma: float,
+                        tie_break: float) -> np.ndarray:
+    """How far the circuit's own score may be from the exact one, in squared user units: ``gamma m_ij s^2`` with
+    ``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in the encoder's unit coordinates (:mod:`circuits.sharpness`). Beyond
+    :func:`distance_uncertainty`, this is what the circuit's encoding cannot resolve: an error inside it is named
+    as a resolution failure of the circuit, never called a tie."""
     ux = np.linalg.norm((X - offset) / scale, axis=1)
     uc = np.linalg.norm((C - offset) / scale, axis=1)
     m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
-    mu = float(np.linalg.norm(offset))
-    represent = 8 * u * np.sqrt(d * D) * (np.linalg.norm(X, axis=1)[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
-    return gamma * scale**2 * m + represent + (d + 2) * UNIT_ROUNDOFF * D
+    return gamma * scale**2 * m
 
 
 def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
-    """``(C, D) -> E``: the per-entry distance uncertainty of problem ``b`` (:func:`distance_uncertainty`)."""
-    X = enc.X[b]
-    offset, s = enc.scaling.offset[b], float(enc.scaling.scale[b])
+    """``(C, D) -> E``: the tie window of problem ``b`` (:func:`distance_uncertainty`)."""
+    X, offset = enc.X[b], enc.scaling.offset[b]
+    u = float(torch.finfo(circ.dtype).eps) / 2
+    return lambda C, D: distance_uncertainty(X, C, D, offset, u)
+
+
+def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray]:
+    """``C -> E_circuit``: the circuit's own score rounding for problem ``b`` (:func:`circuit_uncertainty`)."""
+    X, offset, s = enc.X[b], enc.scaling.offset[b], float(enc.scaling.scale[b])
     u = float(torch.finfo(circ.dtype).eps) / 2
     gamma = score_rounding(circ.layout.d, circ.layout.d_model) * u / UNIT_ROUNDOFF
-    t = circ.sharpness.tie_break
-    return lambda C, D: distance_uncertainty(X, C, D, offset, s, gamma, t, u)
+    return lambda C: circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break)
 
 
 def by_distance(circ: KMeansCircuit) -> bool:
@@ -85,12 +101,13 @@ def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
 
 def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, iteration: int, rounding: float,
                 bias_scale: float, check: str, expected: np.ndarray | None = None, E: np.ndarray | None = None,
-                tie_break_abs: float = 0.0) -> tuple[list[Mismatch], list[Tie]]:
+                tie_break_abs: float = 0.0, E_circuit: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
     """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
 
     With a per-entry uncertainty ``E`` (distance costs) two columns tie for a point when their costs differ by at
     most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break ``tie_break_abs * |j1 - j2|``
-    is marked ``"tie-break"`` in ``Mismatch.cause``. Without ``E`` (cosine costs) the window is
+    is marked ``"tie-break"`` in ``Mismatch.cause``, one within the circuit's own rounding ``E_circuit`` (centroid
+    columns) ``"resolution"``. Without ``E`` (cosine costs) the window is
     ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
     """
     V, labels = cost.values, np.asarray(cost.labels)
@@ -117,8 +134,12 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, i
         gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
         kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
         w = float(window[i, g_col]) if g_col is not None else 0.0
-        cause = ("tie-break" if kind == MismatchKind.ERROR and E is not None and 0 <= g < e
-                 and gap <= tie_break_abs * (e - g) + w else "")
+        cause = ""
+        if kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
+            if g < e and gap <= tie_break_abs * (e - g) + w:
+                cause = "tie-break"
+            elif E_circuit is not None and abs(gap) <= E_circuit[i, g] + E_circuit[i, e] + w:
+                cause = "resolution"
         mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
     return mismatches, ties
 
@@ -137,17 +158,26 @@ def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> 
     return widest
 
 
-def tie_break_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
-    """One failure naming the points whose resolvable gap the circuit's tie-break swallowed, if any."""
+def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
+    """A failure per known cause of errors: gaps the circuit's tie-break swallowed, gaps its own rounding
+    (the encoding's resolution) could not order."""
+    out = []
     hit = [m for m in mismatches if m.cause == "tie-break"]
-    if not hit:
-        return []
-    worst = max(hit, key=lambda m: m.gap)
-    return [f"{len(hit)} assignment(s) with gaps float64 resolves fell within the circuit's tie-break"
-            f" ({tie_break_abs:.3g} squared user units per index; e.g. point {worst.point} at iteration"
-            f" {worst.iteration}: gap {worst.gap:.3g}, float64 window {worst.window:.3g}): the data's dynamic range"
-            f" (scale {scale:.3g}) is beyond what one tie-break resolves; pass a smaller --tie-break with a larger"
-            f" --beta, or cluster the far points separately"]
+    if hit:
+        worst = max(hit, key=lambda m: m.gap)
+        out.append(f"{len(hit)} assignment(s) with gaps float64 resolves fell within the circuit's tie-break"
+                   f" ({tie_break_abs:.3g} squared user units per index; e.g. point {worst.point} at iteration"
+                   f" {worst.iteration}: gap {worst.gap:.3g}, float64 window {worst.window:.3g}): the data's dynamic"
+                   f" range (scale {scale:.3g}) is beyond what one tie-break resolves; pass a smaller --tie-break with"
+                   f" a larger --beta, or cluster the far points separately")
+    hit = [m for m in mismatches if m.cause == "resolution"]
+    if hit:
+        worst = max(hit, key=lambda m: m.gap)
+        out.append(f"{len(hit)} assignment(s) with gaps float64 resolves in the data's units were ordered by the"
+                   f" circuit's rounding (e.g. point {worst.point} at iteration {worst.iteration}: gap"
+                   f" {worst.gap:.3g}, float64 window {worst.window:.3g}): at scale {scale:.3g} the encoding cannot"
+                   f" resolve the data (a far point makes the rest small in unit coordinates)")
+    return out
 
 
 def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str],

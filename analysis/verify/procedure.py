@@ -40,7 +40,8 @@ import torch
 from analysis.capture import Capture, capture
 from analysis.verify.checks import (
     FLOOR_FACTOR, assign_certificate, by_distance, check_costs, circuit_converged, circuit_n_iter, make_reference,
-    max_stiffness, noise_floor, resolution_window, tie_break_failures, trajectory_verdict, update_weight_error,
+    max_stiffness, noise_floor, resolution_window, cause_failures, circuit_window, trajectory_verdict,
+    update_weight_error,
     widest_tie_window,
 )
 from analysis.verify.report import (
@@ -142,10 +143,13 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             return float(1.0 / norms.min()) if norms.min() > 0 else math.inf
         return 1.0
 
+    own_rounding = circuit_window(circ, enc, b) if distance else None
+
     def check_hard(C, got, margins, layer, t, state, kind, expected=None):
         cost = ref.costs(X, C, t)
         return check_costs(cost, got, margins, layer, t, tol.tie_window, bias_scale(state), kind, expected,
-                           E=ref.cost_uncertainty(cost, C), tie_break_abs=tie_break_abs)
+                           E=ref.cost_uncertainty(cost, C), tie_break_abs=tie_break_abs,
+                           E_circuit=own_rounding(C) if own_rounding is not None else None)
 
     # -- step-wise --------------------------------------------------------------------------------------------
     step_c_err: dict[int, float] = {}
@@ -204,7 +208,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     n_step_errors = sum(m.kind == MismatchKind.ERROR for m in mismatches)
     if n_step_errors:
         failures.append(f"{n_step_errors} assignment(s) differ from the reference's beyond the tie window")
-    failures.extend(tie_break_failures(mismatches, tie_break_abs, s))
+    failures.extend(cause_failures(mismatches, tie_break_abs, s))
 
     # -- trajectory -------------------------------------------------------------------------------------------
     floor = None if hard else noise_floor(spec, enc, b, T, trace)

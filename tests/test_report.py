@@ -164,7 +164,9 @@ def test_header_states_problem_construction_verdict_certificate(iris_run, iris_r
     assert h.verdict == "VERIFIED (exact, float64)" and h.verified and h.exact
     facts = {f.label: f.value for group in h.groups.values() for f in group}
     assert facts["points x dimensions"] == "n = 150, d = 4" and facts["clusters"] == "k = 3"
-    assert facts["beta (assignment sharpness)"] == "1e+14" and facts["beta_update (update sharpness)"] == "4000"
+    # beta is chosen from the data (circuits.sharpness.for_problem): the header shows what the circuit was built with.
+    assert facts["beta (assignment sharpness)"] == f"{iris_run.circuit.sharpness.beta:g}"
+    assert iris_run.circuit.sharpness.beta > 1e14 and facts["beta_update (update sharpness)"] == "4000"
     assert facts["scale"] == f"s = {iris_run.encoded.scaling.scale[0]:.6g}"
     assert facts["smallest assignment margin"] == f"{iris_run.report.min_margin:.4g}"
     assert facts["model"].startswith("HookedTransformer, 8 blocks: (U A) x 4")

@@ -37,9 +37,10 @@ class ObligationSet(Enum):
     TRIMMED = "trimmed"
 
 
+#: Why a soft variant has no obligations (after a few words of its own, :meth:`NoObligations.soft_by_design`).
 SOFT_BY_DESIGN = ("soft by design, so there is no hardmax theorem to prove (its attention is a finite-temperature"
-                  " softmax, transcendental, outside exact rational arithmetic); the circuit is held to its own reference"
-                  " within float64 rounding by `kmeans-circuits cluster --variant {name}`, block by block")
+                  " softmax, transcendental, outside exact rational arithmetic); the circuit is held to its own"
+                  " reference within float64 rounding by `kmeans-circuits cluster --variant {name}`, block by block")
 
 
 @dataclass(frozen=True)

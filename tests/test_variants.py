@@ -259,6 +259,24 @@ def test_every_registered_variant_verifies_on_blobs():
         assert result.report.variant == name
 
 
+def test_listing_and_validating_specs_never_loads_torch():
+    """The registry imports every variant module; builders import torch when they build, not before."""
+    code = ("import sys\nfrom circuits.variants import VARIANTS, check_variant\n"
+            "assert all(check_variant(name, 10) == name for name in VARIANTS)\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_every_variant_is_declared_once_with_its_defaults_in_range():
+    from circuits.variants import REGISTERED
+
+    assert [v.name for v in REGISTERED] == list(VARIANTS)
+    for variant in REGISTERED:
+        assert variant.builder is not None and variant.proof is not None
+        assert all(p.contains(p.default) for p in variant.parameters), variant.name
+        assert variant.spec in VARIANTS and get_variant(variant.name) is variant
+
+
 # -- command line --------------------------------------------------------------------------------------------
 CLI = [sys.executable, "-m", "analysis.cli"]
 

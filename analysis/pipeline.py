@@ -19,7 +19,7 @@ from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
 from circuits.layout import ResidualLayout
 from circuits.sharpness import FLOAT32_UNDERFLOW, FLOAT64_UNDERFLOW, Resolution, Sharpness, for_problem
-from circuits.variants import get_variant, parse_variant
+from circuits.variants import get_variant
 from circuits.variants.base import NX
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -113,11 +113,6 @@ def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
     return fit_unit_scaling(X, C0, centre="median")
 
 
-#: Variants whose assign head is Lloyd's (distance scores with the tie-break): their knobs are chosen from the
-#: data like Lloyd's. The others tie other quantities to beta (soft stiffness, cosines) and keep their defaults.
-DISTANCE_VARIANTS = ("lloyd", "damped", "trimmed", "sparse", "gumbel")
-
-
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
                      sharpness: Sharpness | dict | None = None,
                      dtype: torch.dtype = torch.float64) -> tuple[Sharpness | None, Resolution | None]:
@@ -130,8 +125,10 @@ def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "llo
     if isinstance(sharpness, Sharpness):
         return sharpness, None
     given = dict(sharpness or {})
-    name = parse_variant(variant)[0]
-    if name not in DISTANCE_VARIANTS:
+    declared = get_variant(variant)
+    name = declared.name
+    # Only Lloyd's distance head (VariantSpec.distance_head) has knobs chosen from the data.
+    if not declared.distance_head:
         return (Sharpness(**given) if given else None), None
     X = np.asarray(X, dtype=np.float64)
     d, k = X.shape[1], np.asarray(inits[0]).shape[0]

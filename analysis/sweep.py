@@ -121,7 +121,7 @@ def mixture_problem(d: int, k: int, n: int, scale: float, seed: int) -> tuple[np
 # -- runners --------------------------------------------------------------------------------------------------
 def reference_runner(X, C0, beta: float, iterations: int):
     """The numpy soft k-means reference, problem by problem."""
-    from circuits.variants.references import SoftKMeans
+    from circuits.variants.soft import SoftKMeans
 
     ref = SoftKMeans(beta=beta, prior=_prior())
     return np.stack([ref.run(x, c, iterations).final_centroids for x, c in zip(X, C0)])

@@ -1,9 +1,9 @@
 """A plain numpy Lloyd's algorithm: the reference every circuit is checked against, and the base of the family.
 
 :class:`Reference` is Lloyd's iteration written as an assignment (a responsibility matrix, one-hot rows) and an
-update (weights over the members, or the old centroid when there are none); the variants' references
-(:mod:`circuits.variants.references`) subclass it and change one of the two. :func:`lloyd`, :func:`assign` and
-:func:`update` are Lloyd's own entry points on top of it, so Lloyd's algorithm is written once.
+update (weights over the members, or the old centroid when there are none); the variants' references (each in
+its variant's module, :mod:`circuits.variants`) subclass it and change one of the two. :func:`lloyd`,
+:func:`assign` and :func:`update` are Lloyd's own entry points on top of it, so Lloyd's algorithm is written once.
 
 Rules, stated because every comparison depends on them:
 

@@ -1,6 +1,6 @@
 """Every variant circuit against its own reference, layer by layer, on hypothesis-generated problems.
 
-The references used here are built in the test from :mod:`circuits.variants.references` with the unit
+The references used here are built in the test from each variant module's reference class with the unit
 conversions written out (the circuit's knobs act on data divided by its radius ``s``), so a wrong conversion in a
 variant's spec fails here as well as in the verifier. Negative controls show the verification can fail.
 """
@@ -23,9 +23,14 @@ from analysis.pipeline import run_problem
 from circuits import reference
 from circuits.initialisation import initial_centroids
 from circuits.variants import VARIANTS, get_variant, parse_variant
-from circuits.variants.references import (
-    DampedKMeans, DegenerateUpdate, GumbelKMeans, SoftKMeans, SparseKMeans, SphericalKMeans, TrimmedKMeans, labels_of, one_hot,
-)
+from circuits.reference import labels_of, one_hot
+from circuits.variants.damped import DampedKMeans
+from circuits.variants.gumbel import GumbelKMeans
+from circuits.variants.references import DegenerateUpdate
+from circuits.variants.soft import SoftKMeans
+from circuits.variants.sparse import SparseKMeans
+from circuits.variants.spherical import SphericalKMeans
+from circuits.variants.trimmed import TrimmedKMeans
 
 from test_hypothesis import problems as lloyd_problems
 
@@ -255,6 +260,24 @@ def test_every_registered_variant_verifies_on_blobs():
         result = run_variant(name, BLOBS, BLOBS_C0)
         assert result.report.verified, (name, result.report.summary())
         assert result.report.variant == name
+
+
+def test_listing_and_validating_specs_never_loads_torch():
+    """The registry imports every variant module; builders import torch when they build, not before."""
+    code = ("import sys\nfrom circuits.variants import VARIANTS, check_variant\n"
+            "assert all(check_variant(name, 10) == name for name in VARIANTS)\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_every_variant_is_declared_once_with_its_defaults_in_range():
+    from circuits.variants import REGISTERED
+
+    assert [v.name for v in REGISTERED] == list(VARIANTS)
+    for variant in REGISTERED:
+        assert variant.builder is not None and variant.proof is not None
+        assert all(p.contains(p.default) for p in variant.parameters), variant.name
+        assert variant.spec in VARIANTS and get_variant(variant.name) is variant
 
 
 # -- command line --------------------------------------------------------------------------------------------

@@ -11,10 +11,14 @@ from hypothesis.extra.numpy import arrays
 
 from circuits import reference
 from circuits.variants import attention
-from circuits.variants.references import (
-    DampedKMeans, GumbelKMeans, Reference, SoftKMeans, SparseKMeans, SphericalKMeans, TrimmedKMeans, gumbel_noise,
-    labels_of, one_hot, sparsemax,
-)
+from circuits.reference import Reference, labels_of, one_hot
+from circuits.variants.damped import DampedKMeans
+from circuits.variants.gumbel import GumbelKMeans
+from circuits.variants.references import gumbel_noise, sparsemax
+from circuits.variants.soft import SoftKMeans
+from circuits.variants.sparse import SparseKMeans
+from circuits.variants.spherical import SphericalKMeans
+from circuits.variants.trimmed import TrimmedKMeans
 
 RNG = np.random.default_rng(7)
 X_BLOBS = np.concatenate([RNG.normal(c, 0.3, size=(20, 2)) for c in ([0, 0], [4, 0], [0, 4])])

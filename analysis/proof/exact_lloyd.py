@@ -4,8 +4,8 @@ examples compare the hardmax circuit with, layer by layer.
 The rules are the reference's, not restated here: the assignment is :func:`circuits.reference.assign` (argmin of
 ``V_j = |x - c_j|^2 + t_j``, ties to the lowest index through the tie-breaks ``t_j``) and the update is
 :func:`circuits.reference.update` (means; an empty cluster keeps its centroid; label -1 counts nowhere), with the
-damped and trimmed variants of :mod:`circuits.variants.references` (``DampedKMeans``: ``c + eta (mean - c)``;
-``TrimmedKMeans``: a point with ``min_j V_j > theta`` is an outlier). What differs is the arithmetic: Fractions,
+damped and trimmed variants of :mod:`circuits.variants.damped` and :mod:`circuits.variants.trimmed`
+(``DampedKMeans``: ``c + eta (mean - c)``; ``TrimmedKMeans``: a point with ``min_j V_j > theta`` is an outlier). What differs is the arithmetic: Fractions,
 so distances compare exactly, and a point with two minimisers (which hardmax would split, outside the theorem)
 is detected rather than broken by rounding.
 """

@@ -1,8 +1,8 @@
 """Layer-by-layer verification of a circuit against its reference algorithm; returns a report, never asserts.
 
 One procedure for every circuit, Lloyd's and the variants alike (the reference comes from ``circuit.spec``:
-:class:`circuits.reference.Reference` or one of its subclasses in :mod:`circuits.variants.references`). Two
-comparisons are made for every problem of a batch:
+:class:`circuits.reference.Reference` or one of its subclasses in the variant modules of
+:mod:`circuits.variants`). Two comparisons are made for every problem of a batch:
 
 * **Step-wise** (localises a fault to a block): each block's output, decoded from the residual stream, against
   the reference operation applied to that block's decoded *input*. Assign layers of hard algorithms: the labels

@@ -1,25 +1,29 @@
 """What every variant circuit shares: its assembly, and small MLP pieces several variants use.
 
-A variant is the Lloyd circuit with one recognisable change, described by a :class:`circuits.spec.VariantSpec`.
+A variant is the Lloyd circuit with one recognisable change, declared by a :class:`circuits.spec.VariantSpec`.
 :func:`assemble` turns a list of blocks into a :class:`~circuits.build.KMeansCircuit`, installing the variant's
 permanent hooks: they are part of the architecture, like a choice of attention normalisation, and they survive
 ``run_with_cache`` and ``model.hooks()`` (which only remove non-permanent hooks).
+
+torch (and with it :mod:`circuits.build`) is imported when a circuit is built, not when this package is: listing
+and validating variant specs, which the command line does before any heavy import, must not load it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from circuits.blocks import lloyd_schedule, unembed_matrix
-from circuits.build import KMeansCircuit, build_model
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
 from circuits.spec import VariantSpec
 from circuits.weights import BlockWeights, MLPBuilder
+
+if TYPE_CHECKING:
+    import torch
+
+    from circuits.build import KMeansCircuit
 
 #: Subspace holding |x|^2 on point tokens, for variants whose scores need the full squared distance.
 NX = ("NX", 1)
@@ -39,16 +43,26 @@ def unit_sharpness(sharpness: Sharpness | None, **changes) -> Sharpness:
     return replace(base, **changes) if changes else base
 
 
-def assemble(spec: VariantSpec, layout: ResidualLayout, blocks: list[BlockWeights], iterations: int,
-             sharpness: Sharpness, dtype: torch.dtype = torch.float64, device: str = "cpu",
-             hooks: dict[int, tuple[str, Callable, str]] | None = None, **cfg_overrides) -> KMeansCircuit:
-    """Build the ``HookedTransformer`` of ``blocks`` (schedule ``U A ... U A``) and install permanent hooks.
+def finfo(dtype: torch.dtype | None):
+    """``torch.finfo`` of a circuit's dtype (``None``: float64, the default of every builder)."""
+    import torch  # at build time only (module docstring)
 
-    ``hooks[layer] = (hook name, function, description)``.
-    """
+    return torch.finfo(torch.float64 if dtype is None else dtype)
+
+
+def assemble(spec: VariantSpec, layout: ResidualLayout, blocks: list[BlockWeights], iterations: int,
+             sharpness: Sharpness, dtype: torch.dtype | None = None, device: str = "cpu",
+             hooks: dict[int, tuple[str, Callable, str]] | None = None, **cfg_overrides) -> KMeansCircuit:
+    """Build the ``HookedTransformer`` of ``blocks`` (schedule ``U A ... U A``; ``dtype`` ``None``: float64) and
+    install permanent hooks. ``hooks[layer] = (hook name, function, description)``."""
+    import torch  # at build time only (module docstring)
+
+    from circuits.build import KMeansCircuit, build_model
+
     schedule = lloyd_schedule(iterations)
     if [b.kind for b in blocks] != schedule:
         raise ValueError(f"blocks {[b.kind for b in blocks]} do not follow the schedule {schedule}")
+    dtype = torch.float64 if dtype is None else dtype
     model = build_model(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device, **cfg_overrides)
     described, score_hooks = [], {}
     for layer, (name, fn, description) in sorted((hooks or {}).items()):

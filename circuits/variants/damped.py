@@ -12,7 +12,7 @@ iteration that moves each centroid part of the way, like a learning rate on the 
 ``|c_new|^2``: the MLP's squaring units read ``(1 - eta) C + eta C_stage`` instead of ``C_stage``. The first
 update, which commits the initial centroids, stays Lloyd's (undamped): damping it would shrink them towards 0.
 
-Algorithm (reference :class:`circuits.variants.references.DampedKMeans`): from ``C0``, for ``t = 1 .. T``:
+Algorithm (reference :class:`DampedKMeans`): from ``C0``, for ``t = 1 .. T``:
 assign every point to its nearest centroid (ties to the lower index), compute each cluster's mean (an empty
 cluster's mean is its centroid), move each centroid a fraction ``eta`` of the way there.
 
@@ -22,15 +22,40 @@ What is exact: everything, as in Lloyd's circuit (hard attention in float64); th
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from circuits.blocks import UPDATE, assign_block, update_block, update_head
-from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
+from circuits.reference import Reference
 from circuits.sharpness import Sharpness
-from circuits.variants.base import VariantSpec, assemble, unit_sharpness
-from circuits.variants.references import DampedKMeans
+from circuits.spec import ObligationSet, Param, VariantSpec
+from circuits.variants.base import assemble, unit_sharpness
 from circuits.weights import BlockWeights, MLPBuilder
+
+if TYPE_CHECKING:
+    import torch
+
+    from circuits.build import KMeansCircuit
+
+
+@dataclass
+class DampedKMeans(Reference):
+    """Damped Lloyd: hard assignment, then each centroid moves a fraction ``eta`` of the way to its members' mean,
+    ``c_j <- c_j + eta (mean_j - c_j)`` (an empty cluster keeps its centroid). ``eta = 1`` is Lloyd's algorithm."""
+
+    eta: float = 0.5
+    name: str = "damped"
+
+    def update(self, X, R, C, u):
+        mean_weights = Reference.update_weights(self, X, R, C, u)
+        mean = mean_weights[:, :-1] @ X + mean_weights[:, -1:] * C
+        return C + self.eta * (mean - C)
+
+    def update_weights(self, X, R, C, u):
+        W = self.eta * Reference.update_weights(self, X, R, C, u)
+        W[:, -1] += 1.0 - self.eta
+        return W
 
 
 def damped_update_mlp(layout: ResidualLayout, eta: float) -> MLPBuilder:
@@ -49,9 +74,8 @@ def damped_update_mlp(layout: ResidualLayout, eta: float) -> MLPBuilder:
     return mlp
 
 
-def build_damped_circuit(d: int, k: int, iterations: int = 10, eta: float = 0.5,
-                         sharpness: Sharpness | None = None, dtype: torch.dtype = torch.float64,
-                         device: str = "cpu") -> KMeansCircuit:
+def build_damped_circuit(d: int, k: int, iterations: int = 10, *, eta: float, sharpness: Sharpness | None = None,
+                         dtype: torch.dtype | None = None, device: str = "cpu") -> KMeansCircuit:
     """Lloyd's iteration with step size ``eta`` in (0, 2)."""
     if not 0 < eta < 2:
         raise ValueError(f"eta must lie in (0, 2), got {eta}")
@@ -68,11 +92,19 @@ def build_damped_circuit(d: int, k: int, iterations: int = 10, eta: float = 0.5,
     def reference(scale: float, tie_break_abs: float, problem: int = 0) -> DampedKMeans:
         return DampedKMeans(tie_break=tie_break_abs, eta=eta)
 
-    spec = VariantSpec(
-        name="damped", params={"eta": eta},
-        algorithm="damped Lloyd: c_j <- c_j + eta (mean_j - c_j) after each nearest-centroid assignment",
-        alteration="partial erasure: the update MLP's commit units scaled by eta (a residual weight)",
-        exactness="exact (hard attention, float64), as Lloyd's circuit",
-        reference_factory=reference,
-    )
+    spec = DAMPED.built({"eta": eta}, reference)
     return assemble(spec, layout, blocks, iterations, sharp, dtype=dtype, device=device)
+
+
+DAMPED = VariantSpec(
+    name="damped",
+    algorithm="damped Lloyd: c_j <- c_j + eta (mean_j - c_j) after each nearest-centroid assignment",
+    alteration="partial erasure: the update MLP's commit units scaled by eta (a residual weight)",
+    exactness="exact (hard attention, float64), as Lloyd's circuit",
+    builder=build_damped_circuit,
+    reference_class=DampedKMeans,
+    parameters=(Param("eta", 0.5, 0.0, 2.0, low_inclusive=False, high_inclusive=False),),
+    proof=ObligationSet.DAMPED,
+    bounded=True,
+    distance_head=True,
+)

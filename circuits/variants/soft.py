@@ -28,17 +28,83 @@ the stiffness is ``beta / s^2``.
 
 from __future__ import annotations
 
-import torch
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE, assign_mlp, layers_of, update_block, update_mlp
-from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
+from circuits.reference import Reference, sq_distances
 from circuits.sharpness import Sharpness
-from circuits.variants import attention, stiffness_overflow
-from circuits.variants.base import VariantSpec, assemble, unit_sharpness
-from circuits.variants.references import SoftKMeans
+from circuits.spec import NoObligations, Param, VariantSpec
+from circuits.variants.base import assemble, unit_sharpness
+from circuits.variants.references import softmax_rows
 from circuits.weights import BlockWeights, HeadBuilder
+
+if TYPE_CHECKING:
+    import torch
+
+    from circuits.build import KMeansCircuit
+
+
+@dataclass
+class SoftKMeans(Reference):
+    """Soft k-means with stiffness ``beta``: ``R = softmax_j(-beta_t |x - c_j|^2)``, responsibility-weighted means.
+
+    ``prior`` is a pseudo-count on the old centroid: ``c_j <- (sum_i r_ij x_i + prior c_j) / (sum_i r_ij + prior)``.
+    It only matters when a centroid's responsibilities all but vanish (it then keeps its place, the soft analogue
+    of the empty-cluster rule); ``prior = 0`` is textbook soft k-means. ``growth`` anneals the stiffness,
+    ``beta_t = beta * growth**t`` at assignment ``t`` (deterministic annealing; ``growth = 1`` is plain soft k-means).
+    """
+
+    beta: float = 1.0
+    prior: float = 0.0
+    growth: float = 1.0
+    name: str = "soft"
+
+    def __post_init__(self) -> None:
+        self.hard = False
+
+    def stiffness(self, t: int) -> float:
+        return self.beta * self.growth**t
+
+    def assign(self, X, C, t):
+        return softmax_rows(-self.stiffness(t) * sq_distances(X, C))
+
+    def update_weights(self, X, R, C, u):
+        mass = R.sum(axis=0) + self.prior
+        W = np.concatenate([R.T, np.full((C.shape[0], 1), self.prior)], axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            W = W / mass[:, None]
+        # No responsibility and no prior: nothing to average, keep the centroid.
+        W[mass == 0] = 0.0
+        W[mass == 0, -1] = 1.0
+        return W
+
+
+#: Largest stiffness a soft assign head takes: its scores ``beta * |x - c|^2`` (unit-scaled, up to 4) and their
+#: differences must stay finite in float64 (max ~1.8e308) with room for the softmax's sums.
+MAX_STIFFNESS = 1e250
+
+
+def stiffness_overflow(beta: float, growth: float, iterations: int) -> str | None:
+    """Why ``beta * growth**t`` for ``t <= iterations`` exceeds :data:`MAX_STIFFNESS`, or ``None``.
+
+    Compared in logarithms: ``growth**iterations`` itself overflows (OverflowError) long before the product is
+    compared, e.g. growth 1e6 over 60 iterations.
+    """
+    if growth <= 1 or iterations <= 0:
+        peak_log = math.log10(beta)
+    else:
+        peak_log = math.log10(beta) + iterations * math.log10(growth)
+    if peak_log > math.log10(MAX_STIFFNESS):
+        return (f"the last stiffness beta * growth^T = 1e{peak_log:.1f} exceeds {MAX_STIFFNESS:g}"
+                f" (its scores overflow float64); lower beta, growth or the iterations")
+    return None
+
 
 #: Pseudo-count on the old centroid in the soft update (see the module docstring).
 DEFAULT_PRIOR = 1e-200
@@ -88,11 +154,13 @@ def _check(beta: float, growth: float, prior: float, iterations: int) -> None:
         raise ValueError(f"prior must lie in (0, 1e-6), got {prior}")
 
 
-def build_soft_circuit(d: int, k: int, iterations: int = 10, beta: float = 30.0, growth: float = 1.0,
+def build_soft_circuit(d: int, k: int, iterations: int = 10, *, beta: float, growth: float = 1.0,
                        prior: float = DEFAULT_PRIOR, sharpness: Sharpness | None = None,
-                       dtype: torch.dtype = torch.float64, device: str = "cpu",
+                       dtype: torch.dtype | None = None, device: str = "cpu",
                        name: str | None = None) -> KMeansCircuit:
     """Soft k-means with unit-scaled stiffness ``beta`` (``growth > 1``: annealed, ``beta * growth**t``)."""
+    from circuits.variants import attention  # torch: at build time only (circuits.variants.base)
+
     _check(beta, growth, prior, iterations)
     name = name or ("soft" if growth == 1 else "annealed")
     layout = ResidualLayout(d, k)
@@ -115,24 +183,43 @@ def build_soft_circuit(d: int, k: int, iterations: int = 10, beta: float = 30.0,
     def reference(scale: float, tie_break_abs: float, problem: int = 0) -> SoftKMeans:
         return SoftKMeans(beta=beta / scale**2, prior=prior, growth=growth, name=name)
 
-    algorithm = (
-        "soft k-means: r_ij = softmax_j(-beta |x_i - c_j|^2), c_j = sum_i r_ij x_i / sum_i r_ij"
-        if name == "soft" else
-        "deterministic annealing: soft k-means with stiffness beta * growth^t at iteration t"
-    )
-    spec = VariantSpec(
-        name=name, params=params, algorithm=algorithm,
-        alteration=("finite temperature in the assign head" + (", untied and growing per layer" if name == "annealed" else "")
-                    + "; normalised linear attention (permanent hook on hook_attn_scores) in the update head"),
-        exactness=("float64-exact step by step: responsibilities to ~beta*eps relative (the conditioning of softmax"
-                   " at that stiffness), update weights to ~|log w|*eps"),
-        reference_factory=reference, soft_assignments=True, swapped_update_normalisation=True,
-    )
+    spec = (SOFT if name == "soft" else ANNEALED).built(params, reference)
     return assemble(spec, layout, blocks, iterations, sharp, dtype=dtype, device=device, hooks=hooks)
 
 
-def build_annealed_circuit(d: int, k: int, iterations: int = 10, beta: float = 1.0, growth: float = 2.0,
+def build_annealed_circuit(d: int, k: int, iterations: int = 10, *, beta: float, growth: float,
                            **kwargs) -> KMeansCircuit:
     """Deterministic annealing: the soft circuit with stiffness ``beta * growth**t`` at assignment ``t``."""
     return build_soft_circuit(d, k, iterations, beta=beta, growth=growth, name="annealed", **kwargs)
 
+
+EXACTNESS = ("float64-exact step by step: responsibilities to ~beta*eps relative (the conditioning of softmax"
+             " at that stiffness), update weights to ~|log w|*eps")
+#: The update head of both: normalised linear attention through a permanent hook.
+LINEAR_UPDATE = "; normalised linear attention (permanent hook on hook_attn_scores) in the update head"
+STIFFNESS = Param("beta", 30.0, 0.0, MAX_STIFFNESS, low_inclusive=False)
+
+SOFT = VariantSpec(
+    name="soft",
+    algorithm="soft k-means: r_ij = softmax_j(-beta |x_i - c_j|^2), c_j = sum_i r_ij x_i / sum_i r_ij",
+    alteration="finite temperature in the assign head" + LINEAR_UPDATE,
+    exactness=EXACTNESS,
+    builder=build_soft_circuit,
+    reference_class=SoftKMeans,
+    parameters=(STIFFNESS,),
+    soft_assignments=True,
+    swapped_update_normalisation=True,
+    proof=NoObligations.soft_by_design("soft", "soft k-means: finite temperature is the algorithm"),
+)
+
+#: Soft k-means whose temperature is untied across layers (``growth``), capped by :func:`stiffness_overflow`.
+ANNEALED = replace(
+    SOFT,
+    name="annealed",
+    algorithm="deterministic annealing: soft k-means with stiffness beta * growth^t at iteration t",
+    alteration="finite temperature in the assign head, untied and growing per layer" + LINEAR_UPDATE,
+    builder=build_annealed_circuit,
+    parameters=(replace(STIFFNESS, default=1.0), Param("growth", 2.0, 1.0, 1e6)),
+    joint_limit=lambda p, iterations: stiffness_overflow(p["beta"], p["growth"], iterations),
+    proof=NoObligations.soft_by_design("annealed", "deterministic annealing: soft assignments at every temperature"),
+)

@@ -5,7 +5,7 @@ as in OLMo-2 / Gemma-3), with the RMSNorm gains set so that the scores keep thei
 
 * **Input.** Spherical k-means (Dhillon & Modha) clusters directions: the points and the initial centroids are
   projected onto the unit sphere about the origin, ``x / |x|``, and encoded with no centring or scaling
-  (:meth:`~circuits.variants.base.VariantSpec.prepare`). A zero point has no direction and is rejected.
+  (:meth:`~circuits.spec.VariantSpec.prepare`). A zero point has no direction and is rejected.
 * **Assignment by cosine.** The point query is ``[x ; -a ; -1]`` and centroid key ``j`` is ``[c_j ; 0 ; tau j]``.
   RMSNorm divides each by its norm, so the score is ``beta (x.c_j - tau j) / (|q| |k_j|)`` with the query norm the
   same for every key: the softmax picks ``argmax_j cos(x, c_j)`` (ties within ``tau j / |c_j|`` to the lower index)
@@ -27,17 +27,58 @@ tie-break is ``tau j / |c_j|`` in cosine (it depends on the stored length of the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_mlp
-from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
+from circuits.reference import Costs, Reference, labels_of, objective, unit_rows
 from circuits.sharpness import Sharpness
-from circuits.variants.base import VariantSpec, assemble, unit_sharpness
-from circuits.variants.references import SphericalKMeans
+from circuits.spec import NoObligations, VariantSpec
+from circuits.variants.base import assemble, finfo, unit_sharpness
+from circuits.variants.references import DEGENERATE, DegenerateUpdate
 from circuits.weights import BlockWeights, HeadBuilder
+
+if TYPE_CHECKING:
+    import torch
+
+    from circuits.build import KMeansCircuit
+
+
+@dataclass
+class SphericalKMeans(Reference):
+    """Spherical k-means (Dhillon & Modha): unit-norm points, assignment by cosine similarity, centroid = normalised
+    sum of the members. The cost is ``-cos(x_i, c_j)`` (centroids may be given at any positive scale)."""
+
+    name: str = "spherical"
+
+    def costs(self, X, C, t):
+        k = C.shape[0]
+        cos = unit_rows(X, "points") @ unit_rows(C, "centroids").T
+        return Costs(-cos, np.arange(k), self.tie_break * np.arange(k, dtype=np.float64))
+
+    def update(self, X, R, C, u):
+        members = labels_of(R)
+        new = unit_rows(C, "centroids").copy()
+        Xu = unit_rows(X, "points")
+        for j in range(C.shape[0]):
+            inside = members == j
+            if inside.any():
+                s = Xu[inside].sum(axis=0)
+                norm = np.linalg.norm(s)
+                # Members whose directions cancel (e.g. two opposite points) leave no direction to move to.
+                if norm <= DEGENERATE * inside.sum():
+                    raise DegenerateUpdate(
+                        f"spherical k-means is undefined at update {u}: the {int(inside.sum())} unit vectors of cluster"
+                        f" {j} sum to {norm:.2g} (no mean direction)")
+                new[j] = s / norm
+        return new
+
+    def objective(self, X, C, R):
+        # 2 * sum(1 - cos): the k-means objective of the unit points about the unit centroids.
+        return objective(unit_rows(X, "points"), unit_rows(C, "centroids"), labels_of(R))
 
 #: Mask channel magnitude: must exceed the norm of ``(x, -1)`` for unit ``x`` (sqrt 2).
 MASK = 4.0
@@ -74,7 +115,7 @@ def _norm_gains(block: BlockWeights, d_head: int, query_gain: float) -> BlockWei
 
 
 def build_spherical_circuit(d: int, k: int, iterations: int = 10, sharpness: Sharpness | None = None,
-                            dtype: torch.dtype = torch.float64, device: str = "cpu") -> KMeansCircuit:
+                            dtype: torch.dtype | None = None, device: str = "cpu") -> KMeansCircuit:
     """Spherical k-means: cosine assignment through ``use_qk_norm``, mean of unit vectors as the update."""
     sharp = unit_sharpness(sharpness)
     layout = ResidualLayout(d, k)
@@ -96,13 +137,23 @@ def build_spherical_circuit(d: int, k: int, iterations: int = 10, sharpness: Sha
         # Points are on the unit sphere: the tie-break is in cosine units, independent of the data's scale.
         return SphericalKMeans(tie_break=tie_break)
 
-    spec = VariantSpec(
-        name="spherical", params={"tie_break": tie_break},
-        algorithm="spherical k-means: unit points, assignment by cosine, centroid = normalised mean of the members",
-        alteration="use_qk_norm=True (RMSNorm on queries and keys: scores are cosines); points projected onto the unit sphere",
-        exactness="exact (hard attention, float64) for cosine gaps above 745/beta; ties within tau*j/|c_j| go to the lower index",
-        reference_factory=reference, input_map="sphere", normalise_centroids=True,
-    )
+    spec = SPHERICAL.built({"tie_break": tie_break}, reference)
     # RMSNorm's eps would bias the norms: the smallest positive normal number only guards 0/0 on empty keys.
-    eps = float(torch.finfo(dtype).tiny)
+    eps = float(finfo(dtype).tiny)
     return assemble(spec, layout, blocks, iterations, sharp, dtype=dtype, device=device, use_qk_norm=True, eps=eps)
+
+
+SPHERICAL = VariantSpec(
+    name="spherical",
+    algorithm="spherical k-means: unit points, assignment by cosine, centroid = normalised mean of the members",
+    alteration="use_qk_norm=True (RMSNorm on queries and keys: scores are cosines); points projected onto the unit sphere",
+    exactness="exact (hard attention, float64) for cosine gaps above 745/beta; ties within tau*j/|c_j| go to the lower index",
+    builder=build_spherical_circuit,
+    reference_class=SphericalKMeans,
+    input_map="sphere",
+    normalise_centroids=True,
+    proof=NoObligations(
+        "spherical k-means runs its scores through RMSNorm (use_qk_norm: q / sqrt(mean(q^2) + eps)), which is neither"
+        " polynomial nor exactly a normalisation (eps); no obligation set covers it yet, so it is not proven here"
+        " (the verifier checks it numerically)", exact=True),
+)

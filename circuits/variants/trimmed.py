@@ -21,21 +21,47 @@ threshold both exceed ``745 / beta``; points inside that window are reported as 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from circuits.blocks import ASSIGN, UPDATE, assign_head, assign_mlp, update_head, update_mlp
-from circuits.build import KMeansCircuit
 from circuits.layout import ResidualLayout
+from circuits.reference import Costs, Reference, sq_distances
 from circuits.sharpness import Sharpness
-from circuits.variants.base import NX, VariantSpec, assemble, nx_units, unit_sharpness
-from circuits.variants.references import TrimmedKMeans
+from circuits.spec import ObligationSet, Param, VariantSpec
+from circuits.variants.base import NX, assemble, finfo, nx_units, unit_sharpness
 from circuits.weights import BlockWeights, HeadBuilder
 
-def no_sink(dtype: torch.dtype) -> float:
+if TYPE_CHECKING:
+    import torch
+
+    from circuits.build import KMeansCircuit
+
+
+@dataclass
+class TrimmedKMeans(Reference):
+    """Trimmed k-means with a distance threshold: a point whose nearest centroid is farther than ``sqrt(theta)``
+    (squared distance above ``theta``) is an outlier at that iteration: it belongs to no cluster and is left out of
+    the update. ``sink_tie_break`` is added to the threshold's cost, so a point exactly at ``theta`` stays in."""
+
+    theta: float = 1.0
+    sink_tie_break: float = 0.0
+    name: str = "trimmed"
+
+    def costs(self, X, C, t):
+        k = C.shape[0]
+        D = sq_distances(X, C)
+        values = np.concatenate([D, np.full((len(X), 1), self.theta)], axis=1)
+        bias = np.concatenate([self.tie_break * np.arange(k, dtype=np.float64), [self.sink_tie_break]])
+        return Costs(values, np.concatenate([np.arange(k), [-1]]), bias)
+
+
+def no_sink(dtype: torch.dtype | None) -> float:
     """Sink logit of the heads that must never use the sink: -1e300, far below any score (float64), or a quarter
     of the most negative number where -1e300 does not fit (float32)."""
-    return max(-1e300, -0.25 * float(torch.finfo(dtype).max))
+    return max(-1e300, -0.25 * float(finfo(dtype).max))
 
 
 def trimmed_assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
@@ -46,9 +72,8 @@ def trimmed_assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder
     return head
 
 
-def build_trimmed_circuit(d: int, k: int, iterations: int = 10, radius: float = 0.5,
-                          sharpness: Sharpness | None = None, dtype: torch.dtype = torch.float64,
-                          device: str = "cpu") -> KMeansCircuit:
+def build_trimmed_circuit(d: int, k: int, iterations: int = 10, *, radius: float, sharpness: Sharpness | None = None,
+                          dtype: torch.dtype | None = None, device: str = "cpu") -> KMeansCircuit:
     """Trimmed k-means: points farther than ``radius`` (in data radii) from every centroid are outliers."""
     if not 0 < radius <= 4:
         raise ValueError(f"radius must lie in (0, 4] (data radii; 2 already keeps every point), got {radius}")
@@ -70,13 +95,21 @@ def build_trimmed_circuit(d: int, k: int, iterations: int = 10, radius: float = 
         return TrimmedKMeans(tie_break=tie_break_abs, theta=theta * scale**2,
                              sink_tie_break=sink_tie * scale**2)
 
-    spec = VariantSpec(
-        name="trimmed", params={"radius": radius, "theta": theta},
-        algorithm="trimmed k-means by threshold: points with squared distance above theta to every centroid are"
-                  " outliers, left out of the update",
-        alteration="use_attention_sinks=True with sink logit -beta*theta in the assign head (scores exactly"
-                   " -beta|x-c|^2 via a |x|^2 feature)",
-        exactness="exact (hard attention, float64) outside a 745/beta window around each gap and the threshold",
-        reference_factory=reference, sink_logit=sink_logit,
-    )
+    spec = TRIMMED.built({"radius": radius, "theta": theta}, reference, sink_logit=sink_logit)
     return assemble(spec, layout, blocks, iterations, sharp, dtype=dtype, device=device, use_attention_sinks=True)
+
+
+TRIMMED = VariantSpec(
+    name="trimmed",
+    algorithm="trimmed k-means by threshold: points with squared distance above theta to every centroid are"
+              " outliers, left out of the update",
+    alteration="use_attention_sinks=True with sink logit -beta*theta in the assign head (scores exactly"
+               " -beta|x-c|^2 via a |x|^2 feature)",
+    exactness="exact (hard attention, float64) outside a 745/beta window around each gap and the threshold",
+    builder=build_trimmed_circuit,
+    reference_class=TrimmedKMeans,
+    parameters=(Param("radius", 0.5, 0.0, 4.0, low_inclusive=False),),
+    proof=ObligationSet.TRIMMED,
+    bounded=True,
+    distance_head=True,
+)

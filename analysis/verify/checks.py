@@ -158,25 +158,26 @@ def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> 
     return widest
 
 
+#: What each known cause of an error means, for the failure that names it.
+CAUSES = {
+    "tie-break": "fell within the circuit's tie-break ({tie_break:.3g} squared user units per index)",
+    "resolution": "were ordered by the circuit's rounding (a far point makes the rest small in unit coordinates)",
+}
+
+
 def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
     """A failure per known cause of errors: gaps the circuit's tie-break swallowed, gaps its own rounding
     (the encoding's resolution) could not order."""
     out = []
-    hit = [m for m in mismatches if m.cause == "tie-break"]
-    if hit:
-        worst = max(hit, key=lambda m: m.gap)
-        out.append(f"{len(hit)} assignment(s) with gaps float64 resolves fell within the circuit's tie-break"
-                   f" ({tie_break_abs:.3g} squared user units per index; e.g. point {worst.point} at iteration"
-                   f" {worst.iteration}: gap {worst.gap:.3g}, float64 window {worst.window:.3g}): the data's dynamic"
-                   f" range (scale {scale:.3g}) is beyond what one tie-break resolves; pass a smaller --tie-break with"
-                   f" a larger --beta, or cluster the far points separately")
-    hit = [m for m in mismatches if m.cause == "resolution"]
-    if hit:
-        worst = max(hit, key=lambda m: m.gap)
-        out.append(f"{len(hit)} assignment(s) with gaps float64 resolves in the data's units were ordered by the"
-                   f" circuit's rounding (e.g. point {worst.point} at iteration {worst.iteration}: gap"
-                   f" {worst.gap:.3g}, float64 window {worst.window:.3g}): at scale {scale:.3g} the encoding cannot"
-                   f" resolve the data (a far point makes the rest small in unit coordinates)")
+    for cause, what in CAUSES.items():
+        hit = [m for m in mismatches if m.cause == cause]
+        if hit:
+            worst = max(hit, key=lambda m: m.gap)
+            out.append(f"{len(hit)} assignment(s) with gaps float64 resolves {what.format(tie_break=tie_break_abs)}"
+                       f" (e.g. point {worst.point} at iteration {worst.iteration}: gap {worst.gap:.3g}, float64"
+                       f" window {worst.window:.3g}): the data's dynamic range (scale {scale:.3g}) is beyond what"
+                       f" the circuit resolves; pass a smaller --tie-break with a larger --beta, or cluster the far"
+                       f" points separately")
     return out
 
 

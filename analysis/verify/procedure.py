@@ -78,7 +78,7 @@ def _is_lloyd(circ: KMeansCircuit) -> bool:
 def _reference_text(circ: KMeansCircuit, ref) -> str:
     if _is_lloyd(circ):
         return "Lloyd's k-means (circuits.reference.lloyd)"
-    return f"{type(ref).__name__} (circuits.variants.references): {circ.spec.algorithm}"
+    return f"{type(ref).__name__} ({type(ref).__module__}): {circ.spec.algorithm}"
 
 
 def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationReport:
@@ -93,7 +93,7 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
         ties=[], tolerances=tol, scale=s, n_iter=circuit_n_iter(cap, b), converged=circuit_converged(cap, b),
         failures=[f"the reference algorithm is undefined on this problem: {exc}"],
         notes=[f"variant {circ.spec.name}: {circ.spec.algorithm}"], variant_params=circ.params,
-        reference=f"{circ.spec.name} reference (circuits.variants.references): undefined here",
+        reference=f"{circ.spec.name} reference ({circ.spec.reference_class.__module__}): undefined here",
     )
 
 

@@ -53,10 +53,6 @@ def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None 
     return float(r) if r > 0 else 1.0
 
 
-def tie_broken(D: Float[np.ndarray, "n k"], tie_break: float) -> Float[np.ndarray, "n k"]:
-    return D + tie_break * np.arange(D.shape[1]) if tie_break else D
-
-
 def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc)."""
     rows = np.arange(D.shape[0])

@@ -106,10 +106,6 @@ class Tolerances:
     #: The circuit's tie-break ``t`` in squared user units (Lloyd's; 0 where the window above already holds it).
     tie_break: float = 0.0
 
-    def window(self, j1: int, j2: int, tie_break_abs: float) -> float:
-        """Two centroids ``j1``, ``j2`` tie for a point when their squared distances differ by at most this."""
-        return tie_break_abs * abs(j1 - j2) + self.tie_window
-
 
 @dataclass
 class VerificationReport:

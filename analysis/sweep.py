@@ -30,7 +30,7 @@ import csv
 import io
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from jaxtyping import Float

@@ -23,10 +23,11 @@ Rules, stated because every comparison depends on them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
+from einops import einsum
 from jaxtyping import Float, Int
 
 #: Rows of points processed at once, to bound memory at n * k * d.
@@ -38,7 +39,7 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        out[start : start + _CHUNK] = np.einsum("nkd,nkd->nk", diff, diff)
+        out[start : start + _CHUNK] = einsum(diff, diff, "point centroid dim, point centroid dim -> point centroid")
     return out
 
 

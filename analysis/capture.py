@@ -311,7 +311,7 @@ class _LayerDecoder:
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
                         on_layer: Callable[[int], None] | None) -> Capture:
-    from circuits.structured import structured_forward
+    from circuits.structured import Recording, structured_forward
 
     model = circuit.model
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
@@ -331,9 +331,10 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         if keep_cache:
             entries[hook_names.resid_pre(layer)] = record.resid_pre
             entries[hook_names.resid_post(layer)] = record.resid_post
+        if on_layer is not None:
+            on_layer(layer)
 
-    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, keep=False, on_layer=on_layer,
-                                   on_record=take, keep_pre=keep_cache)
+    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, Recording(take, pre=keep_cache))
     cache = None
     if keep_cache:
         from transformer_lens import ActivationCache

@@ -103,7 +103,7 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
     resid_in = enc.resid[b : b + 1]
     last = None
     if cap.path == "structured":
-        from circuits.structured import structured_forward
+        from circuits.structured import Recording, structured_forward
 
         take(0, resid_in)
 
@@ -113,7 +113,7 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
             take(2 + 2 * layer, record.resid_post)
             last = record.resid_post
 
-        structured_forward(circ.model, resid_in, circ.score_hooks, keep=False, on_record=on_record, keep_mid=True)
+        structured_forward(circ.model, resid_in, circ.score_hooks, Recording(on_record, mid=True))
     else:
         with torch.no_grad():
             _, cache = circ.model.run_with_cache(resid_in, start_at_layer=0, names_filter=hook_names.names_filter(hooks))

@@ -74,6 +74,8 @@ class SoftKMeans(Reference):
     def assign(self, X, C, t):
         return softmax_rows(-self.stiffness(t) * sq_distances(X, C))
 
+    update = Reference.weighted_update
+
     def update_weights(self, X, R, C, u):
         mass = R.sum(axis=0) + self.prior
         W = np.concatenate([R.T, np.full((C.shape[0], 1), self.prior)], axis=1)

@@ -49,6 +49,8 @@ class SparseKMeans(Reference):
     gamma: float = 1.0
     name: str = "sparse"
 
+    update = Reference.weighted_update
+
     def update_weights(self, X, R, C, u):
         return self.member_weights(X, R, C, lambda members, j: sparsemax(closeness(X, C, members, j, self.gamma)))
 

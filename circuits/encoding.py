@@ -42,10 +42,10 @@ class UnitScaling:
     offset: Float[np.ndarray, "batch d"]
     scale: Float[np.ndarray, " batch"]
 
-    def to_unit(self, x: Float[np.ndarray, "batch m d"]) -> Float[np.ndarray, "batch m d"]:
+    def to_unit(self, x: Float[np.ndarray, "*batch m d"]) -> Float[np.ndarray, "batch m d"]:
         return (as_batch(x, "x") - self.offset[:, None, :]) / self.scale[:, None, None]
 
-    def from_unit(self, u: Float[np.ndarray, "batch m d"]) -> Float[np.ndarray, "batch m d"]:
+    def from_unit(self, u: Float[np.ndarray, "*batch m d"]) -> Float[np.ndarray, "batch m d"]:
         return as_batch(u, "u") * self.scale[:, None, None] + self.offset[:, None, :]
 
     def sq_norm_from_unit(self, unit_sq_norm: Float[np.ndarray, "batch k"],
@@ -59,7 +59,7 @@ class UnitScaling:
         return {"offset": self.offset.tolist(), "scale": self.scale.tolist()}
 
 
-def fit_unit_scaling(X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"] | None = None,
+def fit_unit_scaling(X: Float[np.ndarray, "*batch n d"], C0: Float[np.ndarray, "*batch k d"] | None = None,
                      centre: str = "mean") -> UnitScaling:
     """Centre on the mean (or the coordinate-wise ``"median"``) of the points; scale so that every point and
     initial centroid is in the unit ball.
@@ -112,7 +112,7 @@ class EncodedBatch:
 
 
 def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype = torch.float64,
-           scaling: UnitScaling | None = None, device: str = "cpu") -> EncodedBatch:
+           scaling: UnitScaling | None = None, device: str | torch.device = "cpu") -> EncodedBatch:
     """Residual input for points ``X`` (n, d) or (batch, n, d) and initial centroids ``C0`` (k, d) or (batch, k, d)."""
     X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
     if X.shape[0] != C0.shape[0]:

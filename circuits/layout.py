@@ -118,11 +118,11 @@ class ResidualLayout:
             out.extend([name] if width == 1 else [f"{name}[{i}]" for i in range(width)])
         return out
 
-    def subspace_of(self, dim: int) -> tuple[str, int]:
+    def subspace_of(self, dim: int | np.integer) -> tuple[str, int]:
         """Inverse of :meth:`index`: which subspace (and component) dimension ``dim`` belongs to."""
         for name, s in self._slices.items():
             if s.start <= dim < s.stop:
-                return name, dim - s.start
+                return name, int(dim - s.start)
         raise IndexError(f"dimension {dim} is outside d_model={self.d_model}")
 
     def mask(self, names: Iterable[str]) -> np.ndarray:

@@ -99,7 +99,8 @@ def _num(v: float):
     return v if np.isfinite(v) else None
 
 
-def mismatch_up_to_renaming(labels_a: Int[np.ndarray, " m"], labels_b: Int[np.ndarray, " m"], k: int) -> int:
+def mismatch_up_to_renaming(labels_a: Int[np.ndarray, " m"] | list[int], labels_b: Int[np.ndarray, " m"] | list[int],
+                            k: int) -> int:
     """Points whose labels differ once the cluster ids of ``b`` are renamed to match ``a`` as well as possible.
 
     The label metrics above compare ids as they are, on purpose: a centroid token keeps its identity through the
@@ -115,7 +116,7 @@ def mismatch_up_to_renaming(labels_a: Int[np.ndarray, " m"], labels_b: Int[np.nd
     return int(assigned.sum() - table[rows, cols].sum() + (a[~assigned] != b[~assigned]).sum())
 
 
-def centroid_distance(unit_a: Float[np.ndarray, "batch k d"], unit_b: Float[np.ndarray, "batch k d"]) -> np.ndarray:
+def centroid_distance(unit_a: Float[np.ndarray, "#batch k d"], unit_b: Float[np.ndarray, "#batch k d"]) -> np.ndarray:
     """``E``: unit-scaled Frobenius distance, rounding-level distances set to exactly 0."""
     e = np.sqrt(((unit_a - unit_b) ** 2).sum(axis=(-1, -2)))
     k = unit_a.shape[-2]

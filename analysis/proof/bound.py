@@ -102,7 +102,7 @@ def _gamma(m: int) -> float:
     return m * U / (1 - m * U)
 
 
-def _logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
+def _logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray | float:
     top = np.max(a, axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(under="ignore", over="ignore", divide="ignore"):
@@ -111,7 +111,7 @@ def _logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray:
     return out + 1e-12 * np.abs(out) + 1e-12
 
 
-def _exp(a) -> np.ndarray:
+def _exp(a) -> np.ndarray | float:
     with np.errstate(under="ignore", over="ignore"):
         return np.exp(np.asarray(a, dtype=np.float64))
 

@@ -47,6 +47,7 @@ class Obligation:
         return asdict(self) | {"status": self.status.value}
 
 
-def verdict(problems: list[str], passed: Status = Status.PROVED) -> Status:
-    """``FAILED`` when there is a problem, else ``passed``."""
+def verdict(problems: list, passed: Status = Status.PROVED) -> Status:
+    """``FAILED`` when there is a problem (any entry: a message, or a failing layer with its messages), else
+    ``passed``."""
     return Status.FAILED if problems else passed

@@ -37,7 +37,9 @@ def _structured(fn, single_keys: bool = False):
         return hook
     return attach
 
-Scores = Float[torch.Tensor, "batch head query key"]
+#: Attention scores: ``(batch, head, query, key)`` from a TransformerLens hook, ``(query, key)`` on the structured
+#: path (:mod:`circuits.structured`), which calls the same functions on one problem's groups.
+Scores = Float[torch.Tensor, "*lead query key"]
 
 
 def _as_log_pattern(phi: Scores) -> Scores:

@@ -20,6 +20,9 @@ reference :func:`circuits.reference.lloyd`, which the exact circuit equals (veri
 records how far the runner's centroids are from the soft numpy reference, so the sweep doubles as a check of
 the circuit at every grid point.
 
+Each grid cell (all its stiffnesses and seeds) is one unit of work, :func:`sweep_cell`: :func:`sweep_cells` runs
+them on the serial engine or on Ray (:mod:`analysis.engine`) and gets the same rows either way.
+
 :func:`trend_checks` states whether the paper's qualitative finding holds (the gap shrinks as the stiffness and
 the data scale grow, and grows with ``k``) and lists every comparison where it does not.
 """

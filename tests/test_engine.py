@@ -142,6 +142,38 @@ def test_sweep_keeps_the_cells_that_finished_and_names_the_one_that_failed(where
     assert "MISSING (failed) grid=n-d d=1 k=2 n=24 scale=1" in (tmp_path / "some" / "sweep.html").read_text()
 
 
+def test_evaluate_keeps_the_cells_that_finished_and_names_the_one_that_failed(checkpoint, capsys, monkeypatch):
+    from analysis import evaluate
+    from circuits.training.checkpoint import load_model
+    from circuits.training.tasks import TEST, TaskBatch, task_stream
+
+    real = evaluate.evaluation_cell
+
+    def fails_on_chunk_4_and_iris(model, cell):
+        if getattr(cell, "start", None) == 4 or getattr(cell, "name", None) == "iris":
+            raise RuntimeError(f"{cell} is broken")
+        return real(model, cell)
+
+    monkeypatch.setattr(evaluate, "evaluation_cell", fails_on_chunk_4_and_iris)
+    code, out, err = run(capsys, "evaluate", "--checkpoint", checkpoint, "--tasks", 10, "--chunk", 4, "--steps", 3,
+                         "--datasets", "blobs,iris", "--dataset-inits", 2, "--json")
+    assert code == 3
+    assert "cell failed after 2 attempts: held-out tasks 4-7: RuntimeError" in err
+    assert "cell failed after 2 attempts: dataset iris (2 random inits from seed 0): RuntimeError" in err
+    doc = json.loads(out)
+    assert doc["failed"] == ["held-out tasks 4-7", "dataset iris (2 random inits from seed 0)"]
+    assert [d["name"] for d in doc["datasets"]] == ["blobs"]
+    # The tasks that finished, 0-3 and 8-9, evaluated as if they had been the only ones (in the same chunks).
+    monkeypatch.undo()
+    model, _ = load_model(checkpoint)
+    tasks = task_stream(64, 16, 2, 3, 10, 0, TEST)
+    kept = TaskBatch(*(np.concatenate([a[:4], a[8:]]) for a in (tasks.X, tasks.C0, tasks.components)),
+                              tasks.family, tasks.init)
+    alone = evaluate.evaluate_tasks(model, kept, steps=3, chunk=4).to_dict()
+    assert doc["tasks"]["count"] == 6
+    assert doc["tasks"]["per_step"] == alone["per_step"]
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("command", ["sweep", "evaluate"])
 def test_engine_ray_without_ray_is_exit_2_with_the_install_command(command, tmp_path, capsys, monkeypatch, checkpoint):

@@ -34,29 +34,36 @@ class Trajectories:
     readout_agreement: Float[np.ndarray, " T_plus_1"]
 
 
+def chunk_trajectory(model: RecurrentKMeans, x: np.ndarray, c0: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """One forward pass over a few tasks: the model's centroids after steps ``0..steps`` and, per step, the
+    fraction of points whose ``Y`` readout (argmax) equals their nearest centroid."""
+    per_step, per_agree = [], []
+
+    def observe(t: int, resid: torch.Tensor) -> None:
+        C = unit_to_task(resid[:, enc.sequence.centroids, model.layout["C"]], enc).double().numpy()
+        per_step.append(C)
+        Y = resid[:, enc.sequence.points, model.layout["Y"]].double().numpy()
+        nearest = np.stack([reference.sq_distances(xi, ci).argmin(1) for xi, ci in zip(x, C)])
+        per_agree.append(float((Y.argmax(-1) == nearest).mean()))
+
+    with torch.no_grad():
+        enc = model.encode(x, c0)
+        model.run(enc.resid, steps, x.shape[1], observe=observe)
+    return np.stack(per_step), np.array(per_agree)
+
+
+def join_chunks(chunks: list[tuple[np.ndarray, np.ndarray]], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks' centroids side by side, and their agreements weighted by chunk size."""
+    cents = np.concatenate([c for c, _ in chunks], axis=1)
+    return cents, np.sum([a * size for (_, a), size in zip(chunks, sizes)], axis=0) / sum(sizes)
+
+
 def model_trajectory(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, steps: int,
                      chunk: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """The model's centroids after steps ``0..steps`` and the fraction of points whose ``Y`` readout (argmax)
-    equals their nearest centroid, per step. Runs in chunks of tasks to bound memory."""
-    cents, agree = [], []
-    with torch.no_grad():
-        for start in range(0, X.shape[0], chunk):
-            x, c0 = X[start : start + chunk], C0[start : start + chunk]
-            enc = model.encode(x, c0)
-            n = x.shape[1]
-            per_step, per_agree = [], []
-
-            def observe(t: int, resid: torch.Tensor) -> None:
-                C = unit_to_task(resid[:, enc.sequence.centroids, model.layout["C"]], enc).double().numpy()
-                per_step.append(C)
-                Y = resid[:, enc.sequence.points, model.layout["Y"]].double().numpy()
-                nearest = np.stack([reference.sq_distances(xi, ci).argmin(1) for xi, ci in zip(x, C)])
-                per_agree.append(float((Y.argmax(-1) == nearest).mean()))
-
-            model.run(enc.resid, steps, n, observe=observe)
-            cents.append(np.stack(per_step))
-            agree.append(np.array(per_agree) * len(x))
-    return np.concatenate(cents, axis=1), np.sum(agree, axis=0) / X.shape[0]
+    """:func:`chunk_trajectory` over all tasks, in chunks of ``chunk`` tasks to bound memory."""
+    starts = range(0, X.shape[0], chunk)
+    parts = [chunk_trajectory(model, X[s : s + chunk], C0[s : s + chunk], steps) for s in starts]
+    return join_chunks(parts, [len(X[s : s + chunk]) for s in starts])
 
 
 def lloyd_trajectory(X: np.ndarray, C0: np.ndarray, steps: int) -> np.ndarray:
@@ -168,10 +175,60 @@ def compare(X: np.ndarray, truth: np.ndarray, traj: Trajectories, description: d
 
 
 def evaluate_tasks(model: RecurrentKMeans, tasks: TaskBatch, steps: int = 20, chunk: int = 16) -> TaskEvaluation:
-    traj = trajectories(model, tasks.X, tasks.C0, steps, chunk)
-    desc = {"kind": "tasks", "count": tasks.batch, "n": tasks.n, "d": tasks.d, "k": tasks.k, "family": tasks.family,
+    cells = task_chunks(tasks, steps, chunk)
+    return tasks_evaluation(tasks, steps, cells, [evaluation_cell(model, cell) for cell in cells])
+
+
+# ----------------------------------------------------------------------------------------------- cells (analysis.engine)
+@dataclass(frozen=True)
+class TaskChunk:
+    """One evaluation cell: held-out tasks ``start..start+len(X)-1``, both trajectories."""
+
+    start: int
+    X: np.ndarray
+    C0: np.ndarray
+    steps: int
+
+    def __str__(self) -> str:
+        return f"held-out tasks {self.start}-{self.start + len(self.X) - 1}"
+
+
+@dataclass(frozen=True)
+class DatasetRun:
+    """One evaluation cell: :func:`evaluate_dataset` on one dataset."""
+
+    name: str
+    steps: int
+    inits: int
+    init: str
+    seed: int
+    chunk: int
+
+    def __str__(self) -> str:
+        return f"dataset {self.name} ({self.inits} {self.init} inits from seed {self.seed})"
+
+
+def task_chunks(tasks: TaskBatch, steps: int, chunk: int) -> list[TaskChunk]:
+    return [TaskChunk(s, tasks.X[s : s + chunk], tasks.C0[s : s + chunk], steps) for s in range(0, tasks.batch, chunk)]
+
+
+def evaluation_cell(model: RecurrentKMeans, cell: TaskChunk | DatasetRun):
+    """A cell's result: (model centroids, readout agreement, Lloyd's centroids) of a chunk, or a dataset's dict."""
+    if isinstance(cell, DatasetRun):
+        return evaluate_dataset(model, cell.name, cell.steps, cell.inits, cell.init, cell.seed, cell.chunk)
+    cents, agree = chunk_trajectory(model, cell.X, cell.C0, cell.steps)
+    return cents, agree, lloyd_trajectory(cell.X, cell.C0, cell.steps)
+
+
+def tasks_evaluation(tasks: TaskBatch, steps: int, cells: list[TaskChunk], results: list) -> TaskEvaluation:
+    """The comparison over the chunks that finished (``None`` in ``results``: a chunk that failed, left out)."""
+    done = [(cell, r) for cell, r in zip(cells, results) if r is not None]
+    index = np.concatenate([np.arange(c.start, c.start + len(c.X)) for c, _ in done])
+    cm, agree = join_chunks([(r[0], r[1]) for _, r in done], [len(c.X) for c, _ in done])
+    traj = Trajectories(cm, np.concatenate([r[2] for _, r in done], axis=1), agree)
+    desc = {"kind": "tasks", "count": len(index), "n": tasks.n, "d": tasks.d, "k": tasks.k, "family": tasks.family,
             "init": tasks.init, "steps": steps}
-    return compare(tasks.X, tasks.components, traj, desc)
+    return compare(tasks.X[index], tasks.components[index], traj, desc)
 
 
 # ----------------------------------------------------------------------------------------------- real data

@@ -20,6 +20,9 @@ reference :func:`circuits.reference.lloyd`, which the exact circuit equals (veri
 records how far the runner's centroids are from the soft numpy reference, so the sweep doubles as a check of
 the circuit at every grid point.
 
+Each grid cell (all its stiffnesses and seeds) is one unit of work, :func:`sweep_cell`: :func:`sweep_cells` runs
+them on the serial engine or on Ray (:mod:`analysis.engine`) and gets the same rows either way.
+
 :func:`trend_checks` states whether the paper's qualitative finding holds (the gap shrinks as the stiffness and
 the data scale grow, and grows with ``k``) and lists every comparison where it does not.
 """
@@ -208,30 +211,52 @@ class SweepRow:
         return (self.grid, self.d, self.k, self.n, self.scale)
 
 
-def run_sweep(grid: SweepGrid, runner: Runner = circuit_runner, progress: Callable[[int], None] | None = None) -> list[SweepRow]:
-    """Every cell of ``grid`` at every stiffness, ``grid.seeds`` problems each, one runner call per batch."""
+def sweep_cell(job: tuple[SweepGrid, Runner], cell: tuple[tuple[str, str], dict]) -> list[SweepRow]:
+    """One cell of one grid at every stiffness, ``grid.seeds`` problems, one runner call per stiffness. Its
+    problems are seeded by the cell's parameters alone, so any engine, any worker, gives the same rows."""
     from circuits import reference
 
-    grid.validate()
-    rows: list[SweepRow] = []
-    for (y, x), params in grid.cells():
-        d, k, n, scale = int(params["d"]), int(params["k"]), int(params["n"]), float(params["scale"])
-        problems = [mixture_problem(d, k, n, scale, seed) for seed in range(grid.seeds)]
-        X = np.stack([p[0] for p in problems])
-        C0 = np.stack([p[1] for p in problems])
-        lloyd = [reference.lloyd(X[s], C0[s], grid.iterations).final_centroids for s in range(grid.seeds)]
-        for beta in grid.betas:
-            soft = runner(X, C0, beta, grid.iterations)
-            soft_ref = soft if runner is reference_runner else reference_runner(X, C0, beta, grid.iterations)
-            for s in range(grid.seeds):
-                j_soft = reference.objective(X[s], soft[s])
-                j_lloyd = reference.objective(X[s], lloyd[s])
-                rows.append(SweepRow(f"{y}-{x}", d, k, n, scale, float(beta), s, j_soft, j_lloyd,
-                                     (j_soft - j_lloyd) / j_lloyd if j_lloyd > 0 else 0.0,
-                                     float(np.abs(soft[s] - soft_ref[s]).max())))
-            if progress is not None:
-                progress(grid.seeds)
+    (grid, runner), ((y, x), params) = job, cell
+    d, k, n, scale = int(params["d"]), int(params["k"]), int(params["n"]), float(params["scale"])
+    problems = [mixture_problem(d, k, n, scale, seed) for seed in range(grid.seeds)]
+    X = np.stack([p[0] for p in problems])
+    C0 = np.stack([p[1] for p in problems])
+    lloyd = [reference.lloyd(X[s], C0[s], grid.iterations).final_centroids for s in range(grid.seeds)]
+    rows = []
+    for beta in grid.betas:
+        soft = runner(X, C0, beta, grid.iterations)
+        soft_ref = soft if runner is reference_runner else reference_runner(X, C0, beta, grid.iterations)
+        for s in range(grid.seeds):
+            j_soft = reference.objective(X[s], soft[s])
+            j_lloyd = reference.objective(X[s], lloyd[s])
+            rows.append(SweepRow(f"{y}-{x}", d, k, n, scale, float(beta), s, j_soft, j_lloyd,
+                                 (j_soft - j_lloyd) / j_lloyd if j_lloyd > 0 else 0.0,
+                                 float(np.abs(soft[s] - soft_ref[s]).max())))
     return rows
+
+
+def describe_cell(cell: tuple[tuple[str, str], dict]) -> str:
+    (y, x), params = cell
+    return f"grid={y}-{x} " + " ".join(f"{axis}={params[axis]:g}" for axis in AXES)
+
+
+def sweep_cells(grid: SweepGrid, runner: Runner = circuit_runner, progress: Callable[[int], None] | None = None,
+                engine: str = "serial", address: str | None = None):
+    """Every cell of ``grid`` on ``engine`` (:func:`analysis.engine.map_cells`): an ``Outcome`` whose results
+    are each cell's rows, in the order of :meth:`SweepGrid.cells`."""
+    from analysis.engine import map_cells
+
+    grid.validate()
+    return map_cells(sweep_cell, list(grid.cells()), engine, address, progress, shared=(grid, runner),
+                     describe=describe_cell)
+
+
+def run_sweep(grid: SweepGrid, runner: Runner = circuit_runner, progress: Callable[[int], None] | None = None,
+              engine: str = "serial", address: str | None = None) -> list[SweepRow]:
+    """Every cell of ``grid`` at every stiffness, ``grid.seeds`` problems each; a cell that fails twice raises."""
+    outcome = sweep_cells(grid, runner, progress, engine, address)
+    outcome.raise_first()
+    return [row for rows in outcome.results for row in rows]
 
 
 def cell_gap(rows: list[SweepRow]) -> float:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from analysis import engine
 from analysis.commands._problem import check_checkpoint, seed
 from analysis.data import DATASETS, InputError
 
@@ -30,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk", type=int, default=16, help="tasks per forward pass (memory)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    engine.add_arguments(parser)
 
 
 def parse_datasets(text: str) -> list[str]:
@@ -54,6 +56,7 @@ def validate(args: argparse.Namespace) -> list[str]:
     datasets = parse_datasets(args.datasets)
     if not args.tasks and not datasets:
         raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")
+    engine.check(args.engine, args.address)
     return datasets
 
 
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from analysis.evaluate import evaluate_dataset, evaluate_tasks
+    from analysis.evaluate import DatasetRun, evaluation_cell, task_chunks, tasks_evaluation
     from circuits.training.checkpoint import CheckpointError, load_model
     from circuits.training.tasks import TEST, task_stream
 
@@ -98,18 +101,25 @@ def run(args: argparse.Namespace) -> int:
     doc: dict = {"checkpoint": str(args.checkpoint), "trained": {key: config["training"][key] for key in
                                                                   ("d", "k", "n", "steps", "init")},
                  "best_step": config.get("progress", {}).get("best_step")}
+    # One cell per chunk of held-out tasks and one per dataset, on the chosen engine; gathered in this order.
+    chunks = []
     if args.tasks:
-        print(f"evaluating on {args.tasks} held-out tasks ...", file=sys.stderr)
         tasks = task_stream(64, n, model.config.d, model.config.k, args.tasks, args.seed, TEST, args.family, args.init)
-        doc["tasks"] = evaluate_tasks(model, tasks, args.steps, args.chunk).to_dict()
+        chunks = task_chunks(tasks, args.steps, args.chunk)
+    runs = [DatasetRun(name, args.steps, args.dataset_inits, args.init, args.seed, max(1, args.chunk // 4))
+            for name in datasets]
+    print(f"evaluating on {args.tasks} held-out tasks ({len(chunks)} chunks) and {len(runs)} dataset(s)"
+          f" ({args.engine} engine) ...", file=sys.stderr)
+    with engine.progress_bar(len(chunks) + len(runs), f"evaluate ({args.engine})") as bar:
+        outcome = engine.map_cells(evaluation_cell, [*chunks, *runs], args.engine, args.address, bar.update, shared=model)
+    if any(r is not None for r in outcome.results[: len(chunks)]):
+        doc["tasks"] = tasks_evaluation(tasks, args.steps, chunks, outcome.results[: len(chunks)]).to_dict()
     if datasets:
-        doc["datasets"] = []
-        for name in datasets:
-            print(f"evaluating on {name} ...", file=sys.stderr)
-            doc["datasets"].append(evaluate_dataset(model, name, args.steps, args.dataset_inits, args.init, args.seed,
-                                                    chunk=max(1, args.chunk // 4)))
+        doc["datasets"] = [r for r in outcome.results[len(chunks):] if r is not None]
+    if outcome.failures:
+        doc["failed"] = [f.cell for f in outcome.failures]
     if args.json:
         print(json.dumps(doc))
     else:
         print(format_table(doc))
-    return 0
+    return engine.report_failures(outcome.failures)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from analysis import engine
 from analysis.commands._output import check_out_dir, write_output_dir
 from analysis.data import InputError
 
@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=_floats, metavar="S,S,...", help="data scales (data in [0, scale]^d)")
     parser.add_argument("--seeds", type=int, help="problems per cell")
     parser.add_argument("--iterations", type=int, help="iterations of both algorithms (default 10)")
+    engine.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,15 +61,19 @@ def run(args: argparse.Namespace) -> int:
         grid.validate()
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    from tqdm.auto import tqdm
+    engine.check(args.engine, args.address)
 
     runner = sweep.RUNNERS[args.runner]
-    with tqdm(total=grid.n_problems, desc=f"sweep ({args.runner})", unit="problem", file=sys.stderr,
-              disable=None, leave=False) as bar:
-        rows = sweep.run_sweep(grid, runner, progress=bar.update)
-    checks = sweep.trend_checks(rows)
-    write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, args.runner)})
-    print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}); wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
-    for line in sweep.summary_lines(rows, checks):
-        print(line)
-    return 0
+    cells = sum(1 for _ in grid.cells())
+    with engine.progress_bar(cells, f"sweep ({args.runner}, {args.engine})") as bar:
+        outcome = sweep.sweep_cells(grid, runner, bar.update, args.engine, args.address)
+    rows = [row for rows in outcome.finished() for row in rows]
+    if rows:
+        checks = sweep.trend_checks(rows)
+        settings = args.runner + "".join(f"; MISSING (failed) {f.cell}" for f in outcome.failures)
+        write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, settings)})
+        print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
+              f" wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
+        for line in sweep.summary_lines(rows, checks):
+            print(line)
+    return engine.report_failures(outcome.failures)

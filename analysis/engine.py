@@ -1,0 +1,214 @@
+"""Where the cells of a sweep or an evaluation run: one after another here, or as Ray tasks on a cluster.
+
+:func:`map_cells` applies ``fn(shared, cell)`` to every cell and returns the results *in cell order*, whichever
+engine ran them and in whatever order they finished, so a result file is the same bit for bit: every cell
+carries its own seeds, none depends on the worker that runs it. ``shared`` (a model, a grid) is sent to the
+workers once (``ray.put``), not once per cell.
+
+A cell that raises is tried again once (Ray's own ``retry_exceptions``; a loop in the serial engine); if it fails
+again it is returned as a :class:`CellFailure` named by its parameters, and the other cells' results are kept.
+
+``--engine ray`` without ``--address`` starts a local Ray instance with one worker per core and stops it
+afterwards; with ``--address`` it joins an existing cluster (``ray start --head`` on one machine,
+``ray start --address HEAD:6379`` on the others). Ray is the optional extra ``distributed``, imported only here
+and only when chosen, so ``--help`` and validation stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from analysis.data import InputError
+
+ENGINES = ("serial", "ray")
+INSTALL = 'pip install -e ".[distributed]"'
+#: Attempts per cell beyond the first.
+RETRIES = 1
+#: How long to wait for a TCP answer from ``--address`` before calling it unreachable (Ray itself would retry
+#: for minutes, printing warnings).
+PROBE_TIMEOUT_S = 5.0
+_ADDRESS = re.compile(r"^(?P<client>ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine`` and ``--address``, the same on every command that runs cells."""
+    parser.add_argument("--engine", choices=ENGINES, default="serial",
+                        help="serial: one cell after another in this process (default); ray: one Ray task per cell,"
+                             f" on a local Ray instance with one worker per core, or on --address (needs {INSTALL})")
+    parser.add_argument("--address", metavar="HOST:PORT",
+                        help="an existing Ray cluster for --engine ray: HOST:PORT of its head (ray start --head),"
+                             " ray://HOST:PORT (Ray Client) or 'auto' (the cluster started on this machine)")
+
+
+def check(engine: str, address: str | None) -> None:
+    """Reject an unusable engine or address before any work: Ray missing, a malformed or unreachable address."""
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "serial":
+        if address is not None:
+            raise InputError("--address needs --engine ray")
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise InputError(f"--engine ray needs Ray, which is not installed: {INSTALL}") from None
+    if address is None or address == "auto":
+        return  # a local instance, or the one `ray start` recorded here (checked when joining)
+    match = _ADDRESS.match(address)
+    if not match or not 0 < int(match["port"]) < 65536:
+        raise InputError(f"--address must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+    host, port = match["host"].strip("[]"), int(match["port"])
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise InputError(f"--address {address}: no Ray cluster answers at {host}:{port}"
+                         f" ({exc.strerror or exc or 'timed out'}); start one with `ray start --head`") from None
+
+
+@dataclass
+class CellFailure:
+    """A cell that raised on every attempt: its parameters, the last error and its traceback text."""
+
+    cell: str
+    error: BaseException
+    details: str
+    attempts: int
+
+    def line(self) -> str:
+        message = str(self.error).strip().splitlines()
+        return (f"cell failed after {self.attempts} attempts: {self.cell}: {type(self.error).__name__}"
+                + (f": {message[-1]}" if message else ""))
+
+
+@dataclass
+class Outcome:
+    """``results[i]`` is cell ``i``'s result, ``None`` where it failed; ``failures`` in cell order."""
+
+    results: list
+    failures: list[CellFailure]
+
+    def finished(self) -> list:
+        return [r for r in self.results if r is not None]
+
+    def raise_first(self) -> None:
+        """For callers in Python: the first failed cell's error, as the serial loop would have raised it."""
+        if self.failures:
+            raise self.failures[0].error
+
+
+def map_cells(fn: Callable[[Any, Any], Any], cells: Sequence, engine: str = "serial", address: str | None = None,
+              progress: Callable[[int], Any] | None = None, shared: Any = None,
+              describe: Callable[[Any], str] = str) -> Outcome:
+    """``fn(shared, cell)`` for every cell, on ``engine``; ``progress(1)`` after each finished (or failed) cell."""
+    check(engine, address)
+    if engine == "serial":
+        return _serial(fn, list(cells), shared, progress, describe)
+    return _ray(fn, list(cells), shared, address, progress, describe)
+
+
+def _serial(fn, cells, shared, progress, describe) -> Outcome:
+    results, failures = [None] * len(cells), []
+    for i, cell in enumerate(cells):
+        for attempt in range(1, RETRIES + 2):
+            try:
+                results[i] = fn(shared, cell)
+                break
+            except Exception as exc:  # noqa: BLE001 -- any error of one cell; the others go on
+                if attempt == RETRIES + 1:
+                    failures.append(CellFailure(describe(cell), exc, traceback.format_exc(), attempt))
+        if progress is not None:
+            progress(1)
+    return Outcome(results, failures)
+
+
+def _call(fn, shared, cell):
+    """The body of every Ray task (Ray resolves ``shared``'s object reference before the call)."""
+    return fn(shared, cell)
+
+
+def local_cpus() -> int:
+    """The cores this process may use (its affinity mask where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _join(address: str | None) -> bool:
+    """Start or join Ray; True if this call started it (and so must stop it). An instance already running in this
+    process (a notebook, the tests) is used as it is."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        if address is None:
+            # "local" even when RAY_ADDRESS is set: no --address means a fresh instance on this machine.
+            ray.init(address="local", num_cpus=local_cpus(), include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        else:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise InputError(f"--address {address}: {str(exc).splitlines()[0]}") from None
+    return True
+
+
+def _ray(fn, cells, shared, address, progress, describe) -> Outcome:
+    import ray
+
+    started = _join(address)
+    try:
+        task = ray.remote(_call).options(max_retries=RETRIES, retry_exceptions=True)
+        shared_ref = ray.put(shared)
+        index = {task.remote(fn, shared_ref, cell): i for i, cell in enumerate(cells)}
+        results, failed = [None] * len(cells), {}
+        pending = list(index)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    i = index[ref]
+                    try:
+                        results[i] = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 -- a task error, a crashed worker, a lost node
+                        cause = getattr(exc, "cause", None) or exc
+                        failed[i] = CellFailure(describe(cells[i]), cause, str(exc), RETRIES + 1)
+                    if progress is not None:
+                        progress(1)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        return Outcome(results, [failed[i] for i in sorted(failed)])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def progress_bar(total: int, desc: str):
+    """The one bar over cells that every command shows (on stderr, hidden when it is not a terminal)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="cell", file=sys.stderr, disable=None, leave=False)
+
+
+def report_failures(failures: list[CellFailure]) -> int:
+    """Name every failed cell on stderr, with the first one's traceback, and return the exit status: 2 if every
+    failure is bad input (out of memory included: see :mod:`analysis.cli`), else 3 (a bug)."""
+    from analysis.cli import bad_input_message
+
+    if not failures:
+        return 0
+    bad_input = all(bad_input_message(f.error) is not None for f in failures)
+    if not bad_input:
+        print(failures[0].details.rstrip(), file=sys.stderr)
+    for f in failures:
+        print(f.line(), file=sys.stderr)
+    print(f"{len(failures)} cell(s) failed; the results above are those of the other cells", file=sys.stderr)
+    return 2 if bad_input else 3

@@ -1,0 +1,221 @@
+"""Sweeps and evaluations on Ray give the serial run's files, bit for bit; failed cells are retried, then named.
+
+One local Ray instance (2 CPUs, no dashboard) serves the whole module: starting Ray takes seconds. The commands
+run in this process, so they find that instance already running and use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from analysis import engine, sweep
+from analysis.cli import main
+
+#: A small grid of the sweep command: 9 cells, two stiffnesses, the circuit runner.
+SMALL = ["--grid", "tiny", "--d", "2", "--k", "2,3", "--n", "12", "--scale", "0.5,5", "--iterations", "4"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(capsys, *argv) -> str:
+    code, _, err = run(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+def test_ray_runs_cells_in_workers_and_returns_them_in_cell_order(local_ray):
+    def slow_square(offset, cell):
+        time.sleep(0.05 * (8 - cell))  # later cells finish first
+        return cell * cell + offset, os.getpid()
+
+    ticks = []
+    outcome = engine.map_cells(slow_square, range(8), "ray", progress=ticks.append, shared=100)
+    assert [r[0] for r in outcome.results] == [c * c + 100 for c in range(8)]
+    assert os.getpid() not in {r[1] for r in outcome.results}  # Ray workers ran them, not this process
+    assert ticks == [1] * 8 and outcome.failures == []
+
+
+@pytest.mark.parametrize("where", ["serial", "ray"])
+def test_a_failing_cell_is_retried_once_then_named_and_the_others_kept(where, tmp_path, request):
+    if where == "ray":
+        request.getfixturevalue("local_ray")
+
+    def cell_fn(folder, cell):
+        attempts = folder / f"{cell['name']}.attempts"
+        with open(attempts, "a") as f:
+            f.write("x")
+        if cell["name"] == "broken" or (cell["name"] == "flaky" and attempts.read_text() == "x"):
+            raise ValueError(f"cell {cell['name']} went wrong")
+        return cell["value"] * 2
+
+    cells = [{"name": "a", "value": 1}, {"name": "broken", "value": 2}, {"name": "flaky", "value": 3},
+             {"name": "b", "value": 4}]
+    outcome = engine.map_cells(cell_fn, cells, where, shared=tmp_path, describe=lambda c: f"name={c['name']}")
+    assert outcome.results == [2, None, 6, 8]
+    attempts = {c["name"]: (tmp_path / f"{c['name']}.attempts").read_text() for c in cells}
+    assert attempts == {"a": "x", "broken": "xx", "flaky": "xx", "b": "x"}
+    [failure] = outcome.failures
+    assert failure.cell == "name=broken" and failure.attempts == 2 and isinstance(failure.error, ValueError)
+    assert failure.line() == "cell failed after 2 attempts: name=broken: ValueError: cell broken went wrong"
+    with pytest.raises(ValueError, match="cell broken went wrong"):
+        outcome.raise_first()
+
+
+# ------------------------------------------------------------------------------------------------ the commands
+def test_sweep_on_ray_writes_the_serial_csv_byte_for_byte(local_ray, tmp_path, capsys):
+    assert run(capsys, "sweep", *SMALL, "--out", tmp_path / "serial")[0] == 0
+    code, out, _ = run(capsys, "sweep", *SMALL, "--out", tmp_path / "ray", "--engine", "ray")
+    assert code == 0 and "ray engine" in out
+    serial, on_ray = ((tmp_path / name / "sweep.csv").read_bytes() for name in ("serial", "ray"))
+    assert serial == on_ray
+    assert serial.count(b"\n") == 1 + 9 * 2  # header, 9 cells x 2 stiffnesses x 1 seed
+    assert [r.gap for r in sweep.run_sweep(sweep.grid_from("tiny", d=(2,), k=(2, 3), n=(12,), scale=(0.5, 5.0),
+                                                          iterations=4))] == \
+        [float(line.split(b",")[9]) for line in serial.splitlines()[1:]]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ck") / "tiny"
+    code = main(["train", "--d", "2", "--k", "3", "--n", "16", "--steps", "2", "--batch", "2", "--iterations", "2",
+                 "--eval-iterations", "2", "--val-tasks", "2", "--val-every", "2", "--out", str(out)])
+    assert code == 0
+    return out
+
+
+def test_evaluate_on_ray_prints_the_serial_json(local_ray, checkpoint, capsys):
+    argv = ["evaluate", "--checkpoint", checkpoint, "--tasks", 10, "--chunk", 4, "--steps", 3, "--datasets",
+            "blobs,iris", "--dataset-inits", 2, "--json"]
+    code, serial, _ = run(capsys, *argv)
+    assert code == 0
+    code, on_ray, _ = run(capsys, *argv, "--engine", "ray")
+    assert code == 0 and on_ray == serial
+    doc = json.loads(serial)
+    assert doc["tasks"]["count"] == 10 and [d["name"] for d in doc["datasets"]] == ["blobs", "iris"]
+
+
+@pytest.mark.parametrize("where", ["serial", "ray"])
+def test_sweep_keeps_the_cells_that_finished_and_names_the_one_that_failed(where, tmp_path, capsys, monkeypatch,
+                                                                         request):
+    if where == "ray":
+        request.getfixturevalue("local_ray")
+    grid = ["--grid", "tiny", "--runner", "reference", "--iterations", "3"]
+    assert run(capsys, "sweep", *grid, "--out", tmp_path / "all")[0] == 0
+    reference_runner, attempts = sweep.reference_runner, tmp_path / "attempts"
+
+    def fails_on_one_cell(X, C0, beta, iterations):
+        if X.shape[1:] == (24, 1):  # the n-d grid's cell n=24, d=1
+            with open(attempts, "a") as f:
+                f.write("x")
+            raise RuntimeError("this cell is broken")
+        return reference_runner(X, C0, beta, iterations)
+
+    monkeypatch.setitem(sweep.RUNNERS, "reference", fails_on_one_cell)
+    code, out, err = run(capsys, "sweep", *grid, "--out", tmp_path / "some", "--engine", where)
+    assert code == 3 and attempts.read_text() == "xx"
+    assert "cell failed after 2 attempts: grid=n-d d=1 k=2 n=24 scale=1: RuntimeError: this cell is broken" in err
+    everything = (tmp_path / "all" / "sweep.csv").read_text().splitlines()
+    kept = (tmp_path / "some" / "sweep.csv").read_text().splitlines()
+    assert kept == [line for line in everything if not line.startswith("n-d,1,2,24,")]
+    assert len(everything) - len(kept) == 2  # the failed cell's two stiffnesses, nothing else
+    assert "MISSING (failed) grid=n-d d=1 k=2 n=24 scale=1" in (tmp_path / "some" / "sweep.html").read_text()
+
+
+def test_evaluate_keeps_the_cells_that_finished_and_names_the_one_that_failed(checkpoint, capsys, monkeypatch):
+    from analysis import evaluate
+    from circuits.training.checkpoint import load_model
+    from circuits.training.tasks import TEST, TaskBatch, task_stream
+
+    real = evaluate.evaluation_cell
+
+    def fails_on_chunk_4_and_iris(model, cell):
+        if getattr(cell, "start", None) == 4 or getattr(cell, "name", None) == "iris":
+            raise RuntimeError(f"{cell} is broken")
+        return real(model, cell)
+
+    monkeypatch.setattr(evaluate, "evaluation_cell", fails_on_chunk_4_and_iris)
+    code, out, err = run(capsys, "evaluate", "--checkpoint", checkpoint, "--tasks", 10, "--chunk", 4, "--steps", 3,
+                         "--datasets", "blobs,iris", "--dataset-inits", 2, "--json")
+    assert code == 3
+    assert "cell failed after 2 attempts: held-out tasks 4-7: RuntimeError" in err
+    assert "cell failed after 2 attempts: dataset iris (2 random inits from seed 0): RuntimeError" in err
+    doc = json.loads(out)
+    assert doc["failed"] == ["held-out tasks 4-7", "dataset iris (2 random inits from seed 0)"]
+    assert [d["name"] for d in doc["datasets"]] == ["blobs"]
+    # The tasks that finished, 0-3 and 8-9, evaluated as if they had been the only ones (in the same chunks).
+    monkeypatch.undo()
+    model, _ = load_model(checkpoint)
+    tasks = task_stream(64, 16, 2, 3, 10, 0, TEST)
+    kept = TaskBatch(*(np.concatenate([a[:4], a[8:]]) for a in (tasks.X, tasks.C0, tasks.components)),
+                              tasks.family, tasks.init)
+    alone = evaluate.evaluate_tasks(model, kept, steps=3, chunk=4).to_dict()
+    assert doc["tasks"]["count"] == 6
+    assert doc["tasks"]["per_step"] == alone["per_step"]
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("command", ["sweep", "evaluate"])
+def test_engine_ray_without_ray_is_exit_2_with_the_install_command(command, tmp_path, capsys, monkeypatch, checkpoint):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    argv = (["sweep", "--grid", "tiny", "--out", tmp_path / "out"] if command == "sweep"
+            else ["evaluate", "--checkpoint", checkpoint, "--tasks", 2])
+    line = one_line_error(capsys, *argv, "--engine", "ray")
+    assert 'pip install -e ".[distributed]"' in line
+    assert not (tmp_path / "out").exists()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("address, needle", [
+    ("not-an-address", "--address must be HOST:PORT"),
+    ("127.0.0.1:99999", "--address must be HOST:PORT"),
+    ("ray://", "--address must be HOST:PORT"),
+    ("127.0.0.1:{port}", "no Ray cluster answers at 127.0.0.1:{port}"),
+])
+def test_bad_address_is_exit_2_in_one_line(address, needle, tmp_path, capsys, local_ray):
+    port = closed_port()
+    line = one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "out", "--engine", "ray",
+                          "--address", address.format(port=port))
+    assert needle.format(port=port) in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_address_without_ray_engine_is_exit_2(tmp_path, capsys):
+    assert "--address needs --engine ray" in one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "o",
+                                                             "--address", "127.0.0.1:6379")
+
+
+def test_ray_cells_see_their_own_seeds_not_the_workers(local_ray):
+    """The same cells in a different order give each cell the same result (seeding per cell, never per worker)."""
+    cells = list(sweep.GRIDS["tiny"].cells())
+    job = (sweep.GRIDS["tiny"], sweep.reference_runner)
+    forward = engine.map_cells(sweep.sweep_cell, cells, "ray", shared=job).results
+    backward = engine.map_cells(sweep.sweep_cell, cells[::-1], "ray", shared=job).results[::-1]
+    assert all(np.array_equal([r.objective_soft for r in a], [r.objective_soft for r in b])
+               for a, b in zip(forward, backward))
+    assert forward == [sweep.sweep_cell(job, cell) for cell in cells]

@@ -108,6 +108,36 @@ class RunResult:
         }
 
 
+def as_run(obj) -> RunResult:
+    """What a user has in hand, as the verified run that reports and views read.
+
+    Accepts a :class:`RunResult`; a :class:`~analysis.capture.Capture` (verified here); a fitted
+    :class:`~analysis.estimator.CircuitKMeans` (its ``capture_`` and ``report_``); or a pair
+    ``(ActivationCache, EncodedBatch)``: the cache of ``circuit.model.run_with_cache(encoded.resid)`` (hooks
+    included) and the encoding it ran on, read with :func:`analysis.capture.capture_from_cache`.
+    """
+    if isinstance(obj, RunResult):
+        return obj
+    if isinstance(obj, Capture):
+        return RunResult(obj.circuit, obj.encoded, obj, verify_problem(obj, 0))
+    fitted = getattr(obj, "capture_", None)
+    if isinstance(fitted, Capture) and hasattr(obj, "report_"):
+        return RunResult(fitted.circuit, fitted.encoded, fitted, obj.report_, getattr(obj, "resolution_", None))
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], EncodedBatch):
+        from analysis.capture import capture_from_cache
+
+        cache, encoded = obj
+        circuit = getattr(getattr(cache, "model", None), "kmeans_circuit", None)
+        if not isinstance(circuit, KMeansCircuit):
+            raise TypeError("the ActivationCache must come from a circuit's model (KMeansCircuit.model.run_with_cache)")
+        cap = capture_from_cache(circuit, encoded, cache)
+        return RunResult(circuit, cap.encoded, cap, verify_problem(cap, 0))
+    if hasattr(obj, "get_params") and hasattr(obj, "fit"):
+        raise TypeError(f"this {type(obj).__name__} is not fitted: call fit first")
+    raise TypeError(f"expected a RunResult, a Capture, a fitted CircuitKMeans or (ActivationCache, EncodedBatch),"
+                    f" got {type(obj).__name__}")
+
+
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
     """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best."""
     return fit_unit_scaling(X, C0, centre="median")

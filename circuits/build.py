@@ -185,6 +185,11 @@ class KMeansCircuit:
     #: TransformerLens hooks (:mod:`circuits.structured` uses their ``structured`` counterpart).
     score_hooks: dict[int, object] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        # The model knows the circuit it belongs to, so that what TransformerLens hands back (an ActivationCache
+        # holds only the model) leads to the layout and schedule that read it.
+        self.model.kmeans_circuit = self
+
     @property
     def params(self) -> dict[str, float]:
         """The variant's parameters (empty for Lloyd)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from analysis.commands._problem import check_checkpoint, seed
 from analysis.data import DATASETS, InputError
@@ -82,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from analysis.commands._progress import Stages
     from analysis.evaluate import evaluate_dataset, evaluate_tasks
     from circuits.training.checkpoint import CheckpointError, load_model
     from circuits.training.tasks import TEST, task_stream
@@ -98,16 +98,19 @@ def run(args: argparse.Namespace) -> int:
     doc: dict = {"checkpoint": str(args.checkpoint), "trained": {key: config["training"][key] for key in
                                                                   ("d", "k", "n", "steps", "init")},
                  "best_step": config.get("progress", {}).get("best_step")}
-    if args.tasks:
-        print(f"evaluating on {args.tasks} held-out tasks ...", file=sys.stderr)
-        tasks = task_stream(64, n, model.config.d, model.config.k, args.tasks, args.seed, TEST, args.family, args.init)
-        doc["tasks"] = evaluate_tasks(model, tasks, args.steps, args.chunk).to_dict()
-    if datasets:
-        doc["datasets"] = []
-        for name in datasets:
-            print(f"evaluating on {name} ...", file=sys.stderr)
-            doc["datasets"].append(evaluate_dataset(model, name, args.steps, args.dataset_inits, args.init, args.seed,
-                                                    chunk=max(1, args.chunk // 4)))
+    task_stage = f"{args.tasks} held-out tasks"
+    with Stages(NAME, ([task_stage] if args.tasks else []) + list(datasets)) as stages:
+        if args.tasks:
+            stages.start(task_stage)
+            tasks = task_stream(64, n, model.config.d, model.config.k, args.tasks, args.seed, TEST, args.family,
+                                args.init)
+            doc["tasks"] = evaluate_tasks(model, tasks, args.steps, args.chunk).to_dict()
+        if datasets:
+            doc["datasets"] = []
+            for name in datasets:
+                stages.start(name)
+                doc["datasets"].append(evaluate_dataset(model, name, args.steps, args.dataset_inits, args.init,
+                                                        args.seed, chunk=max(1, args.chunk // 4)))
     if args.json:
         print(json.dumps(doc))
     else:

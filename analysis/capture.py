@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -282,6 +282,31 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     return cap
 
 
+def stream_residuals(circuit: KMeansCircuit, resid: Float[torch.Tensor, "batch pos d_model"],
+                     path: ExecutionPath | str, take: Callable[[str, torch.Tensor], None]) -> None:
+    """Run ``circuit`` on ``resid`` along ``path`` (dense or structured) and hand every residual position to
+    ``take(hook name, residual)`` in order: ``resid_pre`` of block 0, then ``resid_mid`` and ``resid_post`` of
+    each block. Both paths hand over the same names and, for a deterministic circuit, the same values."""
+    if ExecutionPath(path) == ExecutionPath.STRUCTURED:
+        from circuits.structured import Recording, structured_forward
+
+        take(hook_names.resid_pre(0), resid)
+
+        def on_record(layer: int, record) -> None:
+            take(hook_names.resid_mid(layer), record.resid_mid)
+            take(hook_names.resid_post(layer), record.resid_post)
+
+        structured_forward(circuit.model, resid, circuit.score_hooks, Recording(on_record, mid=True))
+        return
+    names = [hook_names.resid_pre(0)]
+    for layer in range(circuit.n_layers):
+        names += [hook_names.resid_mid(layer), hook_names.resid_post(layer)]
+    with torch.no_grad():
+        _, cache = circuit.model.run_with_cache(resid, start_at_layer=0, names_filter=hook_names.names_filter(names))
+    for name in names:
+        take(name, cache[name])
+
+
 class _LayerDecoder:
     """Decodes each block's output once (a block's input is the previous block's output) into LayerCaptures."""
 
@@ -311,7 +336,7 @@ class _LayerDecoder:
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
                         on_layer: Callable[[int], None] | None) -> Capture:
-    from circuits.structured import structured_forward
+    from circuits.structured import Recording, structured_forward
 
     model = circuit.model
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
@@ -331,9 +356,10 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         if keep_cache:
             entries[hook_names.resid_pre(layer)] = record.resid_pre
             entries[hook_names.resid_post(layer)] = record.resid_post
+        if on_layer is not None:
+            on_layer(layer)
 
-    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, keep=False, on_layer=on_layer,
-                                   on_record=take, keep_pre=keep_cache)
+    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, Recording(take, pre=keep_cache))
     cache = None
     if keep_cache:
         from transformer_lens import ActivationCache

@@ -21,17 +21,11 @@ class InputError(ValueError):
 
 @dataclass
 class Dataset:
+    """Points ``X`` (n, d) in the data's own units, and the true labels where the dataset has them."""
+
     name: str
     X: np.ndarray
     y: np.ndarray | None = None
-
-    @property
-    def n(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def d(self) -> int:
-        return self.X.shape[1]
 
 
 def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: int = 0) -> Dataset:

@@ -195,12 +195,13 @@ def dataset_points(name: str, d: int, k: int, seed: int = 0) -> tuple[np.ndarray
     else:
         ds = load_dataset(name)
     X, y = ds.X, ds.y
+    d_data = X.shape[1]
     lo, hi = X.min(axis=0), X.max(axis=0)
     X = (X - lo) / np.where(hi > lo, hi - lo, 1.0)
     how = "features min-max scaled to [0, 1]"
     if X.shape[1] > d:
         X = PCA(n_components=d, random_state=seed).fit_transform(X)
-        how += f", PCA {ds.d} -> {d} dimensions"
+        how += f", PCA {d_data} -> {d} dimensions"
     elif X.shape[1] < d:
         X = np.pad(X, ((0, 0), (0, d - X.shape[1])))
         how += f", {ds.d} dimensions padded with zeros to {d} (distances unchanged)"

@@ -30,7 +30,7 @@ import csv
 import io
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from jaxtyping import Float
@@ -162,7 +162,7 @@ def structured_runner(X, C0, beta: float, iterations: int):
     problem at a time: the same residual stream as :func:`circuit_runner` in O(n k d) per layer, so the sweep
     reaches a million points. Same shared encoder radius as :func:`circuit_runner`."""
     from circuits.encoding import UnitScaling, decode, encode, fit_unit_scaling
-    from circuits.structured import structured_forward
+    from circuits.structured import Recording, structured_forward
     from circuits.variants.soft import build_soft_circuit
 
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
@@ -180,7 +180,7 @@ def structured_runner(X, C0, beta: float, iterations: int):
             if layer == last:
                 seen["resid"] = record.resid_post
 
-        structured_forward(circuit.model, enc.resid, circuit.score_hooks, keep=False, on_record=keep_last)
+        structured_forward(circuit.model, enc.resid, circuit.score_hooks, Recording(keep_last))
         out.append(decode(circuit.layout, seen["resid"], enc.sequence, enc.scaling).centroids[0])
     return np.stack(out)
 

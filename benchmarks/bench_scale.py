@@ -51,7 +51,7 @@ def one(n: int, d: int, k: int, T: int, what: str) -> dict:
     from circuits.build import build_lloyd_circuit
     from circuits.encoding import encode
     from circuits.initialisation import initial_centroids
-    from circuits.structured import structured_forward
+    from circuits.structured import Recording, structured_forward
 
     keep_freed_memory()
     X, _ = make_blobs(n, n_features=d, centers=k, random_state=0)
@@ -63,7 +63,7 @@ def one(n: int, d: int, k: int, T: int, what: str) -> dict:
     base = rss_mib()
     out = {"n": n, "what": what, "sklearn_s": sk_time}
     if what == "structured":
-        out["seconds"] = best(lambda: structured_forward(circuit.model, enc.resid, keep=False, keep_pre=False),
+        out["seconds"] = best(lambda: structured_forward(circuit.model, enc.resid, recording=Recording(lambda layer, record: None, pre=False)),
                               10 if n <= 10_000 else 3 if n <= 100_000 else 1)
     elif what == "verify":
         t0 = time.perf_counter()

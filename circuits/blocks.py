@@ -50,6 +50,21 @@ ASSIGN = BlockKind.ASSIGN
 UPDATE = BlockKind.UPDATE
 
 
+def write_label(head: HeadBuilder) -> HeadBuilder:
+    """An assign head's values: the attended centroid's identity ``ID_j`` into the query's ``Y_stage_j``."""
+    for j in range(head.layout.k):
+        head.ov({("ID", j): 1.0}, {("Y_stage", j): 1.0})
+    return head
+
+
+def write_mean(head: HeadBuilder) -> HeadBuilder:
+    """An update head's values: each attended key's ``X + C`` (a point's coordinates, or a centroid's own) into
+    ``C_stage``, so that the query receives the attention-weighted mean."""
+    for m in range(head.layout.d):
+        head.ov({("X", m): 1.0, ("C", m): 1.0}, {("C_stage", m): 1.0})
+    return head
+
+
 def assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
     """Point queries pick their nearest centroid key; the chosen key's ``ID`` goes to ``Y_stage``."""
     beta, M = sharp.beta, sharp.mask
@@ -60,9 +75,7 @@ def assign_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
     key_penalty.update({("ID", j): sharp.tie_break * j for j in range(layout.k)})
     head.qk({("IS_POINT", 0): -beta}, key_penalty)
     head.qk({("IS_CENTROID", 0): beta * M, ("IS_BOS", 0): beta * M}, {("IS_BOS", 0): 1.0})
-    for j in range(layout.k):
-        head.ov({("ID", j): 1.0}, {("Y_stage", j): 1.0})
-    return head
+    return write_label(head)
 
 
 def assign_mlp(layout: ResidualLayout) -> MLPBuilder:
@@ -81,9 +94,7 @@ def update_head(layout: ResidualLayout, sharp: Sharpness) -> HeadBuilder:
     for j in range(layout.k):
         head.qk({("ID", j): b}, {("Y", j): 1.0, ("ID", j): 0.5})
     head.qk({("IS_POINT", 0): b, ("IS_BOS", 0): b}, {("IS_BOS", 0): 1.0})
-    for m in range(layout.d):
-        head.ov({("X", m): 1.0, ("C", m): 1.0}, {("C_stage", m): 1.0})
-    return head
+    return write_mean(head)
 
 
 def update_mlp(layout: ResidualLayout) -> MLPBuilder:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from einops import einsum
 from jaxtyping import Float, Int
 
 from circuits.layout import ResidualLayout, SequenceLayout
@@ -50,9 +51,9 @@ class UnitScaling:
     def sq_norm_from_unit(self, unit_sq_norm: Float[np.ndarray, "batch k"],
                           unit_points: Float[np.ndarray, "batch k d"]) -> Float[np.ndarray, "batch k"]:
         """|s u + mu|^2 from a stored |u|^2 (the ``N`` slot) and u itself."""
-        s, mu = self.scale[:, None], self.offset[:, None, :]
-        return s**2 * unit_sq_norm + 2 * s * np.einsum("bkd,bkd->bk", unit_points, np.broadcast_to(mu, unit_points.shape)) \
-            + np.sum(mu**2, axis=-1)
+        s, mu = self.scale[:, None], self.offset
+        cross = einsum(unit_points, mu, "batch centroid dim, batch dim -> batch centroid")
+        return s**2 * unit_sq_norm + 2 * s * cross + np.sum(mu**2, axis=-1)[:, None]
 
     def to_dict(self) -> dict[str, list]:
         return {"offset": self.offset.tolist(), "scale": self.scale.tolist()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 
 def umask_mode(base: int) -> int:

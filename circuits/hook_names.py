@@ -6,7 +6,7 @@ Nothing else in the project spells a hook name.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 #: The hook points of an attention layer (attribute names on ``block.attn``); a structured run must find no hook on
 #: any of them but the permanent score hook of a variant.

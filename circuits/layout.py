@@ -14,7 +14,7 @@ subspaces keep their meaning in every variant.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

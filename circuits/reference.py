@@ -23,10 +23,11 @@ Rules, stated because every comparison depends on them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
+from einops import einsum
 from jaxtyping import Float, Int
 
 #: Rows of points processed at once, to bound memory at n * k * d.
@@ -38,7 +39,7 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        out[start : start + _CHUNK] = np.einsum("nkd,nkd->nk", diff, diff)
+        out[start : start + _CHUNK] = einsum(diff, diff, "point centroid dim, point centroid dim -> point centroid")
     return out
 
 
@@ -205,15 +206,20 @@ class Reference:
     # -- update -------------------------------------------------------------------------------------------
     def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
                u: int) -> Float[np.ndarray, "k d"]:
-        if type(self).update_weights is Reference.update_weights:
-            # Plain means as sums over counts (as scikit-learn): exact for coinciding members, where summing
-            # 1/m-weighted points is not.
-            labels = labels_of(R)
-            new = np.array(C, dtype=np.float64, copy=True)
-            for j in np.unique(labels[labels >= 0]):
-                members = labels == j
-                new[j] = X[members].sum(axis=0) / members.sum()
-            return new
+        """Lloyd's update: each cluster's mean as a sum over a count (as scikit-learn), which is exact for
+        coinciding members where summing ``1/m``-weighted points is not; an empty cluster keeps its centroid.
+        :meth:`update_weights` gives the same means as weights (what the verifier compares attention with)."""
+        labels = labels_of(R)
+        new = np.array(C, dtype=np.float64, copy=True)
+        for j in np.unique(labels[labels >= 0]):
+            members = labels == j
+            new[j] = X[members].sum(axis=0) / members.sum()
+        return new
+
+    def weighted_update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"],
+                        C: Float[np.ndarray, "k d"], u: int) -> Float[np.ndarray, "k d"]:
+        """The update as :meth:`update_weights` defines it: the ``update`` of a subclass whose weights are not
+        plain means (``update = Reference.weighted_update``)."""
         W = self.update_weights(X, R, C, u)
         return W[:, :-1] @ X + W[:, -1:] * C
 

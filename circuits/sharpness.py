@@ -66,6 +66,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from circuits.reference import sq_distances
+
 #: log of the smallest positive float64 (subnormal): exp(-x) is exactly 0 beyond this.
 FLOAT64_UNDERFLOW = 745.2
 FLOAT32_UNDERFLOW = 103.98
@@ -164,8 +166,7 @@ def tie_magnitude(unit_X: np.ndarray, unit_C0: np.ndarray, gamma: float) -> floa
     reachable = c_norm[c_norm <= 3.0 * R]
     Q = max(R, float(reachable.max()) if reachable.size else 0.0)
     if unit_C0.shape[0] > 1:
-        diff = unit_X[:, None, :] - unit_C0[None, :, :]
-        D = np.einsum("nkd,nkd->nk", diff, diff)
+        D = sq_distances(unit_X, unit_C0)
         two = np.argsort(D, axis=1, kind="stable")[:, :2]
         rows = np.arange(len(unit_X))
         own = np.maximum(radius, np.maximum(c_norm[two[:, 0]], c_norm[two[:, 1]]))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from jaxtyping import Float
@@ -120,6 +120,10 @@ class VariantSpec:
     #: The assign head is Lloyd's distance head (scores ``-beta |x - c_j|^2`` with the tie-break): its knobs are
     #: chosen from the data like Lloyd's. Other heads tie other quantities to beta and keep their defaults.
     distance_head: bool = False
+    #: Exactness knobs (:class:`circuits.sharpness.Sharpness` fields) whose role this variant's own parameters take:
+    #: the builder overrides them, so a command refuses them rather than ignoring them (soft's ``beta`` is a
+    #: stiffness, not Lloyd's sharpness).
+    replaced_knobs: tuple[str, ...] = ()
     #: "sphere": the points (and initial centroids) are projected onto the unit sphere about the origin before
     #: encoding, with no centring or scaling; ``None``: the standard encoding.
     input_map: str | None = None

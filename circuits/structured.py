@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -227,8 +227,28 @@ class LayerRecord:
     resid_pre: Float[Tensor, "batch pos d_model"] | None  # None when the forward ran in place
     resid_post: Float[Tensor, "batch pos d_model"]
     attention: list[GroupedAttention] = field(default_factory=list)  # one per problem of the batch
-    #: The residual after the attention, before the MLP (``hook_resid_mid``); only with ``keep_mid=True``.
+    #: The residual after the attention, before the MLP (``hook_resid_mid``); only with ``Recording(mid=True)``.
     resid_mid: Float[Tensor, "batch pos d_model"] | None = None
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`structured_forward` hands back of each block.
+
+    By default every :class:`LayerRecord` is returned in a list. With ``on_record`` they are streamed instead: each
+    goes to ``on_record(layer, record)`` as its block finishes and none is kept (at a million points each residual
+    is hundreds of MB). ``pre``: keep the residual entering each block; when streaming without it, a block updates
+    the stream in place (``record.resid_pre`` is ``None``), saving a copy per layer. ``mid``: also record the
+    residual between attention and MLP.
+    """
+
+    on_record: Callable[[int, LayerRecord], None] | None = None
+    pre: bool = True
+    mid: bool = False
+
+
+#: Every record, returned.
+KEEP_ALL = Recording()
 
 
 def check_supported(model, score_hooks: dict[int, object] | None = None) -> None:
@@ -351,19 +371,14 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
 
 @torch.no_grad()
 def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_hooks: dict[int, object] | None = None,
-                       keep: bool = True, on_layer: Callable[[int], None] | None = None,
-                       on_record: Callable[[int, LayerRecord], None] | None = None,
-                       pair_budget: int = PAIR_BUDGET, keep_mid: bool = False, keep_pre: bool = True
+                       recording: Recording = KEEP_ALL, pair_budget: int = PAIR_BUDGET
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and restricted linear maps.
 
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
-    logits and, per layer, the residual stream before and after the block and the grouped attention of each
-    problem. ``on_record(layer, record)`` sees each record as the block finishes; with ``keep=False`` records are
-    not kept (at a million points each residual is hundreds of MB); ``keep_mid`` also records the residual between
-    attention and MLP. Residuals in the records are ``(batch, pos, d_model)`` views of feature-major storage.
-    With ``keep=False`` and ``keep_pre=False`` a block updates the residual in place (its input is not kept:
-    ``record.resid_pre`` is ``None``), saving a copy of the stream per layer.
+    logits and, per layer (as ``recording`` says: returned or streamed), the residual stream before and after the
+    block and the grouped attention of each problem. Residuals in the records are ``(batch, pos, d_model)`` views
+    of feature-major storage.
     Raises :class:`StructuredPathUnavailable` when the model or the run is not structured; nothing is computed
     approximately.
     """
@@ -371,7 +386,8 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     check_supported(model, score_hooks)
     records: list[LayerRecord] = []
     states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem (a copy)
-    in_place = not keep and not keep_pre
+    keep, keep_mid = recording.on_record is None, recording.mid
+    in_place = not keep and not recording.pre
 
     def token_major(tensors: list[Tensor]) -> Tensor:
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
@@ -392,13 +408,11 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,
                              token_major(mids) if keep_mid else None)
-        if on_record is not None:
-            on_record(layer, record)
         if keep:
             records.append(record)
+        else:
+            recording.on_record(layer, record)
         states = posts
-        if on_layer is not None:
-            on_layer(layer)
     x = token_major(states)
     if getattr(model, "ln_final", None) is not None:
         x = model.ln_final(x)

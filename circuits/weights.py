@@ -13,7 +13,7 @@ them into a TransformerLens state dict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from jaxtyping import Float
@@ -57,11 +57,16 @@ class HeadWeights:
         return self.W_V @ self.W_O
 
     def padded(self, d_head: int) -> "HeadWeights":
-        extra = d_head - self.d_head
-        if extra < 0:
-            raise ValueError(f"cannot pad a head of width {self.d_head} down to {d_head}")
-        pad_cols = lambda W: np.pad(W, ((0, 0), (0, extra)))  # noqa: E731
-        return HeadWeights(pad_cols(self.W_Q), pad_cols(self.W_K), pad_cols(self.W_V), np.pad(self.W_O, ((0, extra), (0, 0))))
+        """The same head with ``d_head`` columns (the extra ones zero: they add nothing to any score or output)."""
+        extra = _extra_width(self.d_head, d_head, "a head")
+        cols = lambda W: np.pad(W, ((0, 0), (0, extra)))  # noqa: E731
+        return HeadWeights(cols(self.W_Q), cols(self.W_K), cols(self.W_V), np.pad(self.W_O, ((0, extra), (0, 0))))
+
+
+def _extra_width(width: int, target: int, what: str) -> int:
+    if target < width:
+        raise ValueError(f"cannot pad {what} of width {width} down to {target}")
+    return target - width
 
 
 @dataclass
@@ -77,14 +82,10 @@ class MLPWeights:
         return self.W_gate.shape[1]
 
     def padded(self, d_mlp: int) -> "MLPWeights":
-        extra = d_mlp - self.d_mlp
-        if extra < 0:
-            raise ValueError(f"cannot pad an MLP of width {self.d_mlp} down to {d_mlp}")
-        return MLPWeights(
-            np.pad(self.W_gate, ((0, 0), (0, extra))),
-            np.pad(self.W_in, ((0, 0), (0, extra))),
-            np.pad(self.W_out, ((0, extra), (0, 0))),
-        )
+        """The same MLP with ``d_mlp`` units (the extra ones zero)."""
+        extra = _extra_width(self.d_mlp, d_mlp, "an MLP")
+        cols = lambda W: np.pad(W, ((0, 0), (0, extra)))  # noqa: E731
+        return MLPWeights(cols(self.W_gate), cols(self.W_in), np.pad(self.W_out, ((0, extra), (0, 0))))
 
 
 @dataclass

@@ -290,6 +290,13 @@ def test_a_data_path_that_is_no_file_says_what_it_is(tmp_path, capsys, kind):
     (["cluster", "--dataset", "iris", "--k", 3, "--variant", "gumbel:seed=1e30"], "seed must be an integer"),
     (["prove", "--d", 2, "--k", 2, "--variant", "soft:beta=0"], "beta must lie in (0, 1e+250]"),
     (["prove", "--d", 2, "--k", 2, "--variant", "annealed:beta=1e250,growth=10"], "exceeds"),
+    # Soft circuits take their stiffness from the variant: a --beta would be silently replaced, so it is refused.
+    (["cluster", "--dataset", "iris", "--k", 3, "--variant", "soft:beta=2", "--beta", 30],
+     "--beta: not used by variant 'soft'"),
+    (["report", "--dataset", "iris", "--k", 3, "--variant", "annealed", "--tie-break", 1e-9, "--out", "{tmp}/t.html"],
+     "--tie-break: not used by variant 'annealed'"),
+    (["prove", "--d", 2, "--k", 2, "--variant", "soft", "--beta", 5, "--tie-break", 1e-9],
+     "--beta and --tie-break: not used by variant 'soft'"),
     (["train", "--d", 2, "--k", 3, "--steps", 1, "--lr", "inf", "--out", "{tmp}/t"], "--lr must be positive and finite"),
     (["train", "--d", 2, "--k", 3, "--steps", 1, "--growth", "inf", "--out", "{tmp}/t"], "--growth"),
 ])

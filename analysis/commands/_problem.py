@@ -99,21 +99,33 @@ def variant_help() -> str:
             f" parameters' defaults: {listed}. Default lloyd")
 
 
-def check_variant_arg(spec: str, iterations: int) -> str:
-    """``--variant`` for a circuit of ``iterations`` iterations: the variant's name, or :class:`InputError`."""
-    from circuits.variants import VariantError, check_variant
+def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | None = None) -> str:
+    """``--variant`` for a circuit of ``iterations`` iterations: the variant's name, or :class:`InputError`.
+
+    With ``args``, also refuses an exactness knob the variant replaces by its own parameter (a ``--beta`` that the
+    soft circuit would otherwise ignore in favour of its stiffness).
+    """
+    from circuits.variants import VariantError, check_variant, get_variant
 
     if iterations < 0:
         raise InputError(f"--iterations must be >= 0, got {iterations}")
     try:
-        return check_variant(spec, iterations)
+        name = check_variant(spec, iterations)
     except VariantError as exc:
         # The registry's message names the unknown variant, or the bad parameter of a known one.
         raise InputError(str(exc)) from None
+    variant = get_variant(spec)
+    replaced = [knob for knob in variant.replaced_knobs if args is not None and getattr(args, knob, None) is not None]
+    if replaced:
+        flags = " and ".join("--" + knob.replace("_", "-") for knob in replaced)
+        example = ",".join(f"{p.name}={p.default:g}" for p in variant.parameters)
+        raise InputError(f"{flags}: not used by variant {name!r}, whose own parameters take that role"
+                         f" (e.g. --variant {name}:{example})")
+    return name
 
 
 def load_problem(args: argparse.Namespace) -> Problem:
-    check_variant_arg(args.variant, args.iterations)
+    check_variant_arg(args.variant, args.iterations, args)
     if args.dataset is not None:
         ds = load_dataset(args.dataset, n=args.n, d=args.d, centers=args.centers, seed=args.seed)
         X, y, source = ds.X, ds.y, args.dataset

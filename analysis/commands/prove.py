@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
     if args.examples < 0:
         raise InputError(f"--examples must be >= 0, got {args.examples}")
-    name = check_variant_arg(args.variant, args.iterations)
+    name = check_variant_arg(args.variant, args.iterations, args)
     sharpness = sharpness_from(args)
 
     from analysis.proof.prover import OBLIGATION_SETS, NoObligations, prove_circuit, without_obligations

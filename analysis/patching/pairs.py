@@ -24,7 +24,7 @@ line. This module is numpy only, so the command line can validate a corruption b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from jaxtyping import Float, Int

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 #: A monomial: sorted tuple of variable names (with repetition); () is the constant monomial.
 Monomial = tuple[str, ...]

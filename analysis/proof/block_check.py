@@ -16,7 +16,7 @@ Every check returns the problems it found (empty: the statement holds), named by
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Callable
+from collections.abc import Callable
 
 from analysis.proof.algebra import GatedTerm, Poly, exact, prove_piecewise_identity
 from analysis.proof.domain import token_flags, token_forms, valid_domain

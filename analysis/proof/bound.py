@@ -85,6 +85,7 @@ from jaxtyping import Float
 
 from analysis.proof.registry import BOUNDED_VARIANTS
 from circuits.blocks import ASSIGN, UPDATE
+from circuits.reference import sq_distances
 
 U = 2.0**-53
 TINY = 5e-324
@@ -210,8 +211,7 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
     layer = 1
     for it in range(iterations + 1):
         # ---- assign layer: point queries against the centroids of iteration `it`.
-        diff = X[:, None, :] - C[None, :, :]
-        D = np.einsum("nkd,nkd->nk", diff, diff)
+        D = sq_distances(X, C)
         E = np.sqrt(d) * e  # Euclidean error of the float centroids
         g = _gamma(d + 2)
         rho = (g * D * (1 + 2 * g) + 2 * np.sqrt(D) * (1 + g) * E[None, :] + E[None, :] ** 2

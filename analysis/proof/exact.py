@@ -26,31 +26,29 @@ from jaxtyping import Float
 from analysis.proof.algebra import Lin, exact
 from circuits import hook_names
 from circuits.layout import ResidualLayout
+from circuits.weights import HeadWeights, MLPWeights
 
 #: Name of the augmented constant coordinate (biases live there).
 BIAS = "bias"
 
 
 @dataclass
-class HeadParams:
-    W_Q: Float[np.ndarray, "d_model d_head"]
+class HeadParams(HeadWeights):
+    """A head as TransformerLens computes with it: the weights and their biases."""
+
     b_Q: Float[np.ndarray, " d_head"]
-    W_K: Float[np.ndarray, "d_model d_head"]
     b_K: Float[np.ndarray, " d_head"]
-    W_V: Float[np.ndarray, "d_model d_head"]
     b_V: Float[np.ndarray, " d_head"]
-    W_O: Float[np.ndarray, "d_head d_model"]
     b_O: Float[np.ndarray, " d_model"]
     #: Attention-sink logit (``use_attention_sinks``): a virtual key with value 0; ``None`` without sinks.
     sinks: float | None = None
 
 
 @dataclass
-class MLPParams:
-    W_gate: Float[np.ndarray, "d_model d_mlp"]
-    W_in: Float[np.ndarray, "d_model d_mlp"]
+class MLPParams(MLPWeights):
+    """A gated MLP with its biases (``b_in`` after the gate's product, as in TransformerLens)."""
+
     b_in: Float[np.ndarray, " d_mlp"]
-    W_out: Float[np.ndarray, "d_mlp d_model"]
     b_out: Float[np.ndarray, " d_model"]
 
 

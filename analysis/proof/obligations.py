@@ -8,7 +8,7 @@ statements); ``unembed.reads_y`` closes the list.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from analysis.proof.architecture import (
     ARCHITECTURE_STATEMENT, SEMANTICS_STATEMENT, check_architecture, check_semantics,

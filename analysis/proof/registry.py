@@ -8,7 +8,7 @@ finite-sharpness bound (:mod:`analysis.proof.bound`) is derived for it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from analysis.proof.variant_proofs import prove_damped, prove_lloyd, prove_trimmed
 from circuits.spec import NoObligations, ObligationSet

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from collections.abc import Callable
 
 from analysis.proof.algebra import Poly
 from circuits.layout import ResidualLayout

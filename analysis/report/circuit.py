@@ -17,7 +17,7 @@ chosen once per report and shared by all views) while every number comes from al
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -59,96 +59,79 @@ def _variant_caveat(run) -> str:
             "figures show what this circuit actually does.")
 
 
-def _trajectory_section(run, ctx: ReportContext) -> Section:
-    return Section(
-        "The algorithm: centroids across iterations",
+@dataclass(frozen=True)
+class DefaultSection:
+    """One default section, declared as data: its title and text, the views it shows, and whether the text gets the
+    variant caveat (it describes the exact construction)."""
+
+    key: str
+    title: str
+    text: str
+    views: Callable[[object, ReportContext], list]
+    caveat: bool = False
+
+    def __call__(self, run, ctx: ReportContext) -> Section:
+        text = self.text + (_variant_caveat(run) if self.caveat else "")
+        return Section(self.title, text, self.views(run, ctx), key=self.key)
+
+
+def _residual_views(run, ctx: ReportContext) -> list:
+    layout = as_circuit(run).layout
+    table = Table(["subspace", "dimensions", "width", "holds"],
+                  [[r["name"], f"{r['start']}..{r['stop'] - 1}", r["width"], r["holds"]] for r in layout.describe()],
+                  caption=f"The residual stream: d_model = {layout.d_model}, named subspaces (circuits/layout.py).")
+    return [table, views.residual_norms(run, streams=ctx.streams), views.residual_tokens(run, streams=ctx.streams)]
+
+
+#: The default sections, in page order.
+DEFAULT_SECTIONS: list[DefaultSection] = [
+    DefaultSection(
+        "trajectories", "The algorithm: centroids across iterations",
         "Every point coloured by the assignment the circuit wrote into its `Y` slot, and every centroid at the "
         "position held in its `C` slot, read off the residual stream after each block. Open circles are the "
         "reference algorithm's centroids, computed independently in numpy from the same initial centroids; "
         "the crosses sit inside them when the circuit runs the algorithm exactly. Move the slider to step "
         "through the iterations.",
-        [views.centroid_trajectories(run, sample=ctx.sample)],
-        key="trajectories",
-    )
-
-
-def _assign_section(run, ctx: ReportContext) -> Section:
-    return Section(
-        "Assignment heads: each point picks its nearest centroid",
+        lambda run, ctx: [views.centroid_trajectories(run, sample=ctx.sample)]),
+    DefaultSection(
+        "assign", "Assignment heads: each point picks its nearest centroid",
         "The query of a point carries `2 beta x` and `-beta`, the key of centroid j carries `c_j` and "
         "`|c_j|^2` (plus a tiny tie-break), so the score is `-beta |x - c_j|^2` up to a constant of the query "
         "and the softmax over the centroid keys picks the nearest centroid. Rows are the point queries, "
         "ordered by the centroid they attend to and then by margin, so a hard assignment is one block per "
         "cluster. Right: each point's margin, the score of its chosen key minus the best other key; beyond the "
-        "dashed line the other weights underflow to exactly 0 in float64 and the pattern is exactly one-hot."
-        + _variant_caveat(run),
-        [views.assign_attention(run, sample=ctx.sample)],
-        key="assign",
-    )
-
-
-def _update_section(run, ctx: ReportContext) -> Section:
-    return Section(
-        "Update heads: each centroid averages its members",
+        "dashed line the other weights underflow to exactly 0 in float64 and the pattern is exactly one-hot.",
+        lambda run, ctx: [views.assign_attention(run, sample=ctx.sample)], caveat=True),
+    DefaultSection(
+        "update", "Update heads: each centroid averages its members",
         "The query of centroid j scores `beta_u` on every point whose `Y` has bit j and `beta_u / 2` on its own "
         "key, so the softmax is uniform over its members (their mean, since the value is `X + C`) or, for an "
         "empty cluster, all on itself. The first update layer commits the initial centroids: no point is "
-        "assigned yet, so every centroid attends to itself." + _variant_caveat(run),
-        [views.update_attention(run, sample=ctx.sample)],
-        key="update",
-    )
-
-
-def _residual_section(run, ctx: ReportContext) -> Section:
-    layout = as_circuit(run).layout
-    table = Table(["subspace", "dimensions", "width", "holds"],
-                  [[r["name"], f"{r['start']}..{r['stop'] - 1}", r["width"], r["holds"]] for r in layout.describe()],
-                  caption=f"The residual stream: d_model = {layout.d_model}, named subspaces (circuits/layout.py).")
-    return Section(
-        "The residual stream, subspace by subspace",
+        "assigned yet, so every centroid attends to itself.",
+        lambda run, ctx: [views.update_attention(run, sample=ctx.sample)], caveat=True),
+    DefaultSection(
+        "residual", "The residual stream, subspace by subspace",
         "The residual stream is a named basis: every dimension belongs to one subspace of the table below. "
         "Each block is read twice, after its attention and after its MLP: heads write into the staging slots "
         "(`Y_stage`, `C_stage`), and the MLP of the same block commits them into `Y` and `C` and empties the "
         "slots.",
-        [table, views.residual_norms(run, streams=ctx.streams), views.residual_tokens(run, streams=ctx.streams)],
-        key="residual",
-    )
-
-
-def _weights_section(run, ctx: ReportContext) -> Section:
-    return Section(
-        "The weights: QK and OV circuits in the named basis",
+        _residual_views),
+    DefaultSection(
+        "weights", "The weights: QK and OV circuits in the named basis",
         "Each head's bilinear maps, from TransformerLens `FactoredMatrix` objects (`attn.QK[h]`, `attn.OV[h]`), "
         "with rows and columns labelled by the layout. QK: the row is what the query reads, the column what "
         "the key reads (the assignment head's `X` x `C` entry is `2 beta`). OV: the row is what the value reads "
         "on the attended token, the column what is written into the attending token (`ID` -> `Y_stage` in the "
         "assignment head, `X` and `C` -> `C_stage` in the update head). Layers with identical weights are shown "
         "once.",
-        [views.qk_circuit(run), views.ov_circuit(run)],
-        key="weights",
-    )
-
-
-def _verification_section(run, ctx: ReportContext) -> Section:
-    return Section(
-        "Verification against the reference, layer by layer",
+        lambda run, ctx: [views.qk_circuit(run), views.ov_circuit(run)]),
+    DefaultSection(
+        "verification", "Verification against the reference, layer by layer",
         "Every block's output, decoded from the residual stream, is compared with the reference operation applied "
         "to the block's own input (step-wise), and the circuit's iterates with the reference run from the same "
         "initial centroids (trajectory). Ties (points whose nearest centroids are equally near within the stated "
         "window) are listed, not hidden.",
-        [views.verification_table(run), views.objective_plot(run), views.ties_table(run)],
-        key="verification",
-    )
-
-
-#: The default sections, in page order: (key, builder).
-DEFAULT_SECTIONS: list[tuple[str, SectionBuilder]] = [
-    ("trajectories", _trajectory_section),
-    ("assign", _assign_section),
-    ("update", _update_section),
-    ("residual", _residual_section),
-    ("weights", _weights_section),
-    ("verification", _verification_section),
+        lambda run, ctx: [views.verification_table(run), views.objective_plot(run), views.ties_table(run)]),
 ]
 
 _EXTRA_SECTIONS: list[tuple[str, SectionBuilder, str | None]] = []
@@ -181,10 +164,8 @@ def build_report(run, problem=None, *, seed: int | None = None, title: str | Non
     sample = views.point_sample(run, max_points)
     ctx = ReportContext(run, sample, problem)
     report = Report(build_header(run, problem, seed, title, sample))
-    for key, builder in DEFAULT_SECTIONS:
-        section = builder(run, ctx)
-        section.key = key
-        report.add_section(section)
+    for section in DEFAULT_SECTIONS:
+        report.add_section(section(run, ctx))
     for key, builder, after in list(_EXTRA_SECTIONS):
         section = builder(run, ctx)
         if section is not None:

@@ -23,7 +23,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence, Union, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, Union, runtime_checkable
 
 import plotly.graph_objects as go
 import plotly.io as pio

@@ -14,7 +14,7 @@ while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -96,6 +96,11 @@ def layer_title(circuit: KMeansCircuit, layer: int) -> str:
     return f"L{layer} {circuit.schedule[layer]}"
 
 
+def per_layer(layers: list, b: int, *fields: str) -> dict[str, np.ndarray]:
+    """``{field: array [layer, ...]}``: each named field of the layers' attention records for problem ``b``."""
+    return {name: np.stack([getattr(lc.attention, name)[b] for lc in layers]) for name in fields}
+
+
 def min_assign_margin(cap: Capture, b: int = 0) -> Float[np.ndarray, " n"]:
     """Each point's smallest assignment margin over every assign layer (+inf when there is no runner-up)."""
     margins = [lc.attention.margin[b] for lc in cap.layers if isinstance(lc.attention, AssignAttention)]

@@ -20,6 +20,7 @@ from analysis.views._common import (
     as_capture,
     centroid_labels,
     layer_title,
+    per_layer,
     point_labels,
     point_sample,
     slider,
@@ -45,13 +46,11 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     sample = sample if sample is not None else point_sample(obj, max_points, b=b)
     layers = [lc for lc in cap.layers if isinstance(lc.attention, AssignAttention)]
     plabels, clabels = point_labels(obj), centroid_labels(obj)
-    pattern = np.stack([lc.attention.pattern[b] for lc in layers])
+    stacked = per_layer(layers, b, "pattern", "scores", "margin", "leak_bound")
+    pattern, scores, margin, leak = (stacked[name] for name in ("pattern", "scores", "margin", "leak_bound"))
     # Variants with an attention sink (trimmed k-means) let a point put its mass nowhere: shown as a column.
     sinks = [getattr(lc.attention, "sink_mass", None) for lc in layers]
     sink = np.stack([s[b] for s in sinks]) if all(s is not None for s in sinks) else None
-    scores = np.stack([lc.attention.scores[b] for lc in layers])
-    margin = np.stack([lc.attention.margin[b] for lc in layers])
-    leak = np.stack([lc.attention.leak_bound[b] for lc in layers])
     # What each point attends to most: a centroid j, or k for the sink (a point the variant leaves out).
     keys = pattern if sink is None else np.concatenate([pattern, sink[..., None]], axis=-1)
     order = np.stack([display_order(p, m) for p, m in zip(keys, margin)])
@@ -59,11 +58,8 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         layers=[lc.layer for lc in layers],
         point_labels=plabels,
         centroid_labels=clabels,
-        pattern=pattern,
+        **stacked,
         sink_mass=sink,
-        scores=scores,
-        margin=margin,
-        leak_bound=leak,
         attended=keys.argmax(axis=-1),
         order=order,
         drawn=sample.indices,

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from analysis.capture import stream_residuals
 from analysis.views._common import (
     View,
     as_capture,
@@ -71,9 +72,8 @@ def read_positions(circuit) -> list[tuple[str, str]]:
 def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> ResidualStreams:
     """The residual of problem ``b`` at every read-out position, from a re-run of the circuit.
 
-    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input: with
-    ``run_with_cache`` and a ``names_filter`` after a dense capture, with the structured path (recording
-    ``resid_mid``, one layer at a time) after a structured one. The re-run's final state is compared with the
+    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input, along the
+    capture's execution path (:func:`analysis.capture.stream_residuals`). The re-run's final state is compared with the
     verified capture and any difference is reported in ``notes`` (a deterministic circuit reproduces it bit for
     bit). ``tokens``: the positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else
     :func:`default_tokens`).
@@ -100,27 +100,15 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
                 mean[p, t, s], peak[p, t, s] = float(norms.mean()), float(norms.max())
 
     hooks = [hook for _, hook in positions]
-    resid_in = enc.resid[b : b + 1]
+    slot = {hook: p for p, hook in enumerate(hooks)}
     last = None
-    if cap.path == "structured":
-        from circuits.structured import structured_forward
 
-        take(0, resid_in)
+    def take_named(hook: str, resid: torch.Tensor) -> None:
+        nonlocal last
+        take(slot[hook], resid)
+        last = resid
 
-        def on_record(layer: int, record) -> None:
-            nonlocal last
-            take(1 + 2 * layer, record.resid_mid)
-            take(2 + 2 * layer, record.resid_post)
-            last = record.resid_post
-
-        structured_forward(circ.model, resid_in, circ.score_hooks, keep=False, on_record=on_record, keep_mid=True)
-    else:
-        with torch.no_grad():
-            _, cache = circ.model.run_with_cache(resid_in, start_at_layer=0, names_filter=hook_names.names_filter(hooks))
-        for p, hook in enumerate(hooks):
-            take(p, cache[hook])
-        last = cache[hooks[-1]]
-        del cache
+    stream_residuals(circ, enc.resid[b : b + 1], cap.path, take_named)
     notes = []
     final_state = decode(layout, last, seq, _scaling_of(enc.scaling, b))
     final = cap.final

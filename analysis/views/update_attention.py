@@ -10,6 +10,7 @@ the row actually put on it, over *all* points.
 from __future__ import annotations
 
 import numpy as np
+from einops import einsum
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -22,6 +23,7 @@ from analysis.views._common import (
     below_plot,
     cluster_colour,
     layer_title,
+    per_layer,
     point_sample,
     slider,
     soft_clusters,
@@ -40,21 +42,20 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
     clabels = tokens[seq.centroids]
     k = seq.k
 
-    pattern = np.stack([lc.attention.pattern[b] for lc in layers])  # [U, k, pos]
+    stacked = per_layer(layers, b, "pattern", "margin", "leak_bound")
+    pattern = stacked["pattern"]  # [U, k, pos]
     members = np.stack([lc.pre.assignments[b] for lc in layers])  # [U, n, k]: soft membership read by the block
     size = members.sum(axis=1)  # [U, k]
-    on_members = np.einsum("ukn,unk->uk", pattern[:, :, seq.points], members)
+    on_members = einsum(pattern[:, :, seq.points], members, "layer centroid point, layer point centroid -> layer centroid")
     on_self = np.stack([np.diagonal(p[:, seq.centroids]) for p in pattern])
     data = dict(
         layers=[lc.layer for lc in layers],
         key_labels=tokens,
         centroid_labels=clabels,
-        pattern=pattern,
+        **stacked,
         cluster_size=size,
         weight_on_members=on_members,
         weight_on_self=on_self,
-        margin=np.stack([lc.attention.margin[b] for lc in layers]),
-        leak_bound=np.stack([lc.attention.leak_bound[b] for lc in layers]),
         drawn=sample.indices,
     )
 

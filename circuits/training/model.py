@@ -29,7 +29,7 @@ their wiring (two gathers per unit) instead of as dense matrices.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

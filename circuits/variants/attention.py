@@ -21,7 +21,7 @@ the hook treats keys with equal scores differently (per-key noise), so keys must
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float

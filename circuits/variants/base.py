@@ -12,7 +12,8 @@ and validating variant specs, which the command line does before any heavy impor
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from circuits.blocks import lloyd_schedule, unembed_matrix
 from circuits.layout import ResidualLayout

@@ -50,6 +50,8 @@ class GumbelKMeans(Reference):
     problem: int = 0
     name: str = "gumbel"
 
+    update = Reference.weighted_update
+
     def update_weights(self, X, R, C, u):
         k, n = C.shape[0], X.shape[0]
         noise = gumbel_noise(self.seed, u, self.problem, k, 1 + n + k)

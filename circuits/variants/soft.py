@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from circuits import hook_names
-from circuits.blocks import ASSIGN, UPDATE, assign_mlp, layers_of, update_block, update_mlp
+from circuits.blocks import ASSIGN, UPDATE, assign_mlp, layers_of, update_block, update_mlp, write_label, write_mean
 from circuits.layout import ResidualLayout
 from circuits.reference import Reference, sq_distances
 from circuits.sharpness import Sharpness
@@ -73,6 +73,8 @@ class SoftKMeans(Reference):
 
     def assign(self, X, C, t):
         return softmax_rows(-self.stiffness(t) * sq_distances(X, C))
+
+    update = Reference.weighted_update
 
     def update_weights(self, X, R, C, u):
         mass = R.sum(axis=0) + self.prior
@@ -121,9 +123,7 @@ def soft_assign_head(layout: ResidualLayout, beta: float) -> HeadBuilder:
     head.qk({("IS_POINT", 0): -beta}, {("N", 0): 1.0})
     head.qk({("IS_POINT", 0): -masked}, {("IS_POINT", 0): 1.0, ("IS_BOS", 0): 1.0})
     head.qk({("IS_CENTROID", 0): masked, ("IS_BOS", 0): masked}, {("IS_BOS", 0): 1.0})
-    for j in range(layout.k):
-        head.ov({("ID", j): 1.0}, {("Y_stage", j): 1.0})
-    return head
+    return write_label(head)
 
 
 def soft_assign_block(layout: ResidualLayout, beta: float) -> BlockWeights:
@@ -137,9 +137,7 @@ def soft_update_head(layout: ResidualLayout, b: float, prior: float) -> HeadBuil
     for j in range(layout.k):
         head.qk({("ID", j): b}, {("Y", j): 1.0, ("ID", j): prior})
     head.qk({("IS_POINT", 0): b, ("IS_BOS", 0): b}, {("IS_BOS", 0): 1.0})
-    for m in range(layout.d):
-        head.ov({("X", m): 1.0, ("C", m): 1.0}, {("C_stage", m): 1.0})
-    return head
+    return write_mean(head)
 
 
 def _check(beta: float, growth: float, prior: float, iterations: int) -> None:
@@ -207,6 +205,7 @@ SOFT = VariantSpec(
     builder=build_soft_circuit,
     reference_class=SoftKMeans,
     parameters=(STIFFNESS,),
+    replaced_knobs=("beta", "tie_break"),
     soft_assignments=True,
     swapped_update_normalisation=True,
     proof=NoObligations.soft_by_design("soft", "soft k-means: finite temperature is the algorithm"),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from circuits import hook_names
-from circuits.blocks import UPDATE, assign_block, layers_of, update_mlp
+from circuits.blocks import UPDATE, assign_block, layers_of, update_mlp, write_mean
 from circuits.layout import ResidualLayout
 from circuits.reference import Reference
 from circuits.sharpness import Sharpness
@@ -49,6 +49,8 @@ class SparseKMeans(Reference):
     gamma: float = 1.0
     name: str = "sparse"
 
+    update = Reference.weighted_update
+
     def update_weights(self, X, R, C, u):
         return self.member_weights(X, R, C, lambda members, j: sparsemax(closeness(X, C, members, j, self.gamma)))
 
@@ -64,9 +66,7 @@ def closeness_update_head(layout: ResidualLayout, gamma: float, member: float, s
     for j in range(layout.k):
         head.qk({("ID", j): member}, {("Y", j): 1.0, ("ID", j): 0.5})
     head.qk({("IS_POINT", 0): sink, ("IS_BOS", 0): sink}, {("IS_BOS", 0): 1.0})
-    for m in range(layout.d):
-        head.ov({("X", m): 1.0, ("C", m): 1.0}, {("C_stage", m): 1.0})
-    return head
+    return write_mean(head)
 
 
 def closeness_blocks(layout: ResidualLayout, sharp: Sharpness, gamma: float, member: float,

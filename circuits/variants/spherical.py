@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_mlp
+from circuits.blocks import ASSIGN, UPDATE, assign_mlp, update_mlp, write_label, write_mean
 from circuits.layout import ResidualLayout
 from circuits.reference import Costs, Reference, labels_of, objective, unit_rows
 from circuits.sharpness import Sharpness
@@ -91,9 +91,7 @@ def spherical_assign_head(layout: ResidualLayout, tie_break: float) -> HeadBuild
     head.qk({("IS_POINT", 0): -MASK, ("IS_CENTROID", 0): MASK, ("IS_BOS", 0): MASK},
             {("IS_POINT", 0): 1.0, ("IS_BOS", 0): 1.0})
     head.qk({("IS_POINT", 0): -1.0}, {("ID", j): tie_break * j for j in range(layout.k)})
-    for j in range(layout.k):
-        head.ov({("ID", j): 1.0}, {("Y_stage", j): 1.0})
-    return head
+    return write_label(head)
 
 
 def spherical_update_head(layout: ResidualLayout) -> HeadBuilder:
@@ -103,9 +101,7 @@ def spherical_update_head(layout: ResidualLayout) -> HeadBuilder:
     # Padding channel: gives the centroid's own key norm 1, so RMSNorm keeps its score at half a member's.
     head.qk({}, {("IS_CENTROID", 0): math.sqrt(3) / 2})
     head.qk({("IS_POINT", 0): 1.0, ("IS_BOS", 0): 1.0}, {("IS_BOS", 0): 1.0})
-    for m in range(layout.d):
-        head.ov({("X", m): 1.0, ("C", m): 1.0}, {("C_stage", m): 1.0})
-    return head
+    return write_mean(head)
 
 
 def _norm_gains(block: BlockWeights, d_head: int, query_gain: float) -> BlockWeights:

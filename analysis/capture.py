@@ -423,33 +423,3 @@ def _decoded(circuit: KMeansCircuit, encoded: EncodedBatch, resid, summaries: di
         decoder.add(layer, resid[hook_names.resid_post(layer)], summaries.get(layer))
     point_logits = to_numpy(logits[:, encoded.sequence.points])
     return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.DENSE)
-
-
-def capture_from_cache(circuit: KMeansCircuit, encoded: EncodedBatch, cache) -> Capture:
-    """The :class:`Capture` of a run someone already made: ``cache`` is the ``ActivationCache`` (or dict) of
-    ``circuit.model.run_with_cache(encoded.resid)``, hooks and all, so an ablated run is read as it ran.
-
-    It must hold every block's ``resid_pre``/``resid_post``, ``hook_attn_scores`` and ``hook_pattern`` (the
-    default ``run_with_cache`` keeps them all); the logits are the unembedding of the last ``resid_post``.
-    """
-    if circuit.spec.input_map is not None:
-        encoded = _reencode(circuit, encoded)
-    needed = [hook_names.resid_pre(0)]
-    for layer in range(circuit.n_layers):
-        needed += [hook_names.resid_post(layer), hook_names.attn_scores(layer), hook_names.pattern(layer)]
-    present = set(cache.keys())
-    missing = [name for name in needed if name not in present]
-    if missing:
-        raise ValueError(f"the cache lacks {len(missing)} activation(s) the capture reads, e.g. {missing[0]!r}:"
-                         " run run_with_cache without a names_filter")
-    first = cache[hook_names.resid_pre(0)]
-    if tuple(first.shape[:2]) != (encoded.resid.shape[0], encoded.sequence.n_tokens):
-        raise ValueError(f"the cache is of a run of shape {tuple(first.shape)}, the encoding has"
-                         f" {tuple(encoded.resid.shape)}: pass the encoding the cache was run on")
-    with_sink = bool(getattr(circuit.model.cfg, "use_attention_sinks", False))
-    summaries = {layer: _summarise_head(kind, cache[hook_names.attn_scores(layer)], cache[hook_names.pattern(layer)],
-                                        encoded, with_sink) for layer, kind in enumerate(circuit.schedule)}
-    last = cache[hook_names.resid_post(circuit.n_layers - 1)]
-    with torch.no_grad():
-        logits = circuit.model.unembed(last)
-    return _decoded(circuit, encoded, cache, {k: v for k, v in summaries.items() if v is not None}, logits, cache)

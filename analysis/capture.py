@@ -385,13 +385,9 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
 
     def summarise(layer: int, kind: str):
         def hook(pattern, hook):
-            scores = scores_seen.pop(layer)
-            if kind == ASSIGN:
-                summaries[layer] = _summarise_assign(scores, pattern, encoded, with_sink)
-            elif kind == UPDATE:
-                rows = encoded.sequence.centroids
-                summaries[layer] = UpdateAttention(scores=to_numpy(scores[:, 0, rows, :]),
-                                                   pattern=to_numpy(pattern[:, 0, rows, :]))
+            summary = _summarise_head(kind, scores_seen.pop(layer), pattern, encoded, with_sink)
+            if summary is not None:
+                summaries[layer] = summary
         return hook
 
     def report_done(layer: int):
@@ -409,8 +405,21 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
         logits, cache = model.run_with_cache(
             encoded.resid, start_at_layer=0, names_filter=hook_names.names_filter(wanted)
         )
-    decoder = _LayerDecoder(circuit, encoded, cache[hook_names.resid_pre(0)])
+    return _decoded(circuit, encoded, cache, summaries, logits, cache if keep_cache else None)
+
+
+def _summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink: bool):
+    if kind == ASSIGN:
+        return _summarise_assign(scores, pattern, encoded, with_sink)
+    if kind == UPDATE:
+        rows = encoded.sequence.centroids
+        return UpdateAttention(scores=to_numpy(scores[:, 0, rows, :]), pattern=to_numpy(pattern[:, 0, rows, :]))
+    return None
+
+
+def _decoded(circuit: KMeansCircuit, encoded: EncodedBatch, resid, summaries: dict, logits, cache) -> Capture:
+    decoder = _LayerDecoder(circuit, encoded, resid[hook_names.resid_pre(0)])
     for layer in range(circuit.n_layers):
-        decoder.add(layer, cache[hook_names.resid_post(layer)], summaries.get(layer))
+        decoder.add(layer, resid[hook_names.resid_post(layer)], summaries.get(layer))
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache if keep_cache else None, path=ExecutionPath.DENSE)
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.DENSE)

@@ -26,6 +26,8 @@ analysis as a self-contained HTML report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -42,26 +44,46 @@ from circuits.training.tasks import TEST, task_stream
 
 #: ``drift_report`` and ``DriftAnalysis`` are re-exported so that ``from analysis.drift import analyse, drift_report``
 #: stays the one import a caller needs.
-__all__ = ["DriftAnalysis", "analyse", "construction_of", "drift_report", "summarise"]
+__all__ = ["DriftAnalysis", "STAGES", "analyse", "construction_of", "drift_report", "stages_of", "summarise"]
+
+
+#: The stages of :func:`analyse`, in order, as its ``stage`` callback names them (the last three are optional).
+STAGES = ("weights", "behaviour", "ablations", "stiffness sweep", "attention patterns")
+
+
+def stages_of(with_ablations: bool = True, with_patterns: bool = True) -> list[str]:
+    """The stages :func:`analyse` runs with these options."""
+    skipped = ({"ablations", "stiffness sweep"} if not with_ablations else set()) | (
+        {"attention patterns"} if not with_patterns else set())
+    return [s for s in STAGES if s not in skipped]
 
 
 def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None, tasks: int = 16, n: int | None = None,
             steps: int = 20, seed: int = 0, pattern_steps: tuple[int, ...] = (0, 1, 2, 5), with_patterns: bool = True,
-            with_ablations: bool = True) -> DriftAnalysis:
-    """Everything :func:`drift_report` draws, as numbers (see the module docstring)."""
+            with_ablations: bool = True, stage: Callable[[str], None] | None = None) -> DriftAnalysis:
+    """Everything :func:`drift_report` draws, as numbers (see the module docstring). ``stage(name)`` is called as
+    each of :func:`stages_of` begins (for progress reports)."""
+    stage = stage or (lambda name: None)
     n = n or config["training"]["n"]
+    stage("weights")
     construction = construction_of(config, model.dtype)
     exact = construction_of(config, torch.float64, EXACT)
     circuits = [compare_circuit(model, construction, kind, which) for kind in (UPDATE, ASSIGN) for which in ("QK", "OV")]
     mlps = compare_mlp(model, construction, UPDATE) + compare_mlp(model, construction, ASSIGN)
     knobs = {"construction": construction.knobs(), "trained": model.knobs()}
+    stage("behaviour")
     batch = task_stream(tasks, n, model.config.d, model.config.k, tasks, seed, TEST)
     beh = behaviour({"trained": model, "construction": construction}, batch, steps)
     lloyd_final = np.array(objectives(batch.X, lloyd_trajectory(batch.X, batch.C0, steps)[-1][None])[0])
-    abl = ablations(model, construction, batch, steps, lloyd_final) if with_ablations else []
-    sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, dtype=model.dtype) if with_ablations else []
+    abl, sweep = [], []
+    if with_ablations:
+        stage("ablations")
+        abl = ablations(model, construction, batch, steps, lloyd_final)
+        stage("stiffness sweep")
+        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, dtype=model.dtype)
     pats = None
     if with_patterns:
+        stage("attention patterns")
         one = batch.subset(slice(0, 1))
         pats = attention_patterns({"exact (Lloyd's)": exact, "trained": model}, one.X[0], one.C0[0], one.components[0],
                                   [t for t in pattern_steps if t <= steps])

@@ -192,10 +192,11 @@ def _ray(fn, cells, shared, address, progress, describe) -> Outcome:
 
 
 def progress_bar(total: int, desc: str):
-    """The one bar over cells that every command shows (on stderr, hidden when it is not a terminal)."""
-    from tqdm.auto import tqdm
+    """The one progress display over cells that every command shows, on stderr: a bar on a terminal, else one line
+    per finished cell (:class:`analysis.commands._progress.Cells`)."""
+    from analysis.commands._progress import Cells
 
-    return tqdm(total=total, desc=desc, unit="cell", file=sys.stderr, disable=None, leave=False)
+    return Cells(desc, total)
 
 
 def report_failures(failures: list[CellFailure]) -> int:

@@ -12,23 +12,80 @@ It lives in ``analysis/`` rather than ``circuits/`` because it verifies, and mod
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
 from circuits.encoding import fit_unit_scaling
-from circuits.initialisation import initial_centroids
+from circuits.initialisation import distinct_rows, initial_centroids
 from circuits.variants import check_variant, get_variant
 
 
 #: Points whose distances from the centroids differ by more than this factor are predicted in separate runs.
 GROUP_FACTOR = 256.0
+#: Built circuits kept for reuse (:func:`built_circuit`): at most this many, holding at most this many bytes of
+#: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
+CACHE_SIZE = 64
+CACHE_BYTES = 256 * 2**20
+#: ``n_init="auto"`` runs this many initialisations for ``init="random"`` (as ``KMeans``), one otherwise.
+AUTO_N_INIT_RANDOM = 10
+
+_BUILT: OrderedDict = OrderedDict()
+
+#: ``sklearn.utils.estimator_checks.check_estimator`` checks that fail by design, with the reason (pass as
+#: ``expected_failed_checks``; docs/python.md explains each).
+EXPECTED_FAILED_CHECKS = {
+    "check_sample_weights_not_overwritten": "non-uniform sample_weight is refused: the circuit's update head "
+                                            "averages a cluster's members with equal weight",
+    "check_sample_weight_equivalence_on_dense_data": "non-uniform sample_weight is refused (see above), so weights "
+                                                     "cannot stand for repeated points",
+}
+
+
+def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, **options):
+    """The circuit ``get_variant(variant).build(...)`` makes, built once per set of weights and then reused.
+
+    The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
+    sharpness knobs, dtype, build options such as trimmed k-means' radius), so a refit or a ``predict`` with the
+    same weights runs the circuit already built. Fitted estimators share it: do not add permanent hooks to a
+    fitted ``model_`` (use ``model.hooks(...)``). The most recently used circuits are kept, within
+    :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
+    """
+    key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
+    entry = _BUILT.pop(key, None)
+    if entry is None:
+        circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
+        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.model.parameters()))
+    _BUILT[key] = entry
+    while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(size for _, size in _BUILT.values()) > CACHE_BYTES):
+        _BUILT.popitem(last=False)
+    return entry[0]
+
+
+def clear_circuit_cache() -> None:
+    """Forget every built circuit (:func:`built_circuit`)."""
+    _BUILT.clear()
+
+
+def stopping_point(cap, tol: float, b: int = 0) -> int:
+    """``n_iter_`` as ``KMeans`` counts it, from a run of every iteration: the first iteration ``t`` after which the
+    assignment repeats the previous one, or the centroids moved by at most ``tol`` (sum of squared shifts, in the
+    data's units; 0 means not at all); the number of iterations run if neither happens."""
+    T = cap.circuit.iterations
+    for t in range(1, T + 1):
+        same_labels = t >= 2 and np.array_equal(cap.assignments(t - 1)[b], cap.assignments(t - 2)[b])
+        shift = float(((cap.centroids(t)[b] - cap.centroids(t - 1)[b]) ** 2).sum())
+        if same_labels or shift <= tol:
+            return t
+    return T
 
 
 def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
@@ -45,7 +102,7 @@ class CircuitMismatchWarning(UserWarning):
     """The circuit disagreed with its reference algorithm (see ``report_``)."""
 
 
-class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """k-means clustering computed by the k-means transformer.
 
     Parameters
@@ -53,8 +110,14 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     n_clusters : number of clusters ``k``.
     max_iter : Lloyd iterations (the circuit has ``2 * max_iter + 2`` blocks).
     init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
-    n_init : number of initialisations (seeds ``seed, seed + 1, ...``); every run is verified and the one with the
-        lowest inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
+    n_init : number of initialisations (seeds ``seed, seed + 1, ...``), or ``"auto"`` (``KMeans``'s rule: 10 for
+        ``init="random"``, 1 for ``"k-means++"`` and an array); every run is verified and the one with the lowest
+        inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
+    tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. The circuit still
+        runs all ``max_iter`` iterations (its depth is fixed); the fit reports what ``KMeans`` would have stopped
+        at: ``n_iter_`` is the first iteration after which the centroids moved by at most ``tol`` (or the
+        assignment repeated), and ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there. The default
+        0 stops only when nothing changes (then later iterations repeat the same state).
     random_state : seed of the initialisation: an int, a ``numpy.random.RandomState`` (one seed is drawn from it),
         or ``None``, which means 0 so that results are reproducible.
     variant : registered circuit variant (see :mod:`circuits.variants`).
@@ -64,18 +127,21 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
 
-    ``KMeans``'s ``tol``, ``algorithm`` and ``copy_x`` have no counterpart: the circuit always runs ``max_iter``
-    Lloyd iterations (an iteration after convergence changes nothing, so this is ``tol=0``), ``X`` is never
-    modified, and ``sample_weight`` is refused unless uniform — the update head averages members with equal weight.
+    ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
+    ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
+    (``score`` takes any weights). float32 data gives float32 ``cluster_centers_`` and ``transform``; the circuit
+    itself runs in ``dtype``. Built circuits are reused across fits and predictions with the same weights
+    (:func:`built_circuit`).
     """
 
-    def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init: int = 1,
-                 random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
+    def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init=1,
+                 tol: float = 0.0, random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
                  path: str = "auto"):
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.init = init
         self.n_init = n_init
+        self.tol = tol
         self.random_state = random_state
         self.variant = variant
         self.sharpness = sharpness
@@ -89,8 +155,10 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"max_iter must be a non-negative integer, got {self.max_iter!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1:
-            raise ValueError(f"n_init must be a positive integer, got {self.n_init!r}")
+        if self.n_init != "auto" and (not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1):
+            raise ValueError(f"n_init must be 'auto' or a positive integer, got {self.n_init!r}")
+        if not isinstance(self.tol, (int, float, np.floating, np.integer)) or not self.tol >= 0:
+            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
         if self.path not in PATHS:
             raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
         if not isinstance(self.variant, str):
@@ -104,50 +172,72 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             return int(self.random_state)
         return int(check_random_state(self.random_state).randint(0, 2**31 - 1))
 
+    def _n_init(self, given: bool) -> int:
+        if self.n_init == "auto":
+            return AUTO_N_INIT_RANDOM if self.init == "random" else 1
+        return int(self.n_init)
+
+    def _inits(self, X: np.ndarray) -> list[np.ndarray]:
+        """Initial centroids of every run. With fewer distinct points than clusters (where ``KMeans`` warns), the
+        distinct points are the centroids and the rest repeat them: a repeated centroid loses every tie to its
+        lower-index twin, stays empty and keeps its place, so the runs are deterministic and one is enough."""
+        k, given = int(self.n_clusters), not isinstance(self.init, str)
+        if given:
+            init = np.asarray(self.init, dtype=np.float64)
+            if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
+                check_magnitude(init, X.shape[0], "init")
+        n_init = self._n_init(given)
+        if given and n_init > 1:
+            warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
+            n_init = 1
+        distinct = distinct_rows(X)
+        if not given and k > len(distinct):
+            return [distinct[np.arange(k) % len(distinct)]]
+        seed = self._seed()
+        return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
+
     def fit(self, X, y=None, sample_weight=None):
         self._check_params()
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+        out_dtype = X.dtype
+        X = X.astype(np.float64)
         if sample_weight is not None:
-            w = np.asarray(sample_weight, dtype=np.float64)
-            if w.shape != (X.shape[0],) or not np.all(w == w[0]) or not w[0] > 0:
+            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            if not np.all(w == w[0]):
                 raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
                                  "members with equal weight (uniform positive weights are accepted)")
         check_magnitude(X, X.shape[0], "X")
         check_spread(X, "X")
         check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
-        given = not isinstance(self.init, str)
-        if given:
-            init = np.asarray(self.init, dtype=np.float64)
-            if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
-                check_magnitude(init, X.shape[0], "init")
-        n_init = int(self.n_init)
-        if given and n_init > 1:
-            warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=2)
-            n_init = 1
-        seed = self._seed()
-        inits = [initial_centroids(X, int(self.n_clusters), np.asarray(self.init) if given else self.init,
-                                   (seed + run) % 2**32) for run in range(n_init)]
-        # Every initialisation runs the same circuit: build it once, sharp enough for all of them.
+        inits = self._inits(X)
+        # Every initialisation runs the same circuit: built once (or reused), sharp enough for all of them.
         sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
-        best, circuit = None, None
+        circuit = built_circuit(self.variant, X.shape[1], inits[0].shape[0], int(self.max_iter), sharpness,
+                                self.dtype)
+        tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
+        best = None
         for C0 in inits:
-            if circuit is None:
-                circuit = get_variant(self.variant).build(X.shape[1], C0.shape[0], int(self.max_iter),
-                                                          sharpness=sharpness, dtype=DTYPES[self.dtype])
             result = run_problem(X, C0, int(self.max_iter), self.variant, circuit=circuit, path=self.path,
                                  resolution=resolution)
-            if best is None or result.inertia < best[1].inertia:
-                best = (C0, result)
-        C0, result = best
+            t = stopping_point(result.capture, tol)
+            final = t == int(self.max_iter)
+            labels = result.labels if final else result.capture.assignments(t)[0]
+            centres = result.centroids if final else result.capture.centroids(t)[0]
+            kept = labels >= 0  # trimmed k-means' outliers (-1) are in no cluster
+            inertia = reference.objective(result.capture.encoded.X[0][kept], centres, labels[kept])
+            if best is None or inertia < best[-1]:
+                best = (C0, result, t, labels, centres, inertia)
+        C0, result, t, labels, centres, inertia = best
         self.circuit_ = result.circuit
         self.model_ = result.circuit.model
         self.capture_ = result.capture
         self.report_ = result.report
+        self.resolution_ = result.resolution
         self.init_centroids_ = C0
-        self.labels_ = result.labels.astype(np.int32)  # KMeans's dtype
-        self.cluster_centers_ = result.centroids
-        self.inertia_ = result.inertia
-        self.n_iter_ = result.report.n_iter
+        self.labels_ = labels.astype(np.int32)  # KMeans's dtype
+        self.cluster_centers_ = centres.astype(out_dtype)
+        self.inertia_ = inertia
+        self.n_iter_ = t
         # A threshold given in data radii (trimmed k-means' radius) is fixed in the user's units by the fit:
         # predict holds it there, whatever the radius of the points it is given.
         theta = result.circuit.params.get("theta")
@@ -157,7 +247,25 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 "the circuit disagrees with its reference: " + "; ".join(result.report.failures),
                 CircuitMismatchWarning, stacklevel=2,
             )
+        distinct = len(set(self.labels_[self.labels_ >= 0].tolist()))
+        if distinct < int(self.n_clusters):
+            warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than n_clusters"
+                          f" ({self.n_clusters}). Possibly due to duplicate points in X.", ConvergenceWarning,
+                          stacklevel=2)
         return self
+
+    #: The run a fit keeps for inspection; pickling leaves it out (its circuit holds hooks and variant functions that
+    #: do not pickle). An unpickled estimator predicts, transforms and scores; refit it to look inside again.
+    _RUN_ATTRIBUTES = ("circuit_", "model_", "capture_", "report_")
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        return {key: value for key, value in state.items() if key not in self._RUN_ATTRIBUTES}
+
+    @property
+    def _n_features_out(self) -> int:
+        """Number of transformed output features (``get_feature_names_out``: ``circuitkmeans0``, ...)."""
+        return self.cluster_centers_.shape[0]
 
     def fit_predict(self, X, y=None, sample_weight=None):
         return self.fit(X, sample_weight=sample_weight).labels_
@@ -171,7 +279,7 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         resolve raises ``ValueError`` rather than returning a wrong label.
         """
         X = self._checked(X)
-        centres = self.cluster_centers_
+        centres = self.cluster_centers_.astype(np.float64)
         labels = np.empty(len(X), dtype=np.int32)
         for group in _magnitude_groups(X, centres):
             result = self._run_group(X[group], centres)
@@ -181,35 +289,37 @@ class CircuitKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             labels[group] = result.labels
         return labels
 
-    def _checked(self, X) -> np.ndarray:
+    def _checked(self, X, dtype=np.float64) -> np.ndarray:
         """``X`` validated against the fit, and small enough that its squared distances to the centroids (and
         their sum) are finite: beyond that every distance is inf and the nearest centroid cannot be told."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = validate_data(self, X, dtype=dtype, reset=False)
         check_magnitude(X, X.shape[0], "X")
         return X
 
     def _run_group(self, X: np.ndarray, centres: np.ndarray):
         """One verified assign-only run of ``X`` against the fitted centroids (see :meth:`predict`)."""
         threshold = getattr(self, "threshold_", None)
-        if threshold is None:
-            return run_problem(X, centres, 0, self.variant, DTYPES[self.dtype], self.sharpness, path=self.path)
-        # The variant's radius is relative to this run's data radius: choose it so the threshold is the fitted one
-        # (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is the same as any more).
-        scale = float(fit_unit_scaling(X, centres).scale[0])
-        radius = min(float(np.sqrt(threshold)) / scale, 4.0)
-        dtype = DTYPES[self.dtype]
-        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, dtype)
-        circuit = get_variant(self.variant).build(X.shape[1], centres.shape[0], 0, sharpness=sharpness, dtype=dtype,
-                                                  radius=radius)
+        options = {}
+        if threshold is not None:
+            # The variant's radius is relative to this run's data radius: choose it so the threshold is the fitted
+            # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).
+            scale = float(fit_unit_scaling(X, centres).scale[0])
+            options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
+        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
+        circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
         return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
 
     def transform(self, X):
-        """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``)."""
-        X = self._checked(X)
-        return np.sqrt(reference.sq_distances(X, self.cluster_centers_))
+        """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""
+        X = self._checked(X, dtype=[np.float64, np.float32])
+        D = np.sqrt(reference.sq_distances(X.astype(np.float64), self.cluster_centers_.astype(np.float64)))
+        return D.astype(X.dtype)
 
-    def score(self, X, y=None):
-        """Negative k-means objective of ``X`` under the fitted centroids (as ``KMeans.score``)."""
+    def score(self, X, y=None, sample_weight=None):
+        """Negative k-means objective of ``X`` under the fitted centroids, weighted by ``sample_weight`` (as
+        ``KMeans.score``)."""
         X = self._checked(X)
-        return -reference.objective(X, self.cluster_centers_)
+        w = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        D = reference.sq_distances(X, self.cluster_centers_.astype(np.float64))
+        return -float(np.dot(w, D.min(axis=1)))

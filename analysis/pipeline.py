@@ -12,9 +12,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from analysis.capture import Capture, capture
+from analysis.capture import Capture, _decoded, _reencode, _summarise_head, capture
 from analysis.verify import VerificationReport, verify_problem
-from circuits import reference
+from circuits import hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
 from circuits.layout import ResidualLayout
@@ -106,6 +106,64 @@ class RunResult:
             "failures": rep["failures"],
             "notes": rep["notes"] + ([f"dense path: {self.capture.path_note}"] if self.capture.path_note else []),
         }
+
+
+def capture_from_cache(circuit: KMeansCircuit, encoded: EncodedBatch, cache) -> Capture:
+    """The :class:`Capture` of a run someone already made: ``cache`` is the ``ActivationCache`` (or dict) of
+    ``circuit.model.run_with_cache(encoded.resid)``, hooks and all, so an ablated run is read as it ran.
+
+    It must hold every block's ``resid_pre``/``resid_post``, ``hook_attn_scores`` and ``hook_pattern`` (the
+    default ``run_with_cache`` keeps them all); the logits are the unembedding of the last ``resid_post``.
+    """
+    if circuit.spec.input_map is not None:
+        encoded = _reencode(circuit, encoded)
+    needed = [hook_names.resid_pre(0)]
+    for layer in range(circuit.n_layers):
+        needed += [hook_names.resid_post(layer), hook_names.attn_scores(layer), hook_names.pattern(layer)]
+    present = set(cache.keys())
+    missing = [name for name in needed if name not in present]
+    if missing:
+        raise ValueError(f"the cache lacks {len(missing)} activation(s) the capture reads, e.g. {missing[0]!r}:"
+                         " run run_with_cache without a names_filter")
+    first = cache[hook_names.resid_pre(0)]
+    if tuple(first.shape[:2]) != (encoded.resid.shape[0], encoded.sequence.n_tokens):
+        raise ValueError(f"the cache is of a run of shape {tuple(first.shape)}, the encoding has"
+                         f" {tuple(encoded.resid.shape)}: pass the encoding the cache was run on")
+    with_sink = bool(getattr(circuit.model.cfg, "use_attention_sinks", False))
+    summaries = {layer: _summarise_head(kind, cache[hook_names.attn_scores(layer)], cache[hook_names.pattern(layer)],
+                                        encoded, with_sink) for layer, kind in enumerate(circuit.schedule)}
+    last = cache[hook_names.resid_post(circuit.n_layers - 1)]
+    with torch.no_grad():
+        logits = circuit.model.unembed(last)
+    return _decoded(circuit, encoded, cache, {k: v for k, v in summaries.items() if v is not None}, logits, cache)
+
+
+def as_run(obj) -> RunResult:
+    """What a user has in hand, as the verified run that reports and views read.
+
+    Accepts a :class:`RunResult`; a :class:`~analysis.capture.Capture` (verified here); a fitted
+    :class:`~analysis.estimator.CircuitKMeans` (its ``capture_`` and ``report_``); or a pair
+    ``(ActivationCache, EncodedBatch)``: the cache of ``circuit.model.run_with_cache(encoded.resid)`` (hooks
+    included) and the encoding it ran on, read with :func:`capture_from_cache`.
+    """
+    if isinstance(obj, RunResult):
+        return obj
+    if isinstance(obj, Capture):
+        return RunResult(obj.circuit, obj.encoded, obj, verify_problem(obj, 0))
+    fitted = getattr(obj, "capture_", None)
+    if isinstance(fitted, Capture) and hasattr(obj, "report_"):
+        return RunResult(fitted.circuit, fitted.encoded, fitted, obj.report_, getattr(obj, "resolution_", None))
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], EncodedBatch):
+        cache, encoded = obj
+        circuit = getattr(getattr(cache, "model", None), "kmeans_circuit", None)
+        if not isinstance(circuit, KMeansCircuit):
+            raise TypeError("the ActivationCache must come from a circuit's model (KMeansCircuit.model.run_with_cache)")
+        cap = capture_from_cache(circuit, encoded, cache)
+        return RunResult(circuit, cap.encoded, cap, verify_problem(cap, 0))
+    if hasattr(obj, "get_params") and hasattr(obj, "fit"):
+        raise TypeError(f"this {type(obj).__name__} is not fitted: call fit first")
+    raise TypeError(f"expected a RunResult, a Capture, a fitted CircuitKMeans or (ActivationCache, EncodedBatch),"
+                    f" got {type(obj).__name__}")
 
 
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:

@@ -7,9 +7,9 @@ the weights); afterwards every parameter is compared with what we meant to write
 uninitialised memory can survive.
 
 Configuration: bidirectional attention, no normalisation, gated ReLU MLP, one head per block, no attention
-scale (the sharpness lives in ``W_Q``). Inputs enter as residual vectors with ``start_at_layer=0``; the token
-and positional embeddings are unused placeholders (zeros) and positions carry no information, so one model
-serves any number of points.
+scale (the sharpness lives in ``W_Q``). The model is a :class:`circuits.model.CircuitTransformer`: inputs enter
+as residual vectors (``model(resid)``, the same as ``start_at_layer=0``), there is no token or positional
+embedding (``d_vocab = 0``) and positions carry no information, so one model serves any number of points.
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ from circuits.spec import LLOYD, VariantSpec
 from circuits.weights import BlockWeights
 
 if TYPE_CHECKING:
-    from transformer_lens import HookedTransformer
+    from circuits.model import CircuitTransformer
 
 
 def _transformer_lens():
     # TransformerLens takes seconds to import; keep it out of module import so the CLI stays fast.
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig
 
-    return HookedTransformer, HookedTransformerConfig
+    from circuits.model import CircuitTransformer
+
+    return CircuitTransformer, HookedTransformerConfig
 
 
 def circuit_config(layout: ResidualLayout, n_layers: int, d_head: int, d_mlp: int, d_vocab_out: int,
@@ -49,9 +51,9 @@ def circuit_config(layout: ResidualLayout, n_layers: int, d_head: int, d_mlp: in
         d_head=d_head,
         n_heads=1,
         d_mlp=d_mlp,
-        d_vocab=1,
+        d_vocab=0,  # no vocabulary: the input is the residual stream
         d_vocab_out=d_vocab_out,
-        n_ctx=1,
+        n_ctx=1,  # CircuitTransformer records its real context, unlimited, once built
         act_fn="relu",
         gated_mlp=True,
         attention_dir="bidirectional",
@@ -88,9 +90,9 @@ def state_dict_from_blocks(
 ) -> dict[str, torch.Tensor]:
     """Every entry of ``model``'s state dict, from our blocks.
 
-    Buffers (the attention-mask placeholder, ``IGNORE``) are deterministic and copied from the model; the token
-    and positional embeddings are unused placeholders set to zero. Any other parameter we do not define is an
-    error, so a TransformerLens upgrade that adds one cannot slip through with uninitialised values.
+    Buffers (the attention-mask placeholder, ``IGNORE``) are deterministic and copied from the model (the model has
+    no token or positional embedding). Any other parameter we do not define is an error, so a TransformerLens
+    upgrade that adds one cannot slip through with uninitialised values.
     """
     d_head = max(b.head.d_head for b in blocks)
     d_mlp = max(b.mlp.d_mlp for b in blocks)
@@ -123,8 +125,6 @@ def state_dict_from_blocks(
             continue
         if key in buffers:
             state[key] = value.clone()
-        elif key in (hook_names.EMBED_W, hook_names.POS_EMBED_W):
-            state[key] = torch.zeros_like(value)
         else:
             raise KeyError(f"the circuit does not define parameter {key!r}")
     return state
@@ -132,15 +132,16 @@ def state_dict_from_blocks(
 
 def build_model(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], layout: ResidualLayout,
                 dtype: torch.dtype = torch.float64, device: str = "cpu", **cfg_overrides):
-    """A ``HookedTransformer`` whose every weight is the one given (checked after loading)."""
-    HookedTransformer, _ = _transformer_lens()
+    """A :class:`~circuits.model.CircuitTransformer` (a ``HookedTransformer`` on residual input) whose every weight
+    is the one given (checked after loading)."""
+    CircuitTransformer, _ = _transformer_lens()
     if not blocks:
         raise ValueError("a circuit needs at least one block")
     cfg = circuit_config(
         layout, n_layers=len(blocks), d_head=max(b.head.d_head for b in blocks), d_mlp=max(b.mlp.d_mlp for b in blocks),
         d_vocab_out=W_U.shape[1], dtype=dtype, device=device, **cfg_overrides,
     )
-    model = HookedTransformer(cfg)
+    model = CircuitTransformer(cfg)
     state = state_dict_from_blocks(blocks, W_U, model, dtype)
     model.load_state_dict(state, strict=True)
     check_loaded(model, state)
@@ -161,14 +162,14 @@ def check_loaded(model, state: dict[str, torch.Tensor]) -> None:
 
 @dataclass
 class KMeansCircuit:
-    """A built circuit: the ``HookedTransformer`` plus what is needed to read it.
+    """A built circuit: the model (a ``HookedTransformer`` on residual input) plus what is needed to read it.
 
     ``schedule[layer]`` is the block kind at each layer. For the Lloyd schedule, layer ``2t`` (an update) leaves
     the centroids after ``t`` iterations in ``C`` and layer ``2t + 1`` (an assignment) leaves the points'
     assignment to those centroids in ``Y``.
     """
 
-    model: HookedTransformer
+    model: CircuitTransformer
     layout: ResidualLayout
     schedule: list[str]
     sharpness: Sharpness
@@ -183,6 +184,11 @@ class KMeansCircuit:
     #: The functions of the permanent ``hook_attn_scores`` hooks by layer, for execution paths that do not run
     #: TransformerLens hooks (:mod:`circuits.structured` uses their ``structured`` counterpart).
     score_hooks: dict[int, object] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # The model knows the circuit it belongs to, so that what TransformerLens hands back (an ActivationCache
+        # holds only the model) leads to the layout and schedule that read it.
+        self.model.kmeans_circuit = self
 
     @property
     def params(self) -> dict[str, float]:

@@ -131,5 +131,3 @@ def param(layer: int, component: str, name: str) -> str:
 
 UNEMBED_W = "unembed.W_U"
 UNEMBED_B = "unembed.b_U"
-EMBED_W = "embed.W_E"
-POS_EMBED_W = "pos_embed.W_pos"

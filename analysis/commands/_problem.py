@@ -50,7 +50,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")
-    parser.add_argument("--variant", default="lloyd", metavar="NAME", help="circuit variant (default lloyd)")
+    parser.add_argument("--variant", default="lloyd", metavar="NAME[:KEY=VALUE,...]", help=variant_help())
     blobs = parser.add_argument_group("blobs", "options of --dataset blobs")
     blobs.add_argument("--n", type=int, default=500, help="number of points (default 500)")
     blobs.add_argument("--d", type=int, default=2, help="dimension (default 2)")
@@ -87,6 +87,16 @@ def sharpness_from(args: argparse.Namespace, from_data: bool = False):
     if from_data:
         return given or None
     return whole
+
+
+def variant_help() -> str:
+    """``--variant``'s help: the syntax, every registered variant with its parameters and their defaults."""
+    from circuits.variants import REGISTERED
+
+    listed = "; ".join(v.name + (" (" + ", ".join(f"{p.name}={p.default:g}" for p in v.parameters) + ")"
+                                 if v.parameters else "") for v in REGISTERED)
+    return (f"circuit variant, NAME or NAME:KEY=VALUE[,KEY=VALUE] (e.g. soft:beta=100); variants and their"
+            f" parameters' defaults: {listed}. Default lloyd")
 
 
 def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | None = None) -> str:

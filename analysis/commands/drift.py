@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from analysis.commands._output import check_out_file, write_output_file
@@ -38,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from analysis.drift import analyse, drift_report
+    from analysis.commands._progress import Stages
+    from analysis.drift import analyse, drift_report, stages_of
     from circuits.training.checkpoint import CheckpointError, load_model, read_log
 
     if args.threads is not None:
@@ -51,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
     n = args.n if args.n is not None else config["training"]["n"]
     if n < model.config.k:
         raise InputError(f"--n {n} is below k={model.config.k}")
-    print("analysing ...", file=sys.stderr)
-    analysis = analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
-                       with_ablations=not args.no_ablations)
-    write_output_file(out, drift_report(analysis, title=f"What training changed: {Path(args.checkpoint).name}").to_html())
+    with Stages(NAME, stages_of(with_ablations=not args.no_ablations) + ["report"]) as stages:
+        analysis = analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
+                           with_ablations=not args.no_ablations, stage=stages.start)
+        stages.start("report")
+        html = drift_report(analysis, title=f"What training changed: {Path(args.checkpoint).name}").to_html()
+    write_output_file(out, html)
     if args.json:
         print(json.dumps(analysis.to_dict()))
     else:

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             for name in datasets]
     print(f"evaluating on {args.tasks} held-out tasks ({len(chunks)} chunks) and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    with engine.progress_bar(len(chunks) + len(runs), f"evaluate ({args.engine})") as bar:
+    with engine.progress_bar(len(chunks) + len(runs), NAME) as bar:
         outcome = engine.map_cells(evaluation_cell, [*chunks, *runs], args.engine, args.address, bar.update, shared=model)
     if any(r is not None for r in outcome.results[: len(chunks)]):
         doc["tasks"] = tasks_evaluation(tasks, args.steps, chunks, outcome.results[: len(chunks)]).to_dict()

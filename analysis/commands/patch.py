@@ -126,42 +126,22 @@ def run(args: argparse.Namespace) -> int:
                         ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)
 
+    from analysis.commands._progress import Stages
     from analysis.patching.experiment import PatchingExperiment, verify_unpatched
-    from analysis.patching.report import patching_page, result_document
-    from analysis.patching.sweeps import (default_position_columns, sweep_components, sweep_layer_position,
-                                          sweep_layer_subspace)
     from analysis.pipeline import DTYPES
     from circuits.variants import get_variant
 
+    # Built before the progress lines start: knobs too large for the dtype are bad input, reported on one line.
     circuit = get_variant(problem.variant).build(pair.d, pair.k, problem.iterations, sharpness=sharpness,
                                                  dtype=DTYPES[args.dtype])
-    exp = PatchingExperiment(circuit, pair)
-    check = verify_unpatched(exp)
-    each = {"auto": None, "each": True, "types": False}[args.positions]
-    results = []
-    for name in sweeps:
-        if name == "layer-position":
-            results.append(sweep_layer_position(exp, default_position_columns(exp, each), read_layer=read))
-        elif name == "layer-subspace":
-            results.append(sweep_layer_subspace(exp, read_layer=read))
-        else:
-            results.append(sweep_components(exp, columns=default_position_columns(exp, each), read_layer=read))
-    problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
-                    "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}
-    doc = result_document(exp, results, check, read, problem_info)
-    files = {
-        "patching.json": json.dumps(doc, indent=1) + "\n",
-        "patching.html": patching_page(exp, results, check, read, problem_info),
-    }
-    if args.report:
-        from analysis.patching.report import add_patching_section
-        from analysis.pipeline import run_problem
-        from analysis.report import build_report
-
-        clean_run = run_problem(pair.X_clean, pair.C0_clean, problem.iterations, circuit=circuit)
-        report = build_report(clean_run, problem, seed=args.seed)
-        add_patching_section(report, exp, results, check, read)
-        files["report.html"] = report.to_html()
+    names = ["clean and corrupted runs"] + [f"sweep {name}" for name in sweeps] + ["pages"]
+    with Stages(NAME, names) as stages:
+        stages.start("clean and corrupted runs")
+        exp = PatchingExperiment(circuit, pair)
+        check = verify_unpatched(exp)
+        results = _sweeps(exp, sweeps, args.positions, read, stages)
+        stages.start("pages")
+        files, doc, problem_info = _pages(args, problem, pair, circuit, exp, results, check, read)
     write_output_dir(out, files)
     if args.json:
         print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
@@ -184,6 +164,47 @@ def run(args: argparse.Namespace) -> int:
                "unpatched runs NOT VERIFIED: " + "; ".join(check.clean.failures + check.corrupted.failures))
               + f"; wrote {out}")
     return 0 if check.verified else 1
+
+
+def _sweeps(exp, names: list[str], positions: str, read: int, stages) -> list:
+    from analysis.patching.sweeps import (default_position_columns, sweep_components, sweep_layer_position,
+                                          sweep_layer_subspace)
+
+    each = {"auto": None, "each": True, "types": False}[positions]
+    results = []
+    for name in names:
+        stages.start(f"sweep {name}")
+        if name == "layer-position":
+            results.append(sweep_layer_position(exp, default_position_columns(exp, each), read_layer=read))
+        elif name == "layer-subspace":
+            results.append(sweep_layer_subspace(exp, read_layer=read))
+        else:
+            results.append(sweep_components(exp, columns=default_position_columns(exp, each), read_layer=read))
+    return results
+
+
+def _pages(args, problem, pair, circuit, exp, results, check, read) -> tuple[dict, dict, dict]:
+    """The files to write (``patching.json``, ``patching.html``, ``report.html`` with ``--report``), the result
+    document and the problem's description."""
+    from analysis.patching.report import patching_page, result_document
+
+    problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
+                    "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}
+    doc = result_document(exp, results, check, read, problem_info)
+    files = {
+        "patching.json": json.dumps(doc, indent=1) + "\n",
+        "patching.html": patching_page(exp, results, check, read, problem_info),
+    }
+    if args.report:
+        from analysis.patching.report import add_patching_section
+        from analysis.pipeline import run_problem
+        from analysis.report import build_report
+
+        clean_run = run_problem(pair.X_clean, pair.C0_clean, problem.iterations, circuit=circuit)
+        report = build_report(clean_run, problem, seed=args.seed)
+        add_patching_section(report, exp, results, check, read)
+        files["report.html"] = report.to_html()
+    return files, doc, problem_info
 
 
 def compact(sweep_doc: dict) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from analysis.commands._problem import variant_help
 from analysis.data import InputError
 
 NAME = "prove"
@@ -20,7 +21,7 @@ HELP = "prove the circuit exact: check every obligation symbolically on the mode
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d", type=int, required=True, help="dimension of the points")
     parser.add_argument("--k", type=int, required=True, help="number of centroids")
-    parser.add_argument("--variant", default="lloyd", metavar="NAME", help="circuit variant (default lloyd)")
+    parser.add_argument("--variant", default="lloyd", metavar="NAME[:KEY=VALUE,...]", help=variant_help())
     parser.add_argument("--iterations", type=int, default=1, metavar="T",
                         help="Lloyd iterations of the model to build (default 1: layers U A U A); every layer is checked")
     parser.add_argument("--examples", type=int, default=1, metavar="E",

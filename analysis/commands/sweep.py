@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     runner = sweep.RUNNERS[args.runner]
     cells = sum(1 for _ in grid.cells())
-    with engine.progress_bar(cells, f"sweep ({args.runner}, {args.engine})") as bar:
+    with engine.progress_bar(cells, NAME) as bar:
         outcome = sweep.sweep_cells(grid, runner, bar.update, args.engine, args.address)
     rows = [row for rows in outcome.finished() for row in rows]
     if rows:

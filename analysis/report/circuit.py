@@ -24,6 +24,7 @@ import numpy as np
 from analysis import views
 from analysis.report.document import Fact, Header, Report, Section, Table
 from analysis.views import DEFAULT_MAX_POINTS, PointSample
+from analysis.pipeline import as_run
 from analysis.views._common import as_circuit
 
 # ----------------------------------------------------------------------------------------------------- building
@@ -152,11 +153,14 @@ def unregister_section(key: str) -> None:
 
 def build_report(run, problem=None, *, seed: int | None = None, title: str | None = None,
                  max_points: int | None = DEFAULT_MAX_POINTS, extra_sections: list[Section] = ()) -> Report:
-    """The full report of a verified run (:class:`~analysis.pipeline.RunResult`).
+    """The full report of a verified run: anything :func:`analysis.pipeline.as_run` takes (a
+    :class:`~analysis.pipeline.RunResult`, a :class:`~analysis.capture.Capture`, a fitted estimator, or an
+    ``(ActivationCache, EncodedBatch)`` pair).
 
     ``problem`` (an :class:`analysis.commands._problem.Problem`) and ``seed`` describe where the data and the
     initial centroids came from; ``max_points`` bounds the points drawn per figure (``None``: all).
     """
+    run = as_run(run)
     sample = views.point_sample(run, max_points)
     ctx = ReportContext(run, sample, problem)
     report = Report(build_header(run, problem, seed, title, sample))

@@ -1,7 +1,8 @@
 """Shared pieces of the views: the :class:`View` record, what a view accepts, which points get drawn, colours.
 
-A view takes a captured run (:class:`~analysis.pipeline.RunResult` or :class:`~analysis.capture.Capture`; the
-weight views also take a bare :class:`~circuits.build.KMeansCircuit`) and returns a :class:`View`: the data it
+A view takes what a user has in hand (anything :func:`analysis.pipeline.as_run` takes: a
+:class:`~analysis.pipeline.RunResult`, a :class:`~analysis.capture.Capture`, a fitted estimator, or an
+``(ActivationCache, EncodedBatch)`` pair; the weight views also take a bare :class:`~circuits.build.KMeansCircuit`) and returns a :class:`View`: the data it
 computed, over *every* point, and a plotly figure, which may draw a subsample of the points so that a report for
 thousands of points stays responsive. :func:`point_sample` decides which points are drawn; it always keeps the
 points a reader most needs to see (ties, mismatches, the smallest assignment margins).
@@ -21,6 +22,7 @@ from jaxtyping import Float, Int
 from plotly.colors import qualitative
 
 from analysis.capture import AssignAttention, Capture
+from analysis.pipeline import as_run
 from circuits.build import KMeansCircuit
 
 #: Points drawn per figure by default. Chosen so that a report at n = 2,000 renders in about a second.
@@ -51,29 +53,25 @@ class View:
         return self.figure._repr_mimebundle_(include=include, exclude=exclude)
 
 
-def _unwrap(obj, cls: type, attr: str, expected: str):
-    """``obj`` if it is a ``cls``, else its attribute ``attr`` if that is one (a run holds its capture and circuit)."""
-    if isinstance(obj, cls):
-        return obj
-    inner = getattr(obj, attr, None)
-    if isinstance(inner, cls):
-        return inner
-    raise TypeError(f"expected {expected}, got {type(obj).__name__}")
-
-
 def as_capture(obj) -> Capture:
-    """The :class:`Capture` inside a ``RunResult`` (or the capture itself)."""
-    return _unwrap(obj, Capture, "capture", "a RunResult or a Capture")
+    """The :class:`Capture` of anything :func:`analysis.pipeline.as_run` takes (or the capture itself)."""
+    if isinstance(obj, Capture):
+        return obj
+    return as_run(obj).capture
 
 
 def as_circuit(obj) -> KMeansCircuit:
-    """The :class:`KMeansCircuit` of a run, a capture, or the circuit itself."""
-    return _unwrap(obj, KMeansCircuit, "circuit", "a RunResult, Capture or KMeansCircuit")
+    """The :class:`KMeansCircuit` of a run, a capture, a fitted estimator, or the circuit itself."""
+    if isinstance(obj, KMeansCircuit):
+        return obj
+    return as_capture(obj).circuit
 
 
 def report_of(obj):
-    """The verification report of a ``RunResult``, or ``None`` for a bare capture."""
-    return getattr(obj, "report", None)
+    """The verification report of a run, a fitted estimator or a cached run; ``None`` for a bare capture."""
+    if isinstance(obj, (Capture, KMeansCircuit)):
+        return None
+    return as_run(obj).report
 
 
 def soft_clusters(assignments: Float[np.ndarray, "n k"]) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, " n"]]:

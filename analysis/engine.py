@@ -23,7 +23,8 @@ import socket
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from analysis.data import InputError
 

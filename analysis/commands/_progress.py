@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from io import TextIOBase
 
 
 class Stages:
@@ -23,7 +23,7 @@ class Stages:
 
     unit = "stage"
 
-    def __init__(self, command: str, names: list[str], stream: TextIO | None = None):
+    def __init__(self, command: str, names: list[str], stream: TextIOBase | None = None):
         self.command, self.names = command, list(names)
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
@@ -73,7 +73,7 @@ class Cells(Stages):
 
     unit = "cell"
 
-    def __init__(self, command: str, total: int, stream: TextIO | None = None):
+    def __init__(self, command: str, total: int, stream: TextIOBase | None = None):
         super().__init__(command, [f"cell {i + 1}" for i in range(total)], stream)
 
     def update(self, n: int = 1) -> None:

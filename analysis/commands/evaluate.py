@@ -165,6 +165,14 @@ def run_general(args: argparse.Namespace, model, config: dict, datasets: list[st
     doc: dict = {"checkpoint": str(args.checkpoint), "general": True, "capacity": [model.config.d, model.config.k],
                  "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init", "loss")},
                  "best_step": config.get("progress", {}).get("best_step")}
+    from analysis.data import load_dataset
+
+    for name in datasets:
+        ds = load_dataset(name)
+        k = len(set(ds.y.tolist()))
+        if ds.X.shape[1] > model.config.d or k > model.config.k:
+            raise InputError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
+                             f" d <= {model.config.d}, k <= {model.config.k}")
     if args.tasks:
         print(f"evaluating on {args.tasks} held-out tasks at each of {len(args.shape_list)} shapes ...", file=sys.stderr)
         doc["shapes"] = evaluate_shapes(model, args.shape_list, args.tasks, n, args.steps, args.init, args.seed,

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="final: the paper's soft-min objective after --iterations steps (default); anytime: every"
                           " step against Lloyd's from the same start, with a hinge on steps worse than Lloyd's and"
                           " on rises (--gamma is then relative to Lloyd's mean squared distance)")
+    opt.add_argument("--support", choices=("dense", "construction"), default="dense",
+                     help="which head weights train: all (dense, default) or only those the construction sets")
     opt.add_argument("--hinge", type=float, default=1.0, help="anytime loss: weight of relu(ratio - 1) (default 1)")
     opt.add_argument("--rise", type=float, default=1.0, help="anytime loss: weight of a rise between steps (default 1)")
     arch = parser.add_argument_group("architecture and initial sharpness (unit-scaled squared distances)")
@@ -70,7 +72,7 @@ def config_from(args: argparse.Namespace):
             gamma=args.gamma, train_iterations=args.iterations, eval_iterations=args.eval_iterations,
             val_tasks=args.val_tasks, val_every=args.val_every, seed=args.seed, init=args.init,
             sharpness=sharp.to_dict(), reembed=not args.no_reembed, d_head=args.d_head, dtype=args.dtype,
-            keep_best=not args.last, general=args.general, loss=args.loss, hinge=args.hinge, rise=args.rise,
+            keep_best=not args.last, general=args.general, loss=args.loss, hinge=args.hinge, rise=args.rise, support=args.support,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -30,6 +30,7 @@ from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans, sequen
 from circuits.training.tasks import TRAIN, VALIDATION, TaskBatch, make_tasks, task_stream
 
 LOSSES = ("final", "anytime")
+SUPPORTS = ("dense", "construction")
 
 
 @dataclass
@@ -60,6 +61,9 @@ class TrainConfig:
     loss: str = "final"
     hinge: float = HINGE
     rise: float = RISE
+    #: "dense": every head weight trains; "construction": only the head weights the construction sets (non-zero at
+    #: the start) — the knobs, per coordinate and identity — and the MLP coefficients.
+    support: str = "dense"
 
     def __post_init__(self) -> None:
         for name in ("d", "k", "steps", "batch", "train_iterations", "eval_iterations", "val_tasks", "val_every"):
@@ -72,6 +76,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
+        if self.support not in SUPPORTS:
+            raise ValueError(f"support must be one of {', '.join(SUPPORTS)}, got {self.support!r}")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         for name in ("hinge", "rise"):
@@ -197,6 +203,9 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     model = RecurrentKMeans(cfg.model_config(), dtype=dtype).to(device)
     initial = RecurrentKMeans(cfg.model_config(), dtype=dtype).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    # Adam leaves a weight whose gradient is always 0 where it is (both moments stay 0).
+    frozen = ({name: (p == 0) for name, p in initial.named_parameters() if not name.split("_", 1)[1].startswith("mlp")}
+              if cfg.support == "construction" else {})
     log: list[dict] = []
     start, best, best_state = 0, None, None
     elapsed_wall, elapsed_cpu = 0.0, 0.0
@@ -251,6 +260,9 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
             loss = soft_min_objective(torch.as_tensor(tasks.X, dtype=dtype, device=C.device), C, cfg.gamma).mean()
         optimizer.zero_grad()
         loss.backward()
+        for name, p in model.named_parameters():
+            if name in frozen and p.grad is not None:
+                p.grad.masked_fill_(frozen[name], 0.0)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
         running.append(float(loss.detach()))

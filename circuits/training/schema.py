@@ -125,8 +125,9 @@ TRAINING_POSITIVE = ("lr", "clip", "gamma")
 TRAINING_FIELDS_V1 = TRAINING_COUNTS + TRAINING_POSITIVE + ("seed", "init", "sharpness", "reembed", "d_head", "dtype",
                                                             "keep_best")
 #: Added in v2: the general family, the loss (``circuits.training.loop.LOSSES``) and its weights.
-TRAINING_FIELDS = TRAINING_FIELDS_V1 + ("general", "loss", "hinge", "rise")
+TRAINING_FIELDS = TRAINING_FIELDS_V1 + ("general", "loss", "hinge", "rise", "support")
 LOSSES = ("final", "anytime")
+SUPPORTS = ("dense", "construction")
 
 
 def _training(training: dict, where: str, fields: tuple[str, ...] = TRAINING_FIELDS) -> None:
@@ -134,6 +135,7 @@ def _training(training: dict, where: str, fields: tuple[str, ...] = TRAINING_FIE
     if "general" in fields:
         _bool(training["general"], f"{where}.general")
         _choice(training["loss"], f"{where}.loss", LOSSES)
+        _choice(training["support"], f"{where}.support", SUPPORTS)
         for name in ("hinge", "rise"):
             _number(training[name], f"{where}.{name}", nonnegative=True)
     for name in TRAINING_COUNTS:

@@ -156,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(last))
     else:
+        from circuits.training.checkpoint import read_config
+
+        prog = read_config(out)["progress"]
         print(f"step {last['step']}: validation ratio model/Lloyd's {last['val_ratio']:.4f} after"
-              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}")
+              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}"
+              f" (model.safetensors: step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')}"
+              f" {prog['best_val_ratio']:.4f})")
     return 0

@@ -1,32 +1,16 @@
 """train --general / evaluate / drift / cluster --checkpoint with a general model, as a user meets them (tiny
-sizes), the committed general checkpoint, and bad input (exit 2, one line)."""
+sizes), and bad input (exit 2, one line)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from circuits import reference
+from test_training_cli import assert_usage_error, cli
 
-ROOT = Path(__file__).resolve().parents[1]
-GENERAL = ROOT / "checkpoints" / "general"
-HEADLINE = ROOT / "checkpoints" / "headline"
-CLI = [sys.executable, "-m", "analysis.cli"]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-
-
-def assert_usage_error(res, *needles):
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+HEADLINE = Path(__file__).resolve().parents[1] / "checkpoints" / "headline"
 
 
 @pytest.fixture(scope="module")

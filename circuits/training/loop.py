@@ -8,6 +8,11 @@ and its k-means objective is compared with Lloyd's from the same initial centroi
 the *validation ratio* is the mean over tasks of model / Lloyd's. The log records it with the training loss,
 the drift of every block's weights from their initial values, and the stiffness the model actually applies at
 each step (its ``BETA`` read from the residual stream).
+
+A *general* run (``TrainConfig.general``) draws its batches from :mod:`circuits.training.general_tasks` (any shape
+up to the capacity ``(d, k)``, raw units) and usually minimises the anytime loss
+(:func:`circuits.training.loss.anytime_loss`: every step against Lloyd's); validation then also records the mean
+ratio at every step, how often objectives rise, and the ``val_score`` the best checkpoint is chosen by.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.checkpoint import load_training_state, read_config, read_log, save_checkpoint
 from circuits.training.construction import InitSharpness
 from circuits.training.general_tasks import general_tasks
-from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, kmeans_objective, soft_min_objective
+from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, soft_min_objective
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans, sequence_of, unit_to_task
 from circuits.training.tasks import TRAIN, VALIDATION, TaskBatch, make_tasks, task_stream
 

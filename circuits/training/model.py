@@ -12,6 +12,10 @@ Parameters are exactly the weights of a two-layer ``HookedTransformer`` in the t
   gate and linear input read and the one it writes, with free coefficients (the sparsity pattern is part of the
   architecture, like the head count). Biases are zero and not trained.
 
+A *general* model (``ModelConfig.general``) reads ``d`` and ``k`` as a capacity: it runs any ``d' <= d`` (points in
+the first ``d'`` coordinates, the rest 0) and any ``k' <= k`` (``k'`` centroid tokens with the first ``k'``
+identities); the sequence has ``1 + n + k'`` tokens and nothing else changes (:func:`encode_for`).
+
 Step 0 is the assign block alone (the input already holds the initial centroids, see
 :func:`circuits.training.construction.prepare_input`); every later step applies the pair ``(U, A)``. After step
 ``t`` the residual's ``C`` holds the centroids after ``t`` iterations and ``Y`` the assignment to them. With

@@ -39,6 +39,7 @@ from analysis.evaluate import lloyd_trajectory, objectives
 from analysis.report.drift import drift_report
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.construction import EXACT
+from circuits.training.general_tasks import general_tasks
 from circuits.training.model import RecurrentKMeans
 from circuits.training.tasks import TEST, task_stream
 
@@ -60,9 +61,13 @@ def stages_of(with_ablations: bool = True, with_patterns: bool = True) -> list[s
 
 def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None, tasks: int = 16, n: int | None = None,
             steps: int = 20, seed: int = 0, pattern_steps: tuple[int, ...] = (0, 1, 2, 5), with_patterns: bool = True,
-            with_ablations: bool = True, stage: Callable[[str], None] | None = None) -> DriftAnalysis:
+            with_ablations: bool = True, stage: Callable[[str], None] | None = None,
+            shape: tuple[int, int] | None = None) -> DriftAnalysis:
     """Everything :func:`drift_report` draws, as numbers (see the module docstring). ``stage(name)`` is called as
-    each of :func:`stages_of` begins (for progress reports)."""
+    each of :func:`stages_of` begins (for progress reports).
+
+    A general model (any ``d <= D``, ``k <= K``) is measured on held-out tasks of the general family at ``shape``
+    ``(d, k)`` (default: the capacity); its weights are compared over the whole capacity."""
     stage = stage or (lambda name: None)
     n = n or config["training"]["n"]
     stage("weights")
@@ -72,7 +77,14 @@ def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None,
     mlps = compare_mlp(model, construction, UPDATE) + compare_mlp(model, construction, ASSIGN)
     knobs = {"construction": construction.knobs(), "trained": model.knobs()}
     stage("behaviour")
-    batch = task_stream(tasks, n, model.config.d, model.config.k, tasks, seed, TEST)
+    if model.config.general:
+        d, k = shape or (model.config.d, model.config.k)
+        batch = general_tasks(tasks, n, model.config.d, model.config.k, seed, TEST, 0, shape=(d, k), init="random")
+        a0 = model.config.init_sharpness.beta
+        betas = tuple(sorted({a0 * f for f in (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 16.0)}))
+    else:
+        batch = task_stream(tasks, n, model.config.d, model.config.k, tasks, seed, TEST)
+        betas = (2, 3, 4, 5, 6, 8, 12, 20, 50, 200)
     beh = behaviour({"trained": model, "construction": construction}, batch, steps)
     lloyd_final = np.array(objectives(batch.X, lloyd_trajectory(batch.X, batch.C0, steps)[-1][None])[0])
     abl, sweep = [], []
@@ -80,7 +92,7 @@ def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None,
         stage("ablations")
         abl = ablations(model, construction, batch, steps, lloyd_final)
         stage("stiffness sweep")
-        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, dtype=model.dtype)
+        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, betas=betas, dtype=model.dtype)
     pats = None
     if with_patterns:
         stage("attention patterns")

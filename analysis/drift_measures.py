@@ -160,8 +160,8 @@ def _run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int, chunk: i
             c_steps, e_steps, b_steps = [], [], []
 
             def observe(t, resid):
-                c_steps.append(unit_to_task(resid[:, 1 + n :, model.layout["C"]], enc).double().numpy())
-                Y = resid[:, 1 : 1 + n, model.layout["Y"]].double().clamp_min(0)
+                c_steps.append(unit_to_task(resid[:, 1 + n :, model.layout["C"]], enc).double().cpu().numpy())
+                Y = resid[:, 1 : 1 + n, model.layout["Y"]].double().clamp_min(0)  # a general model: zero beyond k
                 p = Y / Y.sum(-1, keepdim=True).clamp_min(1e-30)
                 e_steps.append(float(-(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean()) * len(part.X))
                 b_steps.append(float(resid[:, 1 : 1 + n, model.layout["BETA"]].double().mean()) * a * len(part.X))
@@ -236,8 +236,8 @@ def stiffness_sweep(config: ModelConfig, tasks: TaskBatch, steps: int, lloyd_obj
     rows = []
     for beta in betas:
         sharp = InitSharpness(**{**base.to_dict(), "beta": float(beta)})
-        model = RecurrentKMeans(ModelConfig(config.d, config.k, "exact", sharp.to_dict(), config.d_head, config.reembed),
-                                dtype=dtype)
+        model = RecurrentKMeans(ModelConfig(config.d, config.k, "exact", sharp.to_dict(), config.d_head, config.reembed,
+                                            general=config.general), dtype=dtype)
         rows.append({"beta": float(beta), "beta_update": base.beta_update, "ratio": mean_ratio(model, tasks, steps, lloyd_obj)})
     return rows
 

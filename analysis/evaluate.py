@@ -40,9 +40,10 @@ def chunk_trajectory(model: RecurrentKMeans, x: np.ndarray, c0: np.ndarray, step
     per_step, per_agree = [], []
 
     def observe(t: int, resid: torch.Tensor) -> None:
-        C = unit_to_task(resid[:, enc.sequence.centroids, model.layout["C"]], enc).double().numpy()
+        C = unit_to_task(resid[:, enc.sequence.centroids, model.layout["C"]], enc).double().cpu().numpy()
         per_step.append(C)
-        Y = resid[:, enc.sequence.points, model.layout["Y"]].double().numpy()
+        # Y is the capacity's K wide; a general model's k tokens use its first k columns.
+        Y = resid[:, enc.sequence.points, model.layout["Y"]][..., : c0.shape[1]].double().cpu().numpy()
         nearest = np.stack([reference.sq_distances(xi, ci).argmin(1) for xi, ci in zip(x, C)])
         per_agree.append(float((Y.argmax(-1) == nearest).mean()))
 
@@ -315,7 +316,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     per_iteration = []
     for t in range(1, iterations + 1):
         labels = reference.sq_distances(X, cents[t]).argmin(1)
-        Y = hooked[t][0, seq.points, model.layout["Y"]].double().numpy()
+        Y = hooked[t][0, seq.points, model.layout["Y"]][:, : C0.shape[0]].double().numpy()
         top2 = np.sort(Y, axis=1)[:, -2:] if Y.shape[1] > 1 else np.c_[np.zeros(n), Y]
         per_iteration.append({
             "iteration": t,
@@ -333,6 +334,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
         "verified": bool(export_error <= EXPORT_TOLERANCE[model.dtype]),
         "per_iteration": per_iteration, "n": n, "d": int(X.shape[1]),
         "inertia": reference.objective(X, final), "lloyd_inertia": float(trace.objectives[-1]),
+        "ratio_to_lloyd": reference.objective(X, final) / max(float(trace.objectives[-1]), 1e-300),
         "dtype": str(model.dtype).replace("torch.", ""),
         "export_error": export_error,
         "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"

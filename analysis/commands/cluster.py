@@ -112,7 +112,12 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     d, k = model["d"], model["k"]
     if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
         raise InputError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
-    if problem.X.shape[1] != d or problem.k != k:
+    if model.get("general", False):
+        if problem.X.shape[1] > d or problem.k > k:
+            raise InputError(f"--checkpoint {args.checkpoint!r} is a general model for d <= {d}, k <= {k}; the data"
+                             f" has d={problem.X.shape[1]} and --k is {problem.k}")
+        d = problem.X.shape[1]
+    elif problem.X.shape[1] != d or problem.k != k:
         raise InputError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
                          f" d={problem.X.shape[1]} and --k is {problem.k}")
     from analysis.evaluate import cluster_with_checkpoint
@@ -131,7 +136,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"{problem.source}: n={doc['n']} d={d} k={k}, init {problem.init}, trained model {args.checkpoint},"
+        print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, trained model {args.checkpoint},"
               f" {problem.iterations} steps")
         print(" iter  objective model  objective Lloyd's  labels = Lloyd's")
         for rec in doc["per_iteration"]:
@@ -140,5 +145,5 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         status = "reproduces" if doc["verified"] else "does NOT reproduce"
         print(f"the exported HookedTransformer {status} the trained forward pass (max centroid difference"
               f" {doc['export_error']:.2g} of the data scale); inertia {doc['inertia']:.10g} (Lloyd's"
-              f" {doc['lloyd_inertia']:.10g})" + (f"; wrote {out}" if out else ""))
+              f" {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f})" + (f"; wrote {out}" if out else ""))
     return 0 if doc["verified"] else 1

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ablations", action="store_true", help="skip the ablations and the stiffness sweep")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="also print the numbers and the summary as JSON")
+    parser.add_argument("--shapes", default=None, metavar="DxK,...",
+                        help="general checkpoints: measure the behaviour on held-out tasks of each shape (default"
+                             " 2x3,16x10,64x10); the HTML report is the first shape's, --json holds all of them")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +36,13 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, suffixes=None, example="drift.html")
-    check_checkpoint(args.checkpoint)
+    model_cfg = check_checkpoint(args.checkpoint)["model"]
+    general = bool(model_cfg.get("general", False))
+    if args.shapes is not None and not general:
+        raise InputError("--shapes needs a general checkpoint (trained with --general)")
+    from analysis.commands.evaluate import parse_shapes
+
+    shapes = parse_shapes(args.shapes or "2x3,16x10,64x10", model_cfg["d"], model_cfg["k"]) if general else [None]
 
     import torch
 
@@ -49,17 +58,27 @@ def run(args: argparse.Namespace) -> int:
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
     n = args.n if args.n is not None else config["training"]["n"]
-    if n < model.config.k:
-        raise InputError(f"--n {n} is below k={model.config.k}")
-    with Stages(NAME, stages_of(with_ablations=not args.no_ablations) + ["report"]) as stages:
-        analysis = analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
-                           with_ablations=not args.no_ablations, stage=stages.start)
+    if n < max(s[1] if s else model.config.k for s in shapes):
+        raise InputError(f"--n {n} is below k")
+    label = [f"d={shape[0]} k={shape[1]}: " if shape else "" for shape in shapes]
+    names = [f"{lab}{name}" for lab in label for name in stages_of(with_ablations=not args.no_ablations)]
+    analyses = []
+    with Stages(NAME, names + ["report"]) as stages:
+        for lab, shape in zip(label, shapes):
+            analyses.append(analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
+                                    with_ablations=not args.no_ablations, shape=shape,
+                                    stage=lambda name, lab=lab: stages.start(lab + name)))
         stages.start("report")
-        html = drift_report(analysis, title=f"What training changed: {Path(args.checkpoint).name}").to_html()
+        shape_note = f" (d={shapes[0][0]}, k={shapes[0][1]})" if shapes[0] else ""
+        html = drift_report(analyses[0], title=f"What training changed: {Path(args.checkpoint).name}{shape_note}").to_html()
     write_output_file(out, html)
     if args.json:
-        print(json.dumps(analysis.to_dict()))
+        docs = [{**({"d": s[0], "k": s[1]} if s else {}), **a.to_dict()} for s, a in zip(shapes, analyses)]
+        print(json.dumps(docs[0] if len(docs) == 1 and not general else {"shapes": docs}))
     else:
-        print("\n".join(f"- {s}" for s in analysis.summary))
+        for shape, analysis in zip(shapes, analyses):
+            if shape:
+                print(f"d={shape[0]} k={shape[1]}:")
+            print("\n".join(f"- {s}" for s in analysis.summary))
         print(f"wrote {out}")
     return 0

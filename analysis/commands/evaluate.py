@@ -8,6 +8,7 @@ import sys
 
 from analysis import engine
 from analysis.commands._problem import check_checkpoint, seed
+from analysis.commands.train import add_device_argument, resolve_device
 from analysis.data import DATASETS, InputError
 
 NAME = "evaluate"
@@ -25,11 +26,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=None, help="points per task (default: the checkpoint's)")
     parser.add_argument("--family", choices=FAMILIES, default="gaussian", help="noise family of the tasks")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the test stream (default 0)")
-    parser.add_argument("--datasets", default=",".join(("digits", "blobs")), metavar="NAMES",
+    parser.add_argument("--datasets", default=None, metavar="NAMES",
                         help="comma-separated scikit-learn datasets (default digits,blobs; 'none' to skip)")
     parser.add_argument("--dataset-inits", type=int, default=10, help="initialisations per dataset (default 10)")
     parser.add_argument("--chunk", type=int, default=16, help="tasks per forward pass (memory)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--shapes", default=None, metavar="DxK,...",
+                        help="general checkpoints: the shapes of the held-out tasks, e.g. 2x3,16x10 (default"
+                             " 2x3,4x8,8x5,16x10,32x16,64x8); --tasks is then per shape, and --datasets are run in"
+                             " raw units at their true k (default iris,wine,breast_cancer,digits)")
+    parser.add_argument("--no-optimum", action="store_true",
+                        help="general checkpoints: skip the comparison with scikit-learn's KMeans(n_init=10)")
+    add_device_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     engine.add_arguments(parser)
 
@@ -44,6 +52,26 @@ def parse_datasets(text: str) -> list[str]:
     return names
 
 
+def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, int]]:
+    """``--shapes 2x3,16x10`` -> ``[(2, 3), (16, 10)]``, each within the checkpoint's capacity."""
+    from analysis.evaluate_general import DEFAULT_SHAPES
+
+    if text is None:
+        return [(d, k) for d, k in DEFAULT_SHAPES if d <= d_max and k <= k_max]
+    shapes = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        parts = item.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise InputError(f"--shapes: {item!r} is not DxK (e.g. 16x10)")
+        d, k = int(parts[0]), int(parts[1])
+        if not (1 <= d <= d_max and 1 <= k <= k_max):
+            raise InputError(f"--shapes: {item!r} is outside the checkpoint's capacity d <= {d_max}, k <= {k_max}")
+        shapes.append((d, k))
+    if not shapes:
+        raise InputError("--shapes is empty")
+    return shapes
+
+
 def validate(args: argparse.Namespace) -> list[str]:
     for name in ("steps", "chunk", "dataset_inits"):
         if getattr(args, name) < 1:
@@ -52,10 +80,21 @@ def validate(args: argparse.Namespace) -> list[str]:
         raise InputError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
-    check_checkpoint(args.checkpoint)
-    datasets = parse_datasets(args.datasets)
+    model = check_checkpoint(args.checkpoint)["model"]
+    general = bool(model.get("general", False))
+    if args.shapes is not None and not general:
+        raise InputError("--shapes needs a general checkpoint (trained with --general)")
+    if general:
+        args.shape_list = parse_shapes(args.shapes, model["d"], model["k"])
+    default = "iris,wine,breast_cancer,digits" if general else "digits,blobs"
+    datasets = parse_datasets(args.datasets if args.datasets is not None else default)
+    if general and "blobs" in datasets:
+        raise InputError("--datasets blobs: a general checkpoint is evaluated on real data at its true k")
     if not args.tasks and not datasets:
         raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")
+    if general and args.engine != "serial":
+        # Said, not ignored: the general evaluation (per shape, real data) runs in this process only.
+        raise InputError("--engine ray: a general checkpoint is evaluated serially for now (drop --engine)")
     engine.check(args.engine, args.address)
     return datasets
 
@@ -89,12 +128,16 @@ def run(args: argparse.Namespace) -> int:
     from circuits.training.checkpoint import CheckpointError, load_model
     from circuits.training.tasks import TEST, task_stream
 
+    device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
         model, config = load_model(args.checkpoint)
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
+    model.to(device)
+    if model.config.general:
+        return run_general(args, model, config, datasets)
     n = args.n if args.n is not None else config["training"]["n"]
     if n < model.config.k:
         raise InputError(f"--n {n} is below k={model.config.k}")
@@ -123,3 +166,56 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(doc))
     return engine.report_failures(outcome.failures)
+
+
+def run_general(args: argparse.Namespace, model, config: dict, datasets: list[str]) -> int:
+    """A general checkpoint: held-out tasks at each ``--shapes`` and real data in raw units at the true k."""
+    from analysis.evaluate_general import evaluate_real, evaluate_shapes
+
+    n = args.n if args.n is not None else config["training"]["n"]
+    if n < max(k for _, k in args.shape_list):
+        raise InputError(f"--n {n} is below the largest k of --shapes")
+    doc: dict = {"checkpoint": str(args.checkpoint), "general": True, "capacity": [model.config.d, model.config.k],
+                 "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init", "loss")},
+                 "best_step": config.get("progress", {}).get("best_step")}
+    from analysis.data import load_dataset
+
+    for name in datasets:
+        ds = load_dataset(name)
+        k = len(set(ds.y.tolist()))
+        if ds.X.shape[1] > model.config.d or k > model.config.k:
+            raise InputError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
+                             f" d <= {model.config.d}, k <= {model.config.k}")
+    if args.tasks:
+        print(f"evaluating on {args.tasks} held-out tasks at each of {len(args.shape_list)} shapes ...", file=sys.stderr)
+        doc["shapes"] = evaluate_shapes(model, args.shape_list, args.tasks, n, args.steps, args.init, args.seed,
+                                        args.chunk, with_optimum=not args.no_optimum)
+    if datasets:
+        doc["datasets"] = []
+        for name in datasets:
+            print(f"evaluating on {name} ...", file=sys.stderr)
+            doc["datasets"].append(evaluate_real(model, name, args.dataset_inits, args.steps, args.init, args.seed,
+                                                 chunk=max(1, args.chunk // 8)))
+    print(json.dumps(doc) if args.json else format_general(doc))
+    return 0
+
+
+def format_general(doc: dict) -> str:
+    lines = []
+    rows = [(f"d={s['d']} k={s['k']}", s["anytime"]) for s in doc.get("shapes", {}).get("per_shape", [])]
+    if rows:
+        sh = doc["shapes"]
+        lines.append(f"{sh['tasks_per_shape']} held-out general tasks per shape, n={sh['n']}, init {sh['init']},"
+                     f" {sh['steps']} steps (same initial centroids for both)")
+        rows.append(("all shapes", sh["overall"]))
+    rows += [(f"{ds['name']} (k={ds['k']}, {ds['inits']} inits)", ds["anytime"]) for ds in doc.get("datasets", [])]
+    lines.append(f"{'':24s} ratio mean  median     max  worst step  never rises  model/opt  Lloyd/opt")
+    for label, a in rows:
+        opt = (f"  {a['model_over_optimum']:9.4f}  {a['lloyd_over_optimum']:9.4f}" if "model_over_optimum" in a else "")
+        lines.append(f"{label:24s} {a['ratio_mean']:10.4f} {a['ratio_median']:7.4f} {a['ratio_max']:7.4f}"
+                     f" {a['worst_step_mean']:11.4f} {a['frac_never_rises']:12.1%}{opt}")
+    for ds in doc.get("datasets", []):
+        f = ds["final"]
+        lines.append(f"{ds['name']}: ARI model {f['model_ari']:.3f} / Lloyd's {f['lloyd_ari']:.3f},"
+                     f" NMI {f['model_nmi']:.3f} / {f['lloyd_nmi']:.3f}")
+    return "\n".join(lines)

@@ -26,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", required=True, help="checkpoint folder (created or resumed)")
     parser.add_argument("--resume", action="store_true", help="continue the run in DIR up to --steps")
     parser.add_argument("--json", action="store_true", help="print the last log record as JSON on stdout")
+    parser.add_argument("--general", action="store_true",
+                        help="one model for any d' <= --d and k' <= --k, trained on the general task family"
+                             " (shapes, cluster sizes, anisotropic and heavy-tailed clusters, units and inits drawn"
+                             " per batch)")
+    add_device_argument(parser)
     opt = parser.add_argument_group("optimisation")
     opt.add_argument("--batch", type=int, default=8, help="tasks per step (default 8)")
     opt.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3; weights are"
@@ -37,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     opt.add_argument("--val-tasks", type=int, default=64, help="held-out validation tasks (default 64)")
     opt.add_argument("--val-every", type=int, default=50, help="validate and checkpoint every this many steps")
     opt.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    opt.add_argument("--loss", choices=("final", "anytime"), default="final",
+                     help="final: the paper's soft-min objective after --iterations steps (default); anytime: every"
+                          " step against Lloyd's from the same start, with a hinge on steps worse than Lloyd's and"
+                          " on rises (--gamma is then relative to Lloyd's mean squared distance)")
+    opt.add_argument("--support", choices=("dense", "construction"), default="dense",
+                     help="which head weights train: all (dense, default) or only those the construction sets")
+    opt.add_argument("--hinge", type=float, default=1.0, help="anytime loss: weight of relu(ratio - 1) (default 1)")
+    opt.add_argument("--rise", type=float, default=1.0, help="anytime loss: weight of a rise between steps (default 1)")
     arch = parser.add_argument_group("architecture and initial sharpness (unit-scaled squared distances)")
     arch.add_argument("--beta", type=float, default=5.0, help="initial assignment stiffness a (default 5)")
     arch.add_argument("--growth", type=float, default=0.0, help="initial schedule growth g (default 0: constant)")
@@ -59,7 +72,7 @@ def config_from(args: argparse.Namespace):
             gamma=args.gamma, train_iterations=args.iterations, eval_iterations=args.eval_iterations,
             val_tasks=args.val_tasks, val_every=args.val_every, seed=args.seed, init=args.init,
             sharpness=sharp.to_dict(), reembed=not args.no_reembed, d_head=args.d_head, dtype=args.dtype,
-            keep_best=not args.last,
+            keep_best=not args.last, general=args.general, loss=args.loss, hinge=args.hinge, rise=args.rise, support=args.support,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -81,6 +94,25 @@ def validate(args: argparse.Namespace) -> None:
         raise InputError(f"--growth must be >= 0 and finite, got {args.growth}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
+    for name in ("hinge", "rise"):
+        if not 0 <= getattr(args, name) < float("inf"):
+            raise InputError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="where torch computes (default: cuda when available, else cpu)")
+
+
+def resolve_device(name: str | None) -> str:
+    """``--device``: cuda when available by default; asking for cuda where there is none is bad input."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available (use --device cpu)")
+    return name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from circuits.training.checkpoint import CheckpointError
     from circuits.training.loop import train
 
+    device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     bar = tqdm(total=cfg.steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
@@ -111,10 +144,11 @@ def run(args: argparse.Namespace) -> int:
         if bar.disable and rec is not None:
             # No terminal (a log file): one line per validation instead of a bar.
             print(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
+                  f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
                   f" (best {info['best']:.4f}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr, flush=True)
 
     try:
-        last = train(out, cfg, resume=args.resume, progress=progress)
+        last = train(out, cfg, resume=args.resume, progress=progress, device=device)
     except (CheckpointError, ValueError) as exc:
         raise InputError(str(exc)) from None
     finally:
@@ -122,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(last))
     else:
+        from circuits.training.checkpoint import read_config
+
+        prog = read_config(out)["progress"]
         print(f"step {last['step']}: validation ratio model/Lloyd's {last['val_ratio']:.4f} after"
-              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}")
+              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}"
+              f" (model.safetensors: step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')}"
+              f" {prog['best_val_ratio']:.4f})")
     return 0

@@ -176,7 +176,7 @@ def prepare_input(layout: ResidualLayout, resid: np.ndarray, n: int) -> np.ndarr
     """The exact circuit's encoding (initial centroids staged in ``C_stage``) turned into the trainable model's
     input: centroids committed to ``C`` with ``N = |c|^2``, ``BETA = 1`` and ``XB = X`` on the points."""
     out = np.array(resid, dtype=np.float64, copy=True)
-    seq = SequenceLayout(n, layout.k)
+    seq = SequenceLayout(n, out.shape[1] - n - 1)  # k centroid tokens, k <= layout.k for a general model
     cents = seq.centroids
     staged = out[:, cents, layout["C_stage"]]
     out[:, cents, layout["C"]] = staged

@@ -34,3 +34,34 @@ def soft_min_objective(X: Float[torch.Tensor, "batch n d"], C: Float[torch.Tenso
 def kmeans_objective(X: Float[torch.Tensor, "batch n d"], C: Float[torch.Tensor, "batch k d"]) -> Float[torch.Tensor, " batch"]:
     """Per task: ``sum_i min_j D_ij`` (not divided by n: the usual inertia)."""
     return sq_distances(X, C).amin(-1).sum(-1)
+
+
+#: Weight of the hinge ``relu(ratio - 1)`` (a step worse than Lloyd's) and of a rise from one step to the next in
+#: the anytime loss.
+HINGE, RISE = 1.0, 1.0
+
+
+def anytime_loss(X: Float[torch.Tensor, "batch n d"], C: list[Float[torch.Tensor, "batch k d"]],
+                 lloyd: Float[torch.Tensor, "T_plus_1 batch"], gamma: float, hinge: float = HINGE,
+                 rise: float = RISE) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loss that values every step: per task and step ``t = 1..T``, the soft-min objective ``S_t`` of the
+    centroids ``C[t]`` divided by Lloyd's objective ``L_t`` after ``t`` iterations from the same start (so
+    every task weighs the same, whatever its units), plus ``hinge * relu(S_t / L_t - 1)`` and
+    ``rise * relu(S_t - S_{t-1}) / L_t``; averaged over steps and tasks.
+
+    ``gamma`` is relative: the soft-min temperature of a task is ``gamma / (L_T / n)``, Lloyd's mean squared
+    distance at the last step, so it means the same at every scale. ``S_t`` bounds the k-means objective from
+    above, so ``S_t / L_t <= 1`` implies the model is at or below Lloyd's. Returns the loss and the ratios
+    ``S_t / L_t`` (``[T, batch]``, detached).
+    """
+    n = X.shape[1]
+    temp = gamma * n / lloyd[-1].clamp_min(1e-30)  # [batch]
+    S = []
+    for Ct in C:
+        D = sq_distances(X, Ct)
+        S.append((torch.softmax(-temp[:, None, None] * D, dim=-1) * D).sum(-1).sum(-1))
+    S = torch.stack(S)  # [T+1, batch]
+    L = lloyd.clamp_min(1e-30)
+    ratio = S[1:] / L[1:]
+    loss = ratio + hinge * torch.relu(ratio - 1.0) + rise * torch.relu(S[1:] - S[:-1]) / L[1:]
+    return loss.mean(), ratio.detach()

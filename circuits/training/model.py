@@ -12,6 +12,10 @@ Parameters are exactly the weights of a two-layer ``HookedTransformer`` in the t
   gate and linear input read and the one it writes, with free coefficients (the sparsity pattern is part of the
   architecture, like the head count). Biases are zero and not trained.
 
+A *general* model (``ModelConfig.general``) reads ``d`` and ``k`` as a capacity: it runs any ``d' <= d`` (points in
+the first ``d'`` coordinates, the rest 0) and any ``k' <= k`` (``k'`` centroid tokens with the first ``k'``
+identities); the sequence has ``1 + n + k'`` tokens and nothing else changes (:func:`encode_for`).
+
 Step 0 is the assign block alone (the input already holds the initial centroids, see
 :func:`circuits.training.construction.prepare_input`); every later step applies the pair ``(U, A)``. After step
 ``t`` the residual's ``C`` holds the centroids after ``t`` iterations and ``Y`` the assignment to them. With
@@ -37,7 +41,7 @@ from jaxtyping import Float
 from torch import nn
 
 from circuits.blocks import ASSIGN, UPDATE, unembed_matrix
-from circuits.encoding import EncodedBatch, encode
+from circuits.encoding import EncodedBatch, as_batch, encode, fit_unit_scaling
 from circuits.layout import ResidualLayout, SequenceLayout
 from circuits.training.construction import (
     CONSTANT_SUBSPACES, STAGING_SUBSPACES, InitSharpness, construction_blocks, prepare_input, structural_channel,
@@ -67,6 +71,9 @@ class ModelConfig:
     d_head: int | None = None
     reembed: bool = True
     seed: int = 0
+    #: ``d`` and ``k`` are a capacity: the model runs any ``d' <= d`` (points in the first ``d'`` coordinates) and
+    #: any ``k' <= k`` (``k'`` centroid tokens, identities the first ``k'`` of the ``ID`` subspace).
+    general: bool = False
 
     def __post_init__(self) -> None:
         if self.d < 1 or self.k < 1:
@@ -227,7 +234,7 @@ class RecurrentKMeans(nn.Module):
              patterns: dict | None = None) -> Float[torch.Tensor, "batch pos d_model"]:
         """The head's output in the ``HookedTransformer``'s arithmetic, skipping the masked point x point block."""
         W_QK, W_OV = self.circuits(kind)
-        seq = SequenceLayout(n, self.layout.k)
+        seq = sequence_of(resid, n)
         small = resid[:, seq.small]  # BOS and centroids: [batch, k+1, d_model]
         points = resid[:, seq.points]
         # The structural channel is one more rank-1 term of the score; it is added wherever scores are computed
@@ -291,11 +298,16 @@ class RecurrentKMeans(nn.Module):
     def centroids_after(self, encoded_resid, steps: int, n: int) -> Float[torch.Tensor, "batch k d"]:
         """Unit-scaled centroids (``C`` at the centroid tokens) after ``steps`` full steps — what evaluation and the
         exported ``HookedTransformer`` read, so the loss sees every write into ``C``, the last assign block's too."""
-        return self.run(encoded_resid, steps, n)[-1][:, SequenceLayout(n, self.layout.k).centroids, self.layout["C"]]
+        resid = self.run(encoded_resid, steps, n)[-1]
+        return resid[:, sequence_of(resid, n).centroids, self.layout["C"]]
 
     def encode(self, X: np.ndarray, C0: np.ndarray) -> EncodedBatch:
-        """Problems in, model input out (the exact circuit's encoding, prepared by ``prepare_input``)."""
-        return encode_for(self.layout, X, C0, self.dtype)
+        """Problems in, model input out (the exact circuit's encoding, prepared by ``prepare_input``); a general
+        model takes any ``d <= layout.d`` and ``k <= layout.k``."""
+        d, k = np.shape(X)[-1], np.shape(C0)[-2]
+        if not self.config.general and (d != self.layout.d or k != self.layout.k):
+            raise ValueError(f"this model is for d={self.layout.d}, k={self.layout.k}; got d={d}, k={k}")
+        return encode_for(self.layout, X, C0, self.dtype, device=self.reembed_const.device)
 
     # ----------------------------------------------------------------------------------------------- export
     def to_blocks(self) -> list[BlockWeights]:
@@ -343,11 +355,36 @@ def _active(idx: np.ndarray, probe: MLPWeights, name: str) -> np.ndarray:
     return (np.arange(idx.shape[0])[:, None] < counts[None, :]).astype(np.float64)
 
 
-def encode_for(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype) -> EncodedBatch:
-    """:func:`circuits.encoding.encode` (unit scaling, token order) followed by ``prepare_input``."""
-    enc = encode(layout, X, C0, dtype=torch.float64)
-    enc.resid = torch.as_tensor(prepare_input(layout, enc.resid.numpy(), enc.n), dtype=dtype)
-    return enc
+def sequence_of(resid: torch.Tensor, n: int) -> SequenceLayout:
+    """Token positions of a residual with ``n`` points: the centroid tokens are the rest after BOS and points."""
+    return SequenceLayout(n, resid.shape[1] - n - 1)
+
+
+def encode_for(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype,
+               device: torch.device | str = "cpu") -> EncodedBatch:
+    """:func:`circuits.encoding.encode` (unit scaling, token order) followed by ``prepare_input``.
+
+    Points of ``d < layout.d`` coordinates go in the first ``d`` (zero padding changes no distance and no unit
+    scaling); ``k < layout.k`` initial centroids make ``k`` centroid tokens with the first ``k`` identities. The
+    returned batch keeps the caller's ``X`` and ``C0`` (``d`` wide); its scaling's offset is ``layout.d`` wide.
+    """
+    X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
+    d, k = X.shape[2], C0.shape[1]
+    if d > layout.d or C0.shape[2] != d or k > layout.k:
+        raise ValueError(f"the model holds d <= {layout.d}, k <= {layout.k}; got points of d={d}, centroids"
+                         f" of shape {C0.shape[1:]}")
+    pad = ((0, 0), (0, 0), (0, layout.d - d))
+    Xp, Cp = np.pad(X, pad), np.pad(C0, pad)
+    if k == layout.k:
+        enc = encode(layout, Xp, Cp, dtype=torch.float64)
+    else:
+        # Only the first k centroid tokens: encode against the full K (padding with copies of a centroid) and cut.
+        full = np.concatenate([Cp, np.repeat(Cp[:, :1], layout.k - k, axis=1)], axis=1)
+        enc = encode(layout, Xp, full, dtype=torch.float64, scaling=fit_unit_scaling(Xp, Cp))
+        enc.resid = enc.resid[:, : 1 + X.shape[1] + k]
+        enc.sequence = SequenceLayout(X.shape[1], k)
+    resid = prepare_input(layout, enc.resid.numpy(), enc.n)
+    return EncodedBatch(torch.as_tensor(resid, dtype=dtype, device=device), layout, enc.sequence, enc.scaling, X, C0)
 
 
 def run_hooked(model, layout: ResidualLayout, encoded_resid: torch.Tensor, steps: int, reembed: bool,
@@ -368,7 +405,8 @@ def run_hooked(model, layout: ResidualLayout, encoded_resid: torch.Tensor, steps
 
 
 def unit_to_task(unit: torch.Tensor, encoded: EncodedBatch) -> torch.Tensor:
-    """Unit-scaled coordinates back to the task's units (differentiable)."""
-    offset = torch.as_tensor(encoded.scaling.offset, dtype=unit.dtype)
-    scale = torch.as_tensor(encoded.scaling.scale, dtype=unit.dtype)
-    return unit * scale[:, None, None] + offset[:, None, :]
+    """Unit-scaled coordinates back to the task's units (differentiable), the task's ``d`` coordinates only."""
+    d = encoded.X.shape[-1]
+    offset = torch.as_tensor(encoded.scaling.offset[:, :d], dtype=unit.dtype, device=unit.device)
+    scale = torch.as_tensor(encoded.scaling.scale, dtype=unit.dtype, device=unit.device)
+    return unit[..., :d] * scale[:, None, None] + offset[:, None, :]

@@ -12,7 +12,11 @@ import json
 import math
 from pathlib import Path
 
-FORMAT = "kmeans-circuits/recurrent-v1"
+#: Written by this version. v2 adds the model's ``general`` flag (``d`` and ``k`` are then a capacity: any
+#: ``d' <= d``, ``k' <= k``) and the training options of a general run; v1 checkpoints (fixed d, k) still load.
+FORMAT = "kmeans-circuits/recurrent-v2"
+FORMAT_V1 = "kmeans-circuits/recurrent-v1"
+FORMATS = (FORMAT_V1, FORMAT)
 CONFIG, MODEL, STATE, LOG = "config.json", "model.safetensors", "state.safetensors", "log.jsonl"
 
 #: Model inits and dtypes (``circuits.training.model.INITS`` / ``DTYPES``, which import torch; a test keeps them equal).
@@ -96,12 +100,15 @@ def _sharpness(value, where: str) -> None:
         _number(value[name], f"{where}.{name}", positive=name in ("beta", "beta_update"), nonnegative=name == "growth")
 
 
-#: ``ModelConfig``'s fields (a test keeps them equal); the writer always writes all of them.
-MODEL_FIELDS = ("d", "k", "init", "sharpness", "d_head", "reembed", "seed")
+#: ``ModelConfig``'s fields (a test keeps them equal); the writer always writes all of them (v1: without ``general``).
+MODEL_FIELDS = ("d", "k", "init", "sharpness", "d_head", "reembed", "seed", "general")
+MODEL_FIELDS_V1 = MODEL_FIELDS[:-1]
 
 
-def _model(model: dict, where: str) -> None:
-    _keys(model, where, MODEL_FIELDS)
+def _model(model: dict, where: str, fields: tuple[str, ...] = MODEL_FIELDS) -> None:
+    _keys(model, where, fields)
+    if "general" in fields:
+        _bool(model["general"], f"{where}.general")
     _integer(model["d"], f"{where}.d")
     _integer(model["k"], f"{where}.k")
     _choice(model["init"], f"{where}.init", INITS)
@@ -115,12 +122,22 @@ def _model(model: dict, where: str) -> None:
 #: ``TrainConfig``'s fields (a test keeps them equal) and how each is checked.
 TRAINING_COUNTS = ("d", "k", "n", "steps", "batch", "train_iterations", "eval_iterations", "val_tasks", "val_every")
 TRAINING_POSITIVE = ("lr", "clip", "gamma")
-TRAINING_FIELDS = TRAINING_COUNTS + TRAINING_POSITIVE + ("seed", "init", "sharpness", "reembed", "d_head", "dtype",
-                                                         "keep_best")
+TRAINING_FIELDS_V1 = TRAINING_COUNTS + TRAINING_POSITIVE + ("seed", "init", "sharpness", "reembed", "d_head", "dtype",
+                                                            "keep_best")
+#: Added in v2: the general family, the loss (``circuits.training.loop.LOSSES``) and its weights.
+TRAINING_FIELDS = TRAINING_FIELDS_V1 + ("general", "loss", "hinge", "rise", "support")
+LOSSES = ("final", "anytime")
+SUPPORTS = ("dense", "construction")
 
 
-def _training(training: dict, where: str) -> None:
-    _keys(training, where, TRAINING_FIELDS)
+def _training(training: dict, where: str, fields: tuple[str, ...] = TRAINING_FIELDS) -> None:
+    _keys(training, where, fields)
+    if "general" in fields:
+        _bool(training["general"], f"{where}.general")
+        _choice(training["loss"], f"{where}.loss", LOSSES)
+        _choice(training["support"], f"{where}.support", SUPPORTS)
+        for name in ("hinge", "rise"):
+            _number(training[name], f"{where}.{name}", nonnegative=True)
     for name in TRAINING_COUNTS:
         _integer(training[name], f"{where}.{name}")
     if training["n"] < training["k"]:
@@ -151,15 +168,16 @@ def _progress(progress: dict, where: str) -> None:
 
 def validate_config(config, where: str) -> dict:
     """``config`` if it is a complete, consistent checkpoint config; else :class:`CheckpointError` naming the field."""
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: not a {FORMAT} checkpoint")
+    if not isinstance(config, dict) or config.get("format") not in FORMATS:
+        raise CheckpointError(f"{where}: not a {FORMAT} (or {FORMAT_V1}) checkpoint")
+    v1 = config["format"] == FORMAT_V1
     model = _section(config, "model", where)
-    _model(model, f"{where}: model")
+    _model(model, f"{where}: model", MODEL_FIELDS_V1 if v1 else MODEL_FIELDS)
     dtype = _choice(config.get("dtype", "float32"), f"{where}: dtype", DTYPE_NAMES)
     training = _section(config, "training", where)
-    _training(training, f"{where}: training")
+    _training(training, f"{where}: training", TRAINING_FIELDS_V1 if v1 else TRAINING_FIELDS)
     # The model section is the training options' model (TrainConfig.model_config), written at the same time.
-    for name in MODEL_FIELDS:
+    for name in (MODEL_FIELDS_V1 if v1 else MODEL_FIELDS):
         if model[name] != training[name]:
             raise CheckpointError(f"{where}: model.{name} ({json.dumps(model[name])}) and training.{name}"
                                   f" ({json.dumps(training[name])}) disagree")

@@ -1,0 +1,78 @@
+"""The committed general checkpoint (checkpoints/general): it loads, runs every shape of its capacity, keeps the
+anytime property it is documented to have on a small fixed set of held-out tasks, and the docs' tables are its
+evaluation files (``python benchmarks/bench_general.py`` writes ``checkpoints/general/eval/``)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.evaluate import REL_TOL, objectives, trajectories
+from circuits.training.checkpoint import load_model, read_config
+from circuits.training.general_tasks import general_tasks
+from circuits.training.tasks import TEST
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERAL = ROOT / "checkpoints" / "general"
+
+
+def test_the_general_checkpoint_is_small_complete_and_general():
+    names = sorted(p.name for p in GENERAL.iterdir() if p.is_file())
+    assert names == ["config.json", "log.jsonl", "model.safetensors", "train.log"]
+    assert (GENERAL / "model.safetensors").stat().st_size < 2_000_000
+    config = read_config(GENERAL)
+    assert config["model"]["general"] is True and (config["model"]["d"], config["model"]["k"]) == (64, 16)
+
+
+@pytest.fixture(scope="module")
+def fixed_set():
+    """16 held-out tasks (test stream, never trained on) at two shapes, random init, 20 steps."""
+    model, _ = load_model(GENERAL)
+    out = []
+    for index, shape in ((900, (4, 5)), (901, (16, 3))):
+        tasks = general_tasks(8, 64, 64, 16, seed=0, stream=TEST, index=index, shape=shape, init="random")
+        traj = trajectories(model, tasks.X, tasks.C0, steps=20)
+        out.append((objectives(tasks.X, traj.model), objectives(tasks.X, traj.lloyd)))
+    return np.concatenate([m for m, _ in out], axis=1), np.concatenate([lo for _, lo in out], axis=1)
+
+
+def test_at_or_below_lloyds_after_the_last_step_on_average(fixed_set):
+    """Measured (docs/training.md): the mean ratio is below 1 after step 20 and from step 4 on, but not at every
+    step — steps 2 and 3 are 1.0016 and 1.0001 on this set — so "at or below Lloyd's at every step" is not claimed."""
+    model, lloyd = fixed_set
+    ratio = model[1:] / lloyd[1:]
+    assert ratio[-1].mean() <= 1.0, ratio.mean(axis=1)
+    assert (ratio[3:].mean(axis=1) <= 1.0).all(), ratio.mean(axis=1)
+
+
+def test_mean_objective_does_not_rise_beyond_the_evaluations_tie_tolerance(fixed_set):
+    """The mean objective over the set never rises by more than ``REL_TOL`` (1e-5 relative, the tolerance the
+    evaluation counts rises with); single tasks do rise (docs/training.md: 'objective never rises')."""
+    model, _ = fixed_set
+    mean = model.mean(axis=1)
+    assert (mean[1:] <= mean[:-1] * (1 + REL_TOL)).all(), np.diff(mean) / mean[:-1]
+
+
+def test_cluster_iris_at_its_true_k_reports_the_ratio_to_lloyds():
+    res = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", "--checkpoint", str(GENERAL), "--dataset",
+                          "iris", "--k", "3", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["verified"] and doc["d"] == 4 and len(doc["centroids"]) == 3
+    assert doc["ratio_to_lloyd"] == pytest.approx(doc["inertia"] / doc["lloyd_inertia"])
+
+
+def test_docs_tables_are_the_benchmark_files():
+    spec = importlib.util.spec_from_file_location("bench_general", ROOT / "benchmarks" / "bench_general.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    docs = (ROOT / "docs" / "training.md").read_text()
+    ev = GENERAL / "eval"
+    for name, title in (("synthetic_random", "random init"), ("synthetic_kmeanspp", "k-means++ init")):
+        table = "\n".join(bench.shape_table(json.loads((ev / f"{name}.json").read_text()), title))
+        assert table in docs, name
+    assert "\n".join(bench.dataset_table(json.loads((ev / "datasets.json").read_text()))) in docs

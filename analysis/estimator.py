@@ -12,6 +12,7 @@ It lives in ``analysis/`` rather than ``circuits/`` because it verifies, and mod
 from __future__ import annotations
 
 import warnings
+from typing import no_type_check
 from collections import OrderedDict
 
 import numpy as np
@@ -134,6 +135,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     (:func:`built_circuit`).
     """
 
+    # scikit-learn's convention: __init__ stores its arguments and fit validates them (check_estimator sets wrong
+    # types through it on purpose), so the test run's type checker leaves it alone.
+    @no_type_check
     def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init=1,
                  tol: float = 0.0, random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
                  path: str = "auto"):

@@ -14,12 +14,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_iris
 
 from analysis.data import InputError
 from analysis.pipeline import run_problem
+from conftest import assert_lloyd_or_honest
 from circuits import reference
 from circuits.initialisation import initial_centroids
 from circuits.variants import VARIANTS, get_variant, parse_variant
@@ -85,10 +86,16 @@ HYPOTHESIS = settings(max_examples=int(os.environ.get("KMC_VARIANT_EXAMPLES", 12
 
 
 def check_hard_variant(spec, X, C0):
+    """The contract for a hard variant on a generated problem: VERIFIED with every layer checked below, or NOT
+    VERIFIED for a cause it names inside its stated resolution (the circuit here is built before it sees the data,
+    at the default tie-break, so a gap finer than that is honestly unresolved). Returns the result, or ``None``
+    when the run was honestly not verified."""
     result = run_variant(spec, X, C0)
     rep = result.report
-    assert rep.verified, rep.summary()
     assert rep.variant == parse_variant(spec)[0] and rep.exact
+    assert_lloyd_or_honest(rep)
+    if not rep.verified:
+        return None
     # Attention that is not exactly one-hot (a tie splits it) must be said, never left for the reader to find.
     assert rep.hard_attention or any("not exactly hard" in note for note in rep.notes)
     ref = independent_reference(spec, X, C0, result.circuit)
@@ -104,13 +111,17 @@ def check_hard_variant(spec, X, C0):
             tie_points |= {tie.point for tie in rep.ties if tie.iteration == t}
             differ = set(np.flatnonzero(result.capture.assignments(t)[0] != trace.assignments[t]).tolist())
             assert differ <= tie_points
-    # Every assign layer writes an exactly hard (or, for outliers, empty) assignment where no tie is involved.
+    # Every assign layer writes its hard (or, for outliers, empty) assignment where no tie is involved: exactly
+    # where the certificate says the pattern is one-hot (leak bound 0), else within the certified leak.
     for lc in result.capture.layers:
         if lc.kind == "assign":
             Y = lc.post.assignments[0]
             tied = {tie.point for tie in rep.ties if tie.layer == lc.layer}
             rows = [i for i in range(len(Y)) if i not in tied]
-            np.testing.assert_array_equal(Y[rows], one_hot(lc.post.labels[0], Y.shape[1])[rows])
+            off = np.abs(Y - one_hot(lc.post.labels[0], Y.shape[1])).max(axis=1)[rows]
+            # (1 + 4 eps): the bound and the pattern are each one float64 evaluation of the same exponentials.
+            bound = lc.attention.leak_bound[0][rows] * (1 + 4 * np.finfo(np.float64).eps)
+            assert (off <= bound).all(), (off, bound)
     return result
 
 
@@ -124,6 +135,8 @@ def test_damped_equals_reference_at_every_layer(problem):
 @given(problems())
 def test_trimmed_equals_reference_at_every_layer(problem):
     result = check_hard_variant("trimmed:radius=0.4", *problem)
+    if result is None:
+        return
     # Outliers are reported as -1 labels and left out of every update.
     assert result.report.per_iteration[-1].outliers == int((result.capture.assignments(T - 1)[0] < 0).sum())
 
@@ -132,13 +145,19 @@ def test_trimmed_equals_reference_at_every_layer(problem):
 @given(problems())
 def test_sparse_equals_reference_at_every_layer(problem):
     result = check_hard_variant("sparse:gamma=5", *problem)
+    if result is None:
+        return
     assert all(r.update_weight_error <= 1e-11 for r in result.report.per_iteration)
 
 
 @HYPOTHESIS
 @given(problems(), st.integers(0, 3))
+# Found by Hypothesis: a gap of 6e-5 at scale 19, finer than the default tie-break (honestly NOT VERIFIED).
+@example(problem=(np.array([[2.0**-14], [21.0]] + [[0.0]] * 11), np.array([[0.0], [2.0**-14]])), seed=0)
 def test_gumbel_equals_reference_draw_for_draw(problem, seed):
     result = check_hard_variant(f"gumbel:gamma=2,seed={seed}", *problem)
+    if result is None:
+        return
     # Every centroid after an update is one of the data points or the centroid it had (an empty cluster).
     X = problem[0]
     for t in range(1, T + 1):
@@ -157,6 +176,8 @@ def test_spherical_equals_reference_at_every_layer(problem):
     except DegenerateUpdate:
         assume(False)  # opposite directions in one cluster: spherical k-means itself is undefined (tested below)
     result = check_hard_variant("spherical", X, C0)
+    if result is None:
+        return
     np.testing.assert_allclose(np.linalg.norm(result.centroids, axis=1), 1.0, atol=1e-14)
 
 

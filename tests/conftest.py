@@ -40,3 +40,21 @@ def assert_lloyd_or_honest(rep) -> None:
 @pytest.fixture
 def run():
     return run_circuit
+
+
+def assert_forward_is_the_hooked_transformers(model, tasks, steps: int = 3) -> None:
+    """A trainable model with every weight moved (into masked dimensions too): its training-time forward pass, which
+    skips the masked point x point block, equals the exported HookedTransformer's at every step."""
+    import torch
+
+    from circuits.training.model import run_hooked
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
+    enc = model.encode(tasks.X, tasks.C0)
+    with torch.no_grad():
+        fast = model.run(enc.resid, steps, tasks.X.shape[1], keep=True)
+    hooked = run_hooked(model.hooked_transformer(), model.layout, enc.resid, steps, True, keep=True)
+    for a, b in zip(fast, hooked):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

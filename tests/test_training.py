@@ -16,7 +16,8 @@ from circuits.training.checkpoint import CheckpointError, load_model, read_confi
 from circuits.training.construction import EXACT, InitSharpness
 from circuits.training.loop import TrainConfig, train
 from circuits.training.loss import kmeans_objective, soft_min_objective
-from circuits.training.model import ModelConfig, RecurrentKMeans, run_hooked, unit_to_task
+from circuits.training.model import ModelConfig, RecurrentKMeans, unit_to_task
+from conftest import assert_forward_is_the_hooked_transformers
 from circuits.training.tasks import FAMILIES, TEST, TRAIN, VALIDATION, make_tasks, task_stream
 
 
@@ -136,16 +137,7 @@ def test_schedule_units_apply_the_stated_stiffness():
 def test_fast_forward_pass_is_the_hooked_transformers(init):
     """The training-time forward pass skips the masked point x point block; the real model computes it."""
     model = RecurrentKMeans(ModelConfig(3, 4, init, seed=1), dtype=torch.float64)
-    with torch.no_grad():  # a trained-looking model: every weight moved, including into masked dimensions
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
-    tasks = make_tasks(2, 15, 3, 4, seed=4)
-    enc = model.encode(tasks.X, tasks.C0)
-    with torch.no_grad():
-        fast = model.run(enc.resid, 3, 15, keep=True)
-    hooked = run_hooked(model.hooked_transformer(), model.layout, enc.resid, 3, True, keep=True)
-    for a, b in zip(fast, hooked):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert_forward_is_the_hooked_transformers(model, make_tasks(2, 15, 3, 4, seed=4))
 
 
 def test_centroids_after_reads_the_full_steps_and_zero_steps_is_the_initialisation():

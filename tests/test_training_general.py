@@ -18,7 +18,8 @@ from circuits.training.construction import EXACT, InitSharpness, prepare_input
 from circuits.training.general_tasks import general_tasks
 from circuits.training.loop import TrainConfig, train
 from circuits.training.loss import anytime_loss, kmeans_objective
-from circuits.training.model import ModelConfig, RecurrentKMeans, run_hooked
+from circuits.training.model import ModelConfig, RecurrentKMeans
+from conftest import assert_forward_is_the_hooked_transformers
 from circuits.training.tasks import TEST, TRAIN, make_tasks
 
 D, K = 5, 4
@@ -68,18 +69,9 @@ def test_general_model_at_high_sharpness_is_lloyds_for_every_shape(d, k):
 
 @pytest.mark.parametrize("d,k", SHAPES)
 def test_general_fast_forward_pass_is_the_hooked_transformers_for_every_shape(d, k):
-    model = general_model("random", seed=2)
-    with torch.no_grad():  # every weight moved, including into masked dimensions
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
     tasks = make_tasks(2, 12, d, k, seed=4)
-    enc = model.encode(tasks.X, tasks.C0)
-    assert enc.resid.shape[1] == 1 + 12 + k
-    with torch.no_grad():
-        fast = model.run(enc.resid, 3, 12, keep=True)
-    hooked = run_hooked(model.hooked_transformer(), model.layout, enc.resid, 3, True, keep=True)
-    for a, b in zip(fast, hooked):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert general_model().encode(tasks.X, tasks.C0).resid.shape[1] == 1 + 12 + k
+    assert_forward_is_the_hooked_transformers(general_model("random", seed=2), tasks)
 
 
 def test_capacity_shape_encodes_exactly_as_the_fixed_model():

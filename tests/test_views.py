@@ -405,3 +405,28 @@ def test_verification_views_carry_the_report(line_run):
     assert plot.data["max_centroid_error"][0] == 0.0
     ties = views.ties_table(line_run)
     assert list(ties.figure.data[0].cells.values[0]) == ["none"]
+
+
+def test_exact_zero_centroid_errors_are_drawn_as_zeros_on_an_axis_of_real_values(line_run):
+    plot = views.objective_plot(line_run)
+    err = plot.data["max_centroid_error"]
+    zero = err == 0
+    assert zero.any() and (~zero).any()  # t = 0 agrees exactly (same C0), later iterations to rounding
+    fig = plot.figure
+    line = next(t for t in fig.data if t.name == "max |c - c_ref| (user units)")
+    marked = next(t for t in fig.data if t.name == "exactly 0")
+    # The line carries the real values only (a gap at exact zeros); the zeros are their own, labelled trace.
+    y = np.array(line.y, dtype=float)
+    assert np.isnan(y[zero]).all() and (y[~zero] == err[~zero]).all()
+    assert list(marked.x) == np.flatnonzero(zero).tolist() and set(marked.text) == {"exact 0"}
+    # The log axis spans the real values and the tolerance, within a decade: not down to 1e-300.
+    lo, hi = fig.layout.yaxis3.range
+    tol = line_run.report.tolerances.centroid
+    assert np.log10(err[~zero].min()) - 1.5 <= lo < np.log10(err[~zero].min())
+    assert hi >= np.log10(tol) and 10 ** lo <= min(marked.y)
+    # The table prints a proven bound below every normal float64 as such, not as a subnormal number.
+    table = views.verification_table(line_run)
+    header = table.data["header"]
+    proven = [row[header.index("proven |dc|")] for row in table.data["rows"][:-1]]
+    bounds = [r.proven_bound for r in line_run.report.per_iteration]
+    assert all(b < np.finfo(float).tiny for b in bounds) and proven == ["<2.2e-308"] * len(bounds)

@@ -396,11 +396,17 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
 
 
 def format_bound(x: float | None) -> str:
-    """Short text for tables: ``<5e-324`` when the bound is below every positive float64."""
+    """Short text for tables: ``0`` for an exact zero, ``<2.2e-308`` for a bound below float64's normal range.
+
+    A bound that small is a real-arithmetic bound (``exp(-margin)`` far below every float64) rounded outward to a
+    subnormal; printing that subnormal (``3.0e-319``) would suggest a measured value.
+    """
     if x is None:
         return "n/a"
-    if x <= TINY * SLACK * 1.01:
-        return "<5e-324"
+    if x == 0:
+        return "0"
+    if x < np.finfo(np.float64).tiny:
+        return f"<{np.finfo(np.float64).tiny:.1e}"
     return f"{x:.1e}"
 
 

@@ -396,11 +396,7 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
 
 
 def format_bound(x: float | None) -> str:
-    """Short text for tables: ``0`` for an exact zero, ``<2.2e-308`` for a bound below float64's normal range.
-
-    A bound that small is a real-arithmetic bound (``exp(-margin)`` far below every float64) rounded outward to a
-    subnormal; printing that subnormal (``3.0e-319``) would suggest a measured value.
-    """
+    """Table text: ``0``, or ``<2.2e-308`` below float64's normal range (an outward-rounded subnormal, not a value)."""
     if x is None:
         return "n/a"
     if x == 0:

@@ -126,3 +126,48 @@ def test_drift_report_draws_every_figure_offline(untrained_analysis, tmp_path):
     assert check.state["done"] and check.state["rendered"] == check.state["total"] >= 7
     assert all(f.svg for f in check.figures)
     assert check.external_requests == []
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def test_drift_figures_titles_scales_and_labels(untrained_analysis):
+    from analysis.views import drift as views
+    from analysis.views._common import signed_log
+
+    a = untrained_analysis
+    # Behaviour and patterns: x-axis titles only under the bottom row (above it they overprint subplot titles).
+    for view in (views.view_behaviour(a), views.view_patterns(a)):
+        lay = view.figure.layout
+        cols = len({t.xaxis for t in view.figure.data}) // 2
+        titled = [f"xaxis{'' if i == 1 else i}" for i in range(1, 2 * cols + 1) if lay[f"xaxis{'' if i == 1 else i}"].title.text]
+        assert titled == [f"xaxis{i}" for i in range(cols + 1, 2 * cols + 1)], titled
+    # Patterns: assign panels on 0..1, update panels on their own bar scaled to the step's largest update weight.
+    fig = views.view_patterns(a).figure
+    assign = [t for t in fig.data if t.name.endswith("assign")]
+    update = [t for t in fig.data if t.name.endswith("update")]
+    assert all(t.zmin == 0 and t.zmax == 1 for t in assign)
+    per_step = len(a.patterns.assign)
+    for si in range(len(a.patterns.steps)):
+        group = update[si * per_step:(si + 1) * per_step]
+        top = max(float(np.max(t.z)) for t in group)
+        assert all(t.zmax == pytest.approx(max(top, 1e-12)) for t in group)
+    bars = {(t.colorbar.title.text, t.colorbar.y) for t in fig.data if t.showscale}
+    assert {b[0] for b in bars} == {"assign", "update"} and len({b[1] for b in bars}) == 2
+    # Circuits: signed log colours (raw values on hover), lines exactly between named subspaces.
+    view = views.view_circuits(a)
+    fig = view.figure
+    for i, c in enumerate(a.circuits):
+        d = view.data["circuits"][i]
+        rows, cols, floor = d["rows"], d["cols"], d["floor"]
+        heat = fig.data[2 * i + 1]
+        np.testing.assert_array_equal(np.asarray(heat.customdata), c.trained[np.ix_(rows, cols)])
+        np.testing.assert_allclose(np.asarray(heat.z), signed_log(c.trained[np.ix_(rows, cols)], floor))
+        names = [a.layout.subspace_of(int(q))[0] for q in rows]
+        cuts = sorted({s["y0"] for s in d["shapes"] if s["yref"] == "y"})
+        assert cuts == [r + 0.5 for r in range(len(rows) - 1) if names[r] != names[r + 1]]
+        assert fig.layout.updatemenus[0].buttons[i].args[1]["shapes"] == d["shapes"]
+    # Stiffness sweep: each line's label sits on the line (annotation y is log10 of the value on a log axis).
+    fig = views.view_sweep(a).figure
+    ys = sorted(ann.y for ann in fig.layout.annotations)
+    assert ys == pytest.approx(sorted([0.0, np.log10(a.behaviour.ratio["trained"][-1])]))

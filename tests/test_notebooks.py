@@ -98,3 +98,57 @@ def test_strip_helper_removes_what_a_run_leaves(kernel):
     assert unstripped(nb) != [] and nb.cells[0].outputs
     assert strip(nb) and unstripped(nb) == [] and not strip(nb)
     assert nb.cells[0].source == "print('hello')" and nb.metadata["kernelspec"]["name"] == "python3"
+
+
+CHECK_INTERACTIVE = '''
+import json as _json
+_out = {"X": X.tolist(), "C0": C0.tolist(), "assign_layers": list(base.circuit.assignment_layers),
+        "update_layers": list(base.circuit.centroid_layers)}
+_out["beta"] = {}
+for _b in (14, 4, 2, 1):
+    _r = assign_pattern(log10_beta=_b)
+    _out["beta"][_b] = {"pattern": _r["pattern"].tolist(), "leak": _r["leak_bound"], "margin": _r["min_margin"],
+                        "verified": _r["verified"], "figure_z": _r["figure"].data[-1].z.tolist()}
+_m = assign_pattern(centroid=2, x=0.5, y=4.0)
+_out["moved"] = {"C0": _m["C0"].tolist(), "labels": _m["labels"].tolist()}
+_out["ablate"] = {L: ablate(L) for L in base.circuit.assignment_layers}
+print(_json.dumps(_out))
+'''
+
+
+def test_interactive_notebook_callbacks_against_references(kernel):
+    """05_interactive's widget callbacks, called with given values in the executed notebook, against numpy Lloyd."""
+    import numpy as np
+
+    from circuits import reference
+
+    nb = nbformat.read(NOTEBOOK_DIR / "05_interactive.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(CHECK_INTERACTIVE))
+    execute(nb, kernel)
+    out = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("name") == "stdout"))
+    X, C0 = np.array(out["X"]), np.array(out["C0"])
+    nearest = reference.assign(X, C0)
+    sharp = out["beta"]["14"]
+    # Sharp: the first assign head is exactly the one-hot of the nearest initial centroid, certified, verified.
+    np.testing.assert_array_equal(np.array(sharp["pattern"]), np.eye(3)[nearest])
+    assert sharp["leak"] == 0 and sharp["verified"]
+    # Lowering beta: margins fall in proportion to beta, leak bounds rise, the pattern goes soft, verification fails.
+    betas = [14, 4, 2, 1]
+    margins = [out["beta"][str(b)]["margin"] for b in betas]
+    leaks = [out["beta"][str(b)]["leak"] for b in betas]
+    assert all(a > b for a, b in zip(margins, margins[1:])) and all(a <= b for a, b in zip(leaks, leaks[1:]))
+    assert margins[2] / margins[3] == pytest.approx(10.0, rel=1e-6)
+    soft = np.array(out["beta"]["1"]["pattern"])
+    assert soft.max(axis=1).min() < 0.9 and leaks[-1] > 0.5 and not out["beta"]["1"]["verified"]
+    np.testing.assert_allclose(soft.sum(axis=1), 1.0, atol=1e-12)
+    assert soft.argmax(axis=1).tolist() == nearest.tolist()  # still the nearest centroid, only softer
+    # The figure draws the same pattern (rows reordered by attended centroid).
+    z = np.array(out["beta"]["1"]["figure_z"])
+    assert sorted(map(tuple, z.round(12))) == sorted(map(tuple, soft.round(12)))
+    # Moving a centroid: the labels are the nearest of the moved centroids.
+    assert out["moved"]["labels"] == reference.assign(X, np.array(out["moved"]["C0"])).tolist()
+    assert out["moved"]["C0"][2] == [0.5, 4.0]
+    # Ablating an assign head: the verifier names that layer first.
+    for L in out["assign_layers"]:
+        r = out["ablate"][str(L)]
+        assert not r["verified"] and r["broken_layer"] == L, (L, r)

@@ -279,3 +279,64 @@ def test_components_sweep_and_figures():
     d = sweep.to_dict()
     assert d["rows"] == sweep.row_labels and len(d["values"]["restored"]) == len(sweep.row_labels)
     assert "L1 A0 attn_out" in d["restoring_rows"]
+
+
+# ------------------------------------------------------------------------------------------- the page's figures
+
+
+def test_local_readout_reads_each_row_right_after_its_block():
+    from analysis.patching.report import local_readout
+
+    exp = experiment("move-centroid")
+    sw = sweep_layer_subspace(exp)
+    local = local_readout(exp, sw)
+    final = sw.values["restored"].numpy()
+    # Independent path: the same sweep run with the read layer set to each row's block.
+    for r, row in enumerate(sw.rows):
+        if row["component"] == "resid_post":
+            np.testing.assert_array_equal(local[r], final[r])
+            continue
+        at = sweep_layer_subspace(exp, read_layer=row["layer"])
+        r_at = at.row_labels.index(sw.row_labels[r])
+        np.testing.assert_array_equal(local[r], at.values["restored"].numpy()[r_at])
+    # The readout right after the block differs from the final one somewhere (Lloyd's re-converges).
+    assert not np.array_equal(np.nan_to_num(local, nan=9), np.nan_to_num(final, nan=9))
+
+
+def test_the_page_states_what_its_heatmaps_show():
+    from analysis.patching.report import RESTORED, local_readout, patching_page, restoring_sentence
+
+    exp = experiment("move-centroid")
+    sw = sweep_layer_subspace(exp)
+    local = local_readout(exp, sw)
+    c = sw.col_labels.index("C")
+    sentence = restoring_sentence(sw, local, ["C"])
+    full_local = [sw.row_labels[r] for r in range(len(sw.row_labels)) if local[r, c] >= RESTORED]
+    full_final = [sw.row_labels[r] for r in range(len(sw.row_labels)) if sw.values["restored"][r, c] >= RESTORED]
+    local_part, final_part = sentence.split("; read after")
+    assert (", ".join(full_local) or "no row") in local_part
+    assert (", ".join(full_final) or "no row") in final_part
+    # Generated from the data: a different readout gives a different sentence.
+    changed = local.copy()
+    changed[:, c] = 1.0
+    assert ", ".join(sw.row_labels) in restoring_sentence(sw, changed, ["C"])
+    page = patching_page(exp, [sw])
+    assert "neither" not in page.lower()
+
+
+def test_heatmap_pair_draws_both_readouts_and_greys_out_0_over_0():
+    from analysis.patching.sweeps import NAN_COLOUR, heatmap_pair
+
+    exp = experiment("move-centroid")
+    sw = sweep_layer_subspace(exp)
+    local = np.array(sw.values["restored"].numpy(), dtype=float)
+    local[0, :] = np.nan  # a row whose readout the corruption does not change: 0/0
+    fig = heatmap_pair(sw, local)
+    main_local, blank_local, main_final = fig.data[0], fig.data[1], fig.data[2]
+    assert main_local.xaxis == "x" and main_final.xaxis == "x2"
+    assert all(v is None for v in main_local.z[0]) and all(v == 1.0 for v in blank_local.z[0])
+    assert all(v is None for row in blank_local.z[1:] for v in row)
+    assert {c for _, c in blank_local.colorscale} == {NAN_COLOUR} and NAN_COLOUR.lower() not in ("#ffffff", "white")
+    np.testing.assert_array_equal(np.array(main_final.z, dtype=float), sw.values["restored"].numpy())
+    # Zeros stay zeros on the colour scale (white of RdBu), not grey.
+    assert main_final.zmid == 0 and fig.layout.plot_bgcolor == "white"

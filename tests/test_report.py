@@ -278,3 +278,35 @@ def test_cluster_out_also_writes_the_report(tmp_path):
     assert ">VERIFIED (exact, float64)<" in page and list(figure_blocks(page)) == DEFAULT_VIEWS
     labels = np.loadtxt(out / "labels.csv", skiprows=1, dtype=int)
     assert len(labels) == 150
+
+
+def test_shared_plotly_js_is_written_once_beside_the_reports(iris_report, tmp_path):
+    from analysis.report.document import plotly_js_name
+
+    folder = tmp_path / "reports"
+    a = iris_report.write(folder / "a.html", plotly_js="shared")
+    b = iris_report.write(folder / "b.html", plotly_js="shared")
+    asset = folder / plotly_js_name()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["a.html", "b.html", asset.name])
+    assert asset.read_text() == get_plotlyjs()
+    for page in (a, b):
+        text = page.read_text()
+        # plotly.js is referenced by the sibling's relative name and not embedded; nothing else points outside.
+        assert get_plotlyjs()[:2000] not in text and f'<script src="{asset.name}"></script>' in text
+        assert static_external_references(text) == [f"<script src='{asset.name}'>"]
+        assert page.stat().st_size < iris_report.to_html().__len__() - len(get_plotlyjs()) + 10_000
+    with pytest.raises(ValueError, match="plotly_js"):
+        iris_report.to_html(plotly_js="cdn")
+
+
+def test_report_command_shared_plotly_js(tmp_path, capsys):
+    from analysis.report.document import plotly_js_name
+
+    out = tmp_path / "r.html"
+    assert main(["report", "--dataset", "iris", "--k", "3", "--iterations", "1", "--plotly-js", "shared",
+                 "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.html", plotly_js_name()])
+    assert f'src="{plotly_js_name()}"' in out.read_text()
+    with pytest.raises(SystemExit) as exc:  # argparse refuses an unknown choice with exit code 2
+        main(["report", "--dataset", "iris", "--k", "3", "--plotly-js", "cdn", "--out", str(tmp_path / "x.html")])
+    assert exc.value.code == 2 and not (tmp_path / "x.html").exists()

@@ -127,3 +127,17 @@ def test_a_page_without_plotly_is_caught(tmp_path, browser):
     check = check_page(path, browser)
     assert check.state["failed"] == ["plot-1"]
     assert any("Plotly is not defined" in p for p in check.problems()), check.problems()
+
+
+def test_a_report_with_shared_plotly_js_draws_offline_from_its_folder(tmp_path, browser):
+    from analysis.report.document import plotly_js_name
+
+    fig = go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 3, 2]))
+    report = R.Report(R.Header("shared"), [R.Section("one", items=[fig])])
+    page = report.write(tmp_path / "sub" / "page.html", plotly_js="shared")
+    check = check_page(page, browser)
+    asset = (tmp_path / "sub" / plotly_js_name()).resolve().as_uri()
+    # The one request outside the page is the sibling plotly.js, read from disk (the network is off).
+    assert check.external_requests == [asset]
+    assert [p for p in check.problems() if not p.startswith("network request")] == []
+    assert check.state["done"] and check.state["rendered"] == 1 and check.figures[0].svg

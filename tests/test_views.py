@@ -16,6 +16,7 @@ from analysis import views
 from analysis.capture import capture
 from analysis.pipeline import run_problem
 from circuits import hook_names
+from circuits import reference as lloyd_reference
 from circuits.build import build_lloyd_circuit
 from circuits.encoding import encode
 from circuits.sharpness import Sharpness
@@ -41,6 +42,12 @@ def visible_traces(fig: go.Figure, mask: list[bool]) -> list:
     return [t for t, v in zip(fig.data, mask) if v]
 
 
+def heat_rows(heat) -> list[str]:
+    """Row labels of an assign-view heatmap, top to bottom: rows sit at integer positions, each named on hover."""
+    assert list(heat.y) == list(range(len(heat.y)))
+    return [row[0] for row in heat.hovertext]
+
+
 # ------------------------------------------------------------------------------------------- assignment heads
 
 
@@ -58,11 +65,11 @@ def test_assign_view_pattern_margins_and_order_by_hand(line_run):
     # Ordered by attended centroid, then increasing margin: x1 is the closer call in cluster 0.
     assert view.data["order"][0].tolist() == [1, 0, 2, 3, 4]
     heat = view.figure.data[0]
-    assert list(heat.y) == ["x1", "x0", "x2", "x3", "x4"] and list(heat.x) == ["c0", "c1"]
+    assert heat_rows(heat) == ["x1", "x0", "x2", "x3", "x4"] and list(heat.x) == ["c0", "c1"]
     np.testing.assert_array_equal(np.asarray(heat.z), np.eye(2)[FIRST[[1, 0, 2, 3, 4]]])
     # The margin panel draws the same margins against the same labels.
     np.testing.assert_allclose(np.asarray(view.figure.data[1].x), expected[[1, 0, 2, 3, 4]], rtol=1e-9)
-    assert list(view.figure.data[1].y) == list(heat.y)
+    assert list(view.figure.data[1].y) == list(heat.y) and list(view.figure.data[1].hovertext) == heat_rows(heat)
 
 
 def test_assign_view_has_one_slider_step_per_assign_layer(line_run):
@@ -79,6 +86,45 @@ def test_assign_view_has_one_slider_step_per_assign_layer(line_run):
     np.testing.assert_array_equal(view.data["attended"][1], FIRST)
 
 
+def test_assign_view_groups_rows_by_the_centroid_attended_in_each_layer():
+    # Blobs whose assignment changes between iterations, so one row order cannot serve every layer.
+    X, _ = make_blobs(60, centers=4, n_features=2, random_state=3, cluster_std=2.5)
+    C0 = X[np.random.default_rng(1).choice(60, 4, replace=False)]
+    run = run_circuit(X, C0, 4)
+    view = views.assign_attention(run)
+    fig, circ = view.figure, run.circuit
+    # Independent reference: numpy Lloyd's, the nearest centroid of iteration t for each point.
+    C = C0.copy()
+    nearest = []
+    for _ in circ.assignment_layers:
+        labels = lloyd_reference.assign(X, C)
+        nearest.append(labels)
+        C = lloyd_reference.update(X, labels, C)
+    assert any((nearest[0] != n).any() for n in nearest[1:]), "the problem must change its assignment"
+    name_to_point = {name: i for i, name in enumerate(views._common.point_labels(run))}
+    steps = fig.layout.sliders[0].steps
+    orders = []
+    for a, step in enumerate(steps):
+        heat = visible_traces(fig, step.args[0]["visible"])[0]
+        rows = [name_to_point[name] for name in heat_rows(heat)]
+        orders.append(rows)
+        attended = nearest[a][rows]
+        assert (np.diff(attended) >= 0).all(), f"step {a}: rows not grouped by attended centroid: {attended}"
+        # The heatmap's rows are the points it names (one-hot on the attended centroid).
+        np.testing.assert_array_equal(np.asarray(heat.z).argmax(axis=1), attended)
+        # The axis labels this step writes are this layer's rows, at the positions the ticks name.
+        layout = step.args[1]
+        ticks = list(fig.layout.yaxis.tickvals)
+        assert list(layout["yaxis.ticktext"]) == [heat_rows(heat)[i] for i in ticks]
+        # The rules between blocks sit between rows of different attended centroids.
+        cuts = sorted(sh["y0"] for sh in layout["shapes"])
+        assert cuts == [i + 0.5 for i in np.flatnonzero(np.diff(attended))]
+    assert any(o != orders[0] for o in orders[1:])
+    # The figure opens on the first step's labels.
+    assert list(fig.layout.yaxis.ticktext) == list(steps[0].args[1]["yaxis.ticktext"])
+    assert fig.layout.yaxis.type == "linear"
+
+
 def test_assign_view_shows_an_attention_sink_as_a_column():
     # A variant with an attention sink (trimmed k-means) lets a point attend to nothing; fake one on x4.
     run = run_circuit(X_LINE, C0_LINE, 1)
@@ -92,7 +138,7 @@ def test_assign_view_shows_an_attention_sink_as_a_column():
     assert view.data["attended"][0].tolist() == [0, 0, 1, 1, 2]  # 2 = k: the sink
     assert view.data["order"][0].tolist() == [1, 0, 2, 3, 4]
     heat = view.figure.data[0]
-    assert list(heat.x) == ["c0", "c1", "sink"] and list(heat.y)[-1] == "x4"
+    assert list(heat.x) == ["c0", "c1", "sink"] and heat_rows(heat)[-1] == "x4"
     np.testing.assert_array_equal(np.asarray(heat.z)[-1], [0, 0, 1])
     assert view.figure.data[1].text[-1] == "sink"
 
@@ -359,3 +405,28 @@ def test_verification_views_carry_the_report(line_run):
     assert plot.data["max_centroid_error"][0] == 0.0
     ties = views.ties_table(line_run)
     assert list(ties.figure.data[0].cells.values[0]) == ["none"]
+
+
+def test_exact_zero_centroid_errors_are_drawn_as_zeros_on_an_axis_of_real_values(line_run):
+    plot = views.objective_plot(line_run)
+    err = plot.data["max_centroid_error"]
+    zero = err == 0
+    assert zero.any() and (~zero).any()  # t = 0 agrees exactly (same C0), later iterations to rounding
+    fig = plot.figure
+    line = next(t for t in fig.data if t.name == "max |c - c_ref| (user units)")
+    marked = next(t for t in fig.data if t.name == "exactly 0")
+    # The line carries the real values only (a gap at exact zeros); the zeros are their own, labelled trace.
+    y = np.array(line.y, dtype=float)
+    assert np.isnan(y[zero]).all() and (y[~zero] == err[~zero]).all()
+    assert list(marked.x) == np.flatnonzero(zero).tolist() and set(marked.text) == {"exact 0"}
+    # The log axis spans the real values and the tolerance, within a decade: not down to 1e-300.
+    lo, hi = fig.layout.yaxis3.range
+    tol = line_run.report.tolerances.centroid
+    assert np.log10(err[~zero].min()) - 1.5 <= lo < np.log10(err[~zero].min())
+    assert hi >= np.log10(tol) and 10 ** lo <= min(marked.y)
+    # The table prints a proven bound below every normal float64 as such, not as a subnormal number.
+    table = views.verification_table(line_run)
+    header = table.data["header"]
+    proven = [row[header.index("proven |dc|")] for row in table.data["rows"][:-1]]
+    bounds = [r.proven_bound for r in line_run.report.per_iteration]
+    assert all(b < np.finfo(float).tiny for b in bounds) and proven == ["<2.2e-308"] * len(bounds)

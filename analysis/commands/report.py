@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_path_argument(parser)
     parser.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="M",
                         help=f"points drawn per figure (default {MAX_POINTS}); verification always uses all of them")
+    parser.add_argument("--plotly-js", choices=("inline", "shared"), default="inline",
+                        help="inline (default): plotly.js embedded in the page; shared: written once beside it as "
+                             "plotly-<version>.min.js and referenced relatively (for folders of reports; offline)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +48,14 @@ def run(args: argparse.Namespace) -> int:
         except PathUnavailable as exc:
             raise InputError(str(exc)) from None
     report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
-    write_output_file(out, report.to_html())
+    if args.plotly_js == "shared":
+        from analysis.report.document import write_plotly_js
+
+        try:
+            write_plotly_js(out.parent)
+        except OSError as exc:
+            raise InputError(f"cannot write plotly.js beside --out {str(out)!r}: {exc.strerror or exc}") from None
+    write_output_file(out, report.to_html(plotly_js=args.plotly_js))
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
           f"{problem.iterations} iterations: {rep.verdict}; "

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import html
 
-from analysis.patching.experiment import PatchingExperiment, UnpatchedCheck
+import numpy as np
+
+from analysis.patching.experiment import Patch, PatchingExperiment, UnpatchedCheck
 from analysis.patching.metrics import E_TOL
-from analysis.patching.sweeps import SweepResult, heatmap
+from analysis.patching.sweeps import RESTORED, SweepResult, heatmap, heatmap_pair
 from analysis.report.document import Header, Html, Report, Section
 
 #: What the construction predicts for each sweep, in words; shown above its heatmap.
@@ -31,7 +33,7 @@ READING = {
     "layer_subspace": (
         "Each cell patches one named subspace of the residual stream on every token (the last column `C+N` both "
         "together). Before an assign block the state it reads is the points' `X` and the centroids' `C` and `N` "
-        "(the score is `2 beta x.c - beta |c|^2`: neither `C` nor `N` alone fixes it), and the MLP of an assign "
+        "(the score `2 beta x.c - beta |c|^2` reads both `C` and `N`), and the MLP of an assign "
         "block overwrites `Y`; before an update block the head reads `Y` (keys) and `X + C` (values) and its MLP "
         "overwrites `C` and `N`. Staging slots are empty between blocks, so patching them does nothing, and "
         "`ID`, `ONE` and the flags are the same in both runs."
@@ -107,13 +109,60 @@ def _intro(exp: PatchingExperiment, check: UnpatchedCheck | None, read_layer: in
     return "\n".join(lines)
 
 
+def local_readout(exp: PatchingExperiment, sweep: SweepResult, metric: str = "restored") -> np.ndarray:
+    """``metric`` of every cell of ``sweep`` read right after the block its row patches (not at the read layer).
+
+    A patch at the input of block L is read after block L; later blocks can re-converge to the clean readout
+    (Lloyd's iterations forget much of where they started), so the final readout alone overstates what a patch
+    fixes at the block it enters. Rows patching ``resid_post`` of the read layer are read there.
+    """
+    out = np.full(sweep.shape, np.nan)
+    for r, row in enumerate(sweep.rows):
+        patches = [Patch.of(exp.site(row["component"], row["layer"], col["positions"],
+                                     col.get("subspaces") or sweep.extra.get("subspaces")))
+                   for col in sweep.cols]
+        out[r] = exp.measure(patches, row["layer"]).scalar(metric)
+    return out
+
+
+def _cells_text(sweep: SweepResult, values: np.ndarray, col: str) -> str:
+    c = sweep.col_labels.index(col)
+    rows = [sweep.row_labels[r] for r in range(values.shape[0]) if values[r, c] >= RESTORED]
+    blank = int(np.isnan(values[:, c]).sum())
+    text = ", ".join(rows) if rows else "no row"
+    return text + (f" ({blank} row(s) 0/0)" if blank else "")
+
+
+def restoring_sentence(sweep: SweepResult, local: np.ndarray, columns: list[str] | None = None) -> str:
+    """What the two heatmaps of ``sweep`` show, in words generated from the data: for each column (default: the
+    subspace columns ``C``, ``N`` and ``C+N`` where present, else the token-type columns), the rows where it
+    restores the clean readout fully, read right after the patched block and at the final read layer."""
+    final = sweep.values["restored"].numpy()
+    if columns is None:
+        wanted = ("C", "N", "C+N") if sweep.name == "layer_subspace" else ("points", "centroids")
+        columns = [c for c in wanted if c in sweep.col_labels]
+    parts = []
+    for col in columns:
+        parts.append(f"Column `{col}` restores the clean readout fully right after the patched block in: "
+                     f"{_cells_text(sweep, local, col)}; read after {sweep.read_label}, in: "
+                     f"{_cells_text(sweep, final, col)}.")
+    return " ".join(parts)
+
+
 def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
                      read_layer: int | None = None) -> Section:
-    """The sweeps as a section of the circuit report (:class:`analysis.report.Section`, key ``"patching"``)."""
+    """The sweeps as a section of the circuit report (:class:`analysis.report.Section`, key ``"patching"``).
+
+    Each sweep is drawn twice side by side: read right after the patched block (:func:`local_readout`) and at
+    the read layer; a sentence generated from both says which columns restore the clean readout where."""
     items = [Html(_intro(exp, check, read_layer))]
     for sw in sweeps:
         items.append(Html(f"<p>{_code(READING.get(sw.name, ''))}</p>"))
-        items.append(heatmap(sw))
+        local = local_readout(exp, sw)
+        sentence = restoring_sentence(sw, local)
+        if sentence:
+            items.append(Html(f"<p><b>In this run:</b> {_code(sentence)}</p>"))
+        items.append(heatmap_pair(sw, local))
     text = ("Activation patching: the corrupted run, with part of the clean run's activations copied in, cell "
             "by cell. The construction predicts where the state of the algorithm lives at every layer, so the "
             "heatmaps can be checked against the weights (tests/test_patching_predictions.py does).")

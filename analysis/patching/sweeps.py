@@ -20,7 +20,8 @@ Each returns a :class:`SweepResult`: every metric of :class:`~analysis.patching.
 Heatmap axes carry the layouts' own labels: rows ``pre L3 A1`` (the residual entering layer 3, the assign block of
 iteration 1), columns token labels (``BOS``, ``x0``.., ``c0``.., a ``*`` marks the placeholder slot) or subspace
 names. Fractions restored use a diverging scale centred on 0 and clipped to [-1, 1] (1 = clean readout back,
-0 = no effect, below 0 = further from clean); cells where the fraction is 0/0 are left blank.
+0 = no effect, below 0 = further from clean); cells where the fraction is 0/0 are grey, unlike the white of 0.
+:func:`heatmap_pair` draws a sweep read right after each patched block beside the same sweep read at the end.
 """
 
 from __future__ import annotations
@@ -249,33 +250,73 @@ METRIC_TITLES = {
 }
 
 
+#: Colour of cells whose fraction restored is 0/0 (the corruption does not change that readout): not 0.
+NAN_COLOUR = "#8c8c8c"
+
+
+def _heat_traces(sweep: SweepResult, z: np.ndarray, metric: str, showscale: bool = True) -> list:
+    """The heatmap of ``z`` over the sweep's axes, and a grey overlay on its NaN (0/0) cells."""
+    import plotly.graph_objects as go
+
+    flips = sweep.values["label_flips"].numpy()
+    err = sweep.values["centroid_error"].numpy()
+    hover = [[f"{sweep.row_labels[r]} / {sweep.col_labels[c]}<br>{metric} {_fraction_text(z[r, c])}"
+              f"<br>label flips {int(flips[r, c])}<br>|C - C_clean| {err[r, c]:.3g} (at the read layer)"
+              for c in range(z.shape[1])] for r in range(z.shape[0])]
+    fraction = metric.startswith("restored")
+    nan = np.isnan(z)
+    main = go.Heatmap(
+        z=np.where(nan, None, z).tolist(), x=sweep.col_labels, y=sweep.row_labels, text=hover,
+        hoverinfo="text", colorscale="RdBu", zmid=0 if fraction else None,
+        zmin=-1 if fraction else None, zmax=1 if fraction else None, showscale=showscale,
+        colorbar={"title": {"text": metric}}, name=metric,
+    )
+    if not nan.any():
+        return [main]
+    # 0/0 cells would otherwise show the background, which reads like the white of 0 on RdBu.
+    blank = go.Heatmap(
+        z=np.where(nan, 1.0, None).tolist(), x=sweep.col_labels, y=sweep.row_labels, showscale=False,
+        colorscale=[[0, NAN_COLOUR], [1, NAN_COLOUR]], zmin=0, zmax=1, name="0/0",
+        hovertemplate="%{y} / %{x}<br>0/0: the corruption does not change this readout<extra></extra>",
+    )
+    return [main, blank]
+
+
+def _layout(fig, sweep: SweepResult, title: str, rows: int, panels: int = 1):
+    fig.update_layout(
+        title={"text": html.escape(title)}, height=max(320, 22 * rows + 180),
+        margin={"l": 120, "r": 40, "t": 90, "b": 90}, plot_bgcolor="white",
+    )
+    fig.update_xaxes(title="patched", type="category", tickangle=-60 if len(sweep.col_labels) * panels > 12 else 0)
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig.update_layout(yaxis_title="patched at")
+
+
 def heatmap(sweep: SweepResult, metric: str = "restored", title: str | None = None):
-    """A plotly ``Figure``: ``metric`` per (row, col) of ``sweep``, with label flips and centroid error on hover."""
+    """A plotly ``Figure``: ``metric`` per (row, col) of ``sweep``, with label flips and centroid error on hover;
+    0/0 cells in grey."""
     import plotly.graph_objects as go
 
     z = sweep.values[metric].numpy().astype(float)
-    flips = sweep.values["label_flips"].numpy()
-    err = sweep.values["centroid_error"].numpy()
-    rest = sweep.values["restored"].numpy()
-    hover = [[f"{sweep.row_labels[r]} / {sweep.col_labels[c]}<br>restored {_fraction_text(rest[r, c])}"
-              f"<br>label flips {int(flips[r, c])}<br>|C - C_clean| {err[r, c]:.3g}"
-              for c in range(z.shape[1])] for r in range(z.shape[0])]
-    fraction = metric.startswith("restored")
-    trace = go.Heatmap(
-        z=np.where(np.isnan(z), None, z).tolist(), x=sweep.col_labels, y=sweep.row_labels, text=hover,
-        hoverinfo="text", colorscale="RdBu", zmid=0 if fraction else None,
-        zmin=-1 if fraction else None, zmax=1 if fraction else None,
-        colorbar={"title": {"text": metric}},
-    )
-    fig = go.Figure(trace)
-    height = max(320, 22 * len(sweep.row_labels) + 160)
-    fig.update_layout(
-        title={"text": html.escape(title or f"{sweep.title}: {METRIC_TITLES.get(metric, metric)}"
-                                   f" (read after {sweep.read_label or sweep.read_layer})")},
-        height=height, xaxis={"title": "patched", "type": "category", "tickangle": -60 if len(sweep.col_labels) > 12 else 0},
-        yaxis={"title": "patched at", "type": "category", "autorange": "reversed"},
-        margin={"l": 120, "r": 40, "t": 70, "b": 90},
-    )
+    fig = go.Figure(_heat_traces(sweep, z, metric))
+    _layout(fig, sweep, (title or f"{sweep.title}: {METRIC_TITLES.get(metric, metric)}"
+                         f" (read after {sweep.read_label or sweep.read_layer}; grey: 0/0)"), len(sweep.row_labels))
+    return fig
+
+
+def heatmap_pair(sweep: SweepResult, local: np.ndarray, metric: str = "restored"):
+    """Two heatmaps side by side on one colour scale: ``metric`` read right after the block each row patches
+    (``local``, see :func:`analysis.patching.report.local_readout`) and at the sweep's read layer."""
+    from plotly.subplots import make_subplots
+
+    final = sweep.values[metric].numpy().astype(float)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04, subplot_titles=(
+        "read right after the patched block", f"read after {sweep.read_label or sweep.read_layer} (final)"))
+    for col, z in ((1, np.asarray(local, dtype=float)), (2, final)):
+        for trace in _heat_traces(sweep, z, metric, showscale=col == 2):
+            fig.add_trace(trace, row=1, col=col)
+    _layout(fig, sweep, f"{sweep.title}: {METRIC_TITLES.get(metric, metric)} (grey: 0/0, nothing to restore)",
+            len(sweep.row_labels), panels=2)
     return fig
 
 

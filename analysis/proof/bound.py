@@ -396,11 +396,13 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
 
 
 def format_bound(x: float | None) -> str:
-    """Short text for tables: ``<5e-324`` when the bound is below every positive float64."""
+    """Table text: ``0``, or ``<2.2e-308`` below float64's normal range (an outward-rounded subnormal, not a value)."""
     if x is None:
         return "n/a"
-    if x <= TINY * SLACK * 1.01:
-        return "<5e-324"
+    if x == 0:
+        return "0"
+    if x < np.finfo(np.float64).tiny:
+        return f"<{np.finfo(np.float64).tiny:.1e}"
     return f"{x:.1e}"
 
 

@@ -13,6 +13,11 @@ small script, figure after figure, yielding to the browser between them; the pag
 and makes no network request (``tests/test_report_browser.py`` checks both in headless Chromium). Progress is
 published as ``window.kmeansReport = {total, rendered, failed, done, ms}`` so a browser test (or a curious
 reader's console) can see what drew.
+
+For a folder of reports, ``plotly_js="shared"`` (:meth:`Report.write`, ``kmeans-circuits report --plotly-js
+shared``) writes plotly.js once, as ``plotly-<version>.min.js`` beside the page, and references it by that
+relative name: the page still opens offline (``file://``) and makes no request outside its folder, and a
+hundred reports share one 4.6 MiB file instead of embedding it a hundred times.
 """
 
 from __future__ import annotations
@@ -143,12 +148,16 @@ class Report:
                     out.append(item)
         return out
 
-    def to_html(self) -> str:
-        return render_html(self)
+    def to_html(self, plotly_js: str = "inline") -> str:
+        return render_html(self, plotly_js)
 
-    def write(self, path: str | os.PathLike) -> Path:
-        """Write the HTML atomically (a temporary sibling renamed into place)."""
-        return write_text_atomic(Path(path), self.to_html())
+    def write(self, path: str | os.PathLike, plotly_js: str = "inline") -> Path:
+        """Write the HTML atomically (a temporary sibling renamed into place); with ``plotly_js="shared"`` also
+        plotly.js beside it (:func:`write_plotly_js`), first, so the page never references a missing file."""
+        path = Path(path)
+        if plotly_js == "shared":
+            write_plotly_js(path.parent)
+        return write_text_atomic(path, self.to_html(plotly_js))
 
 
 # ---------------------------------------------------------------------------------------------------- rendering
@@ -307,20 +316,52 @@ def _section_html(s: Section, counter) -> list[str]:
     return parts
 
 
-def render_html(report: Report) -> str:
-    """The report as one HTML document with plotly.js embedded once and no external reference."""
+#: How a page gets plotly.js: embedded in the page, or one shared file beside it (see the module docstring).
+PLOTLY_JS_MODES = ("inline", "shared")
+
+
+def plotly_js_name() -> str:
+    """File name of the shared plotly.js: versioned, so reports written by different plotly versions can share a
+    folder without one overwriting the library another needs."""
+    import plotly
+
+    return f"plotly-{plotly.__version__}.min.js"
+
+
+def write_plotly_js(folder: str | os.PathLike) -> Path:
+    """Write plotly.js into ``folder`` as :func:`plotly_js_name` (atomically; skipped when it is already there
+    with the same content) and return its path."""
+    path = Path(folder) / plotly_js_name()
+    code = get_plotlyjs()
+    if path.is_file() and path.stat().st_size == len(code.encode("utf-8")) and path.read_text("utf-8") == code:
+        return path
+    return write_text_atomic(path, code)
+
+
+def _plotly_script(mode: str) -> str:
+    if mode == "inline":
+        return f"<script>{get_plotlyjs()}</script>"
+    if mode == "shared":
+        return f'<script src="{html.escape(plotly_js_name())}"></script>'
+    raise ValueError(f"plotly_js must be one of {', '.join(PLOTLY_JS_MODES)}, got {mode!r}")
+
+
+def render_html(report: Report, plotly_js: str = "inline") -> str:
+    """The report as one HTML document: plotly.js embedded once (``plotly_js="inline"``) or referenced as the
+    sibling file :func:`plotly_js_name` (``"shared"``); no other reference outside the page."""
     counter = iter(range(1, 10**9))
     h = report.header
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{html.escape(h.title)}</title>", f"<style>{CSS}</style>",
-             f"<script>{get_plotlyjs()}</script>", "</head><body><main>", _header_html(h)]
+             _plotly_script(plotly_js), "</head><body><main>", _header_html(h)]
     if len(report.sections) > 1:  # a table of contents helps only where there is more than one section
         toc = "".join(f'<a href="#{html.escape(s.key)}">{html.escape(s.title)}</a>' for s in report.sections)
         parts.append(f'<nav class="toc">{toc}</nav>')
     for s in report.sections:
         parts.extend(_section_html(s, counter))
-    parts.append("<footer>kmeans-circuits report: self-contained (plotly.js embedded), opens offline.</footer>")
+    where = "plotly.js embedded" if plotly_js == "inline" else f"plotly.js in the sibling file {plotly_js_name()}"
+    parts.append(f"<footer>kmeans-circuits report: {html.escape(where)}; opens offline.</footer>")
     parts.append(_json_script("kmeans-plotly-template", _template_json()))
     parts.append(f"<script>{BOOT_JS}</script></main></body></html>")
     return "\n".join(parts)

@@ -72,11 +72,12 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     )
     drawn = np.zeros(cap.encoded.n, dtype=bool)
     drawn[sample.indices] = True
-    groups, rules = [], []
+    groups, rules, row_orders = [], [], []
     m = sample.drawn
     for a, lc in enumerate(layers):
         rows = order[a][drawn[order[a]]]
         ylab = [plabels[i] for i in rows]
+        row_orders.append(ylab)
         top = keys[a, rows].argmax(axis=-1)
         # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
         # every assign layer, and strings per cell would dominate the file.
@@ -86,10 +87,14 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
             z = np.concatenate([z, sink[a, rows][:, None].astype(np.float32)], axis=1)
             gap_to_top = np.concatenate([gap_to_top, np.full((len(rows), 1), np.nan, np.float32)], axis=1)
             xlab = [*clabels, "sink"]
+        # Rows sit at integer positions 0..m-1 of a linear axis whose tick text is this layer's labels (set by
+        # the slider): a categorical axis would keep the first layer's row order on every step.
+        ypos = np.arange(len(rows))
         fig.add_trace(go.Heatmap(
-            z=z, x=xlab, y=ylab, customdata=gap_to_top, zmin=0, zmax=1,
+            z=z, x=xlab, y=ypos, customdata=gap_to_top, zmin=0, zmax=1,
+            hovertext=[[lab] * z.shape[1] for lab in ylab],
             colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
-            hovertemplate="query %{y} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
+            hovertemplate="query %{hovertext} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
                           "<extra></extra>",
             visible=a == 0, name=layer_title(circ, lc.layer),
         ), row=1, col=1)
@@ -97,15 +102,15 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         finite = np.isfinite(mg)
         exact = leak[a, rows] == 0
         fig.add_trace(go.Scatter(
-            x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ylab, mode="markers",
+            x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ypos, mode="markers", hovertext=ylab,
             marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
             text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
-            hovertemplate="%{y} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
+            hovertemplate="%{hovertext} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
                           "leak bound %{customdata[1]:.3g}<extra></extra>",
             showlegend=False, visible=a == 0, name=f"{layer_title(circ, lc.layer)} margin",
         ), row=1, col=2)
         fig.add_trace(go.Scatter(
-            x=[FLOAT64_UNDERFLOW, FLOAT64_UNDERFLOW], y=[ylab[0], ylab[-1]], mode="lines",
+            x=[FLOAT64_UNDERFLOW, FLOAT64_UNDERFLOW], y=[-0.5, len(rows) - 0.5], mode="lines",
             line=dict(dash="dash", color="#555"), hoverinfo="skip", visible=a == 0, showlegend=False,
             name=f"margin {FLOAT64_UNDERFLOW:.0f}: exactly one-hot beyond",
         ), row=1, col=2)
@@ -117,19 +122,28 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
             for y in bounds
         ])
     masks = visibility(len(fig.data), groups)
+    height = max(420, min(900, 120 + 3 * m))
+    # Label every row while they fit (about 16 px each in the ~height-230 px the sliders and titles leave), else
+    # every few rows: tick labels must not overprint.
+    every = max(1, int(np.ceil(m / max(1, (height - 230) // 16))))
+    ticks = list(range(0, m, every))
     steps = []
     for a, lc in enumerate(layers):
         it = circ.assignment_layers.index(lc.layer) if lc.layer in circ.assignment_layers else a
-        steps.append(dict(label=f"L{lc.layer}: C({it})", args=[{"visible": masks[a]}, {"shapes": rules[a]}]))
+        # Each step writes its own layer's row labels on the integer row positions.
+        steps.append(dict(label=f"L{lc.layer}: C({it})",
+                          args=[{"visible": masks[a]}, {"shapes": rules[a],
+                                                        "yaxis.ticktext": row_orders[a][::every]}]))
     fig.update_layout(
         shapes=rules[0],
         sliders=[slider(steps, "assign layer (assigning to the centroids of iteration t): ")],
-        height=max(420, min(900, 120 + 3 * m)),
+        height=height,
         margin=dict(l=70, r=20, t=60, b=40),
         xaxis=dict(title=dict(text="centroid key"), side="bottom"),
         xaxis2=dict(type="log", title=dict(text="margin = score(chosen) - score(runner-up), log scale")),
         yaxis=dict(title=dict(text="point query (ordered by attended centroid, then margin)"),
-                   autorange="reversed", type="category"),
+                   autorange="reversed", type="linear", tickmode="array", tickvals=ticks,
+                   ticktext=row_orders[0][::every], showgrid=False, zeroline=False),
     )
     notes = [sample.note(),
              f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "

@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.drift_measures import BLOCK_NAMES, DriftAnalysis, subspace_blocks
-from analysis.views._common import View, cluster_colour
+from analysis.views._common import View, cluster_colour, signed_log, signed_log_ticks
 from circuits.blocks import ASSIGN, UPDATE
 
 
@@ -43,7 +43,7 @@ def view_behaviour(a: DriftAnalysis) -> View:
     for name, ys in beh.stiffness.items():
         fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
                                  line=dict(color=colours[name])), 2, 2)
-    fig.update_xaxes(title_text="step")
+    fig.update_xaxes(title_text="step", row=2)
     fig.update_layout(height=620, title=f"Behaviour on {beh.tasks} held-out tasks (n={beh.n}), step by step")
     return View("drift-behaviour", "behaviour per step", fig, {"behaviour": beh.__dict__})
 
@@ -97,41 +97,77 @@ def view_blocks(a: DriftAnalysis) -> View:
     return View("drift-blocks", "subspace blocks", fig, {"names": names})
 
 
+def _separators(dims: np.ndarray, layout, axis: str, xref: str, yref: str) -> list[dict]:
+    """Lines between the named subspaces along one axis of a heatmap whose entries are the layout ``dims``."""
+    names = [layout.subspace_of(int(q))[0] for q in dims]
+    cuts = [i + 0.5 for i in range(len(names) - 1) if names[i] != names[i + 1]]
+    line = dict(color="#333", width=1)
+    if axis == "x":
+        return [dict(type="line", xref=xref, yref=f"{yref} domain", x0=c, x1=c, y0=0, y1=1, line=line) for c in cuts]
+    return [dict(type="line", xref=f"{xref} domain", yref=yref, x0=0, x1=1, y0=c, y1=c, line=line) for c in cuts]
+
+
 def view_circuits(a: DriftAnalysis) -> View:
-    """Trained and construction matrices side by side, restricted to dimensions either touches."""
+    """Trained and construction matrices side by side, restricted to dimensions either touches, on a signed log
+    colour scale (the sink and stiffness weights are decades above the rest), with lines between subspaces."""
     labels = a.layout.labels
     fig = make_subplots(rows=1, cols=2, subplot_titles=("construction", "trained"), horizontal_spacing=0.12)
-    buttons, n_traces = [], 2 * len(a.circuits)
+    buttons, n_traces, data = [], 2 * len(a.circuits), []
     for i, c in enumerate(a.circuits):
-        scale = max(np.abs(c.construction).max(), np.abs(c.trained).max(), 1e-12)
-        rows = np.flatnonzero((np.abs(c.construction) + np.abs(c.trained)).max(1) > 1e-3 * scale)
-        cols = np.flatnonzero((np.abs(c.construction) + np.abs(c.trained)).max(0) > 1e-3 * scale)
+        both = np.abs(c.construction) + np.abs(c.trained)
+        scale = max(float(both.max()), 1e-12)
+        rows = np.flatnonzero(both.max(1) > 1e-3 * scale)
+        cols = np.flatnonzero(both.max(0) > 1e-3 * scale)
+        nonzero = np.abs(np.concatenate([c.construction.ravel(), c.trained.ravel()]))
+        nonzero = nonzero[nonzero > 0]
+        top = float(nonzero.max()) if nonzero.size else 1.0
+        # Six decades below the largest entry: smaller ones are drawn at the floor (still with their sign).
+        floor = max(float(nonzero.min()) if nonzero.size else 1.0, top * 1e-6)
+        tickvals, ticktext = signed_log_ticks(floor, top)
+        zmax = float(signed_log(np.array([top]), floor)[0])
         for j, (W, name) in enumerate(((c.construction, "construction"), (c.trained, "trained"))):
-            fig.add_trace(go.Heatmap(z=W[np.ix_(rows, cols)], x=[labels[q] for q in cols], y=[labels[q] for q in rows],
-                                     colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale, visible=i == 0,
-                                     showscale=j == 1, name=name), 1, j + 1)
+            sub = W[np.ix_(rows, cols)]
+            fig.add_trace(go.Heatmap(z=signed_log(sub, floor), x=[labels[q] for q in cols], y=[labels[q] for q in rows],
+                                     customdata=sub, colorscale="RdBu", zmid=0, zmin=-zmax, zmax=zmax, visible=i == 0,
+                                     showscale=j == 1, name=name,
+                                     colorbar=dict(title=dict(text="entry<br>(signed log)"), tickvals=tickvals,
+                                                   ticktext=ticktext),
+                                     hovertemplate="row %{y}, col %{x}<br>%{customdata:.4g}<extra></extra>"), 1, j + 1)
+        shapes = []
+        for xref, yref in (("x", "y"), ("x2", "y2")):
+            shapes += _separators(cols, a.layout, "x", xref, yref) + _separators(rows, a.layout, "y", xref, yref)
+        data.append(dict(rows=rows, cols=cols, floor=floor, shapes=shapes))
         buttons.append(dict(label=f"{BLOCK_NAMES[c.block]} {c.which}", method="update",
-                            args=[{"visible": [t // 2 == i for t in range(n_traces)]}]))
+                            args=[{"visible": [t // 2 == i for t in range(n_traces)]}, {"shapes": shapes}]))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=720, title="Head circuits in the named residual basis (rows read by query/value, columns by key/written)",
+                      shapes=data[0]["shapes"] if data else [],
                       updatemenus=[dict(buttons=buttons, x=0, y=1.1, xanchor="left", yanchor="top")])
-    return View("drift-circuits", "circuits side by side", fig, {})
+    return View("drift-circuits", "circuits side by side", fig, {"circuits": data},
+                notes=["Colour: signed log scale (each decade one step; entries more than six decades below the "
+                       "largest are drawn at the floor). Lines separate the residual stream's named subspaces."])
 
 
 def view_patterns(a: DriftAnalysis) -> View:
+    """Assign (0..1) and update patterns of one problem per step; each row has its own colour bar, since update
+    weights are about 1 / cluster size, and an x-axis title only under the bottom row."""
     p = a.patterns
     names = list(p.assign)
     fig = make_subplots(rows=2, cols=len(names), subplot_titles=[f"{name}: assign head, point -> centroid" for name in names]
-                        + [f"{name}: update head, centroid -> point" for name in names], vertical_spacing=0.12)
-    steps_traces = []
+                        + [f"{name}: update head, centroid -> point" for name in names], vertical_spacing=0.16)
+    steps_traces, update_max = [], []
     for si, t in enumerate(p.steps):
         idx = []
+        # One scale for the update panels of a step (the exact and the trained head read on the same bar).
+        top = max(1e-12, max(float(p.update[name][si].max()) for name in names))
+        update_max.append(top)
         for ci, name in enumerate(names):
             fig.add_trace(go.Heatmap(z=p.assign[name][si].T, colorscale="Viridis", zmin=0, zmax=1, showscale=ci == 0,
+                                     colorbar=dict(title=dict(text="assign"), y=0.79, len=0.42),
                                      visible=si == 0, name=f"{name} assign"), 1, ci + 1)
             idx.append(len(fig.data) - 1)
-            fig.add_trace(go.Heatmap(z=p.update[name][si], colorscale="Viridis", zmin=0,
-                                     zmax=max(1e-12, float(p.update[name][si].max())), showscale=False,
+            fig.add_trace(go.Heatmap(z=p.update[name][si], colorscale="Cividis", zmin=0, zmax=top, showscale=ci == 0,
+                                     colorbar=dict(title=dict(text="update"), y=0.21, len=0.42),
                                      visible=si == 0, name=f"{name} update"), 2, ci + 1)
             idx.append(len(fig.data) - 1)
         steps_traces.append(idx)
@@ -145,10 +181,11 @@ def view_patterns(a: DriftAnalysis) -> View:
             fig.add_vline(x=float(b), line=dict(color="white", width=1), row=1, col=ci + 1)
             fig.add_vline(x=float(b), line=dict(color="white", width=1), row=2, col=ci + 1)
     fig.update_yaxes(title_text="centroid", autorange="reversed")
-    fig.update_xaxes(title_text="point (sorted by generating component)")
-    fig.update_layout(height=640, sliders=[slider],
+    # Only the bottom row gets an x-axis title: under the top row it would overprint the bottom row's titles.
+    fig.update_xaxes(title_text="point (sorted by generating component)", row=2)
+    fig.update_layout(height=680, sliders=[slider],
                       title="Attention on one held-out problem (HookedTransformer.run_with_cache); step 0 is the first assignment")
-    return View("drift-patterns", "attention patterns", fig, {"steps": p.steps})
+    return View("drift-patterns", "attention patterns", fig, {"steps": p.steps, "update_zmax": update_max})
 
 
 def view_history(a: DriftAnalysis) -> View | None:
@@ -178,9 +215,14 @@ def view_sweep(a: DriftAnalysis) -> View | None:
         return None
     fig = go.Figure(go.Scatter(x=[r["beta"] for r in a.sweep], y=[r["ratio"] for r in a.sweep], mode="lines+markers",
                                name="construction (untrained) at stiffness a"))
-    fig.add_hline(y=a.behaviour.ratio["trained"][-1], line=dict(color="#d62728", dash="dash"),
-                  annotation_text="trained model")
-    fig.add_hline(y=1.0, line=dict(color="#2ca02c", dash="dot"), annotation_text="Lloyd's")
+    trained = a.behaviour.ratio["trained"][-1]
+    # Labels are placed by hand on the log axis (annotation y is log10 there), each right on its line.
+    for y, colour, dash, text in ((trained, "#d62728", "dash", f"trained model ({trained:.3g})"),
+                                  (1.0, "#2ca02c", "dot", "Lloyd's (1)")):
+        fig.add_hline(y=y, line=dict(color=colour, dash=dash))
+        fig.add_annotation(x=1, xref="x domain", xanchor="right", y=float(np.log10(y)), yref="y",
+                           yanchor="bottom" if y >= trained else "top", text=text, showarrow=False,
+                           font=dict(color=colour))
     fig.update_xaxes(type="log", title_text="assignment stiffness a (unit-scaled)")
     fig.update_yaxes(type="log", title_text=f"objective / Lloyd's after {a.behaviour.steps} steps")
     fig.update_layout(height=380, title="Is it just the temperature? The construction swept over its stiffness")

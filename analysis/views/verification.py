@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.capture import AssignAttention, UpdateAttention
+from analysis.proof.bound import format_bound
 from analysis.views._common import View, as_capture, centroid_labels, point_labels, report_of, soft_clusters
 from analysis.views.trajectories import circuit_iterates, reference_run
 from circuits import reference as lloyd_reference
@@ -54,7 +55,7 @@ def verification_table(obj) -> View:
     optional = [("max |dY|", "max_assignment_error", lambda v: f"{v:.3g}", lambda v: v != 0),
                 ("update |dw|", "update_weight_error", lambda v: f"{v:.3g}", lambda v: v != 0),
                 ("outliers", "outliers", str, lambda v: v != 0),
-                ("proven |dc|", "proven_bound", lambda v: "" if v is None else f"{v:.3g}", lambda v: v is not None)]
+                ("proven |dc|", "proven_bound", format_bound, lambda v: v is not None)]
     for title, attr, fmt, used in optional:
         values = [getattr(r, attr, None) for r in rep.per_iteration]
         if any(v is not None and used(v) for v in values):
@@ -105,7 +106,7 @@ def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) 
 
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         subplot_titles=("k-means objective", "certificate: smallest margin (log)",
-                                        "largest centroid difference from the reference (log; triangles: exactly 0)"))
+                                        "largest centroid difference from the reference (log; triangles at the bottom: exactly 0)"))
     fig.add_trace(go.Scatter(x=t, y=obj_circuit, mode="lines+markers", name="circuit (C and Y)",
                              line=dict(color="#1f77b4", width=3)), row=1, col=1)
     if obj_ref is not None:
@@ -126,15 +127,26 @@ def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) 
         rep = report_of(obj)
         tol = rep.tolerances.centroid if rep is not None else None
         positive = c_err[c_err > 0]
-        # A log axis has no 0; exact agreement is drawn as a triangle on a floor below every other value.
-        floor = min([*positive, *([tol] if tol else []), 1e-300]) / 10 if positive.size or tol else 1e-300
+        # A log axis has no 0. Exact agreement gets its own trace, drawn on a row just below the smallest real
+        # value (or the tolerance), and the axis spans the real values only: never a made-up 1e-300.
+        known = [*positive, *([tol] if tol else [])]
+        low = min(known) if known else float(np.finfo(np.float64).eps)
+        high = max(known) if known else low
+        floor = low / 10
         exact = c_err == 0
         fig.add_trace(go.Scatter(
-            x=t, y=np.where(exact, floor, c_err), mode="lines+markers", name="max |c - c_ref| (user units)",
-            marker=dict(symbol=np.where(exact, "triangle-down", "circle").tolist(), size=np.where(exact, 11, 7).tolist()),
-            customdata=np.where(exact, "exactly 0", c_err.astype(str)),
+            x=t, y=np.where(exact, np.nan, c_err), mode="lines+markers", name="max |c - c_ref| (user units)",
+            marker=dict(size=7), connectgaps=False, customdata=c_err.astype(str),
             hovertemplate="t=%{x}: %{customdata}<extra></extra>", line=dict(color="#d62728"),
         ), row=3, col=1)
+        if exact.any():
+            fig.add_trace(go.Scatter(
+                x=t[exact], y=np.full(int(exact.sum()), floor), mode="markers+text", name="exactly 0",
+                marker=dict(symbol="triangle-down", size=11, color="#d62728"), text=["exact 0"] * int(exact.sum()),
+                textposition="top center", textfont=dict(size=10, color="#d62728"),
+                hovertemplate="t=%{x}: exactly 0<extra></extra>",
+            ), row=3, col=1)
+        fig.update_yaxes(range=[np.log10(floor) - 0.3, np.log10(high) + 0.5], row=3, col=1)
         if tol:
             fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[tol] * 2, mode="lines", hoverinfo="skip",
                                      name="tolerance", line=dict(color="#777", dash="dot")), row=3, col=1)

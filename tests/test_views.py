@@ -430,3 +430,26 @@ def test_exact_zero_centroid_errors_are_drawn_as_zeros_on_an_axis_of_real_values
     proven = [row[header.index("proven |dc|")] for row in table.data["rows"][:-1]]
     bounds = [r.proven_bound for r in line_run.report.per_iteration]
     assert all(b < np.finfo(float).tiny for b in bounds) and proven == ["<2.2e-308"] * len(bounds)
+
+
+def test_attention_pattern_is_every_query_and_key_and_agrees_with_the_head_views(line_run):
+    view = views.attention_pattern(line_run, max_points=3)
+    cap, seq = line_run.capture, line_run.encoded.sequence
+    P = view.data["pattern"]
+    assert P.shape == (line_run.circuit.n_layers, seq.n_tokens, seq.n_tokens)
+    assert view.data["token_labels"][0] == "BOS" and view.data["token_labels"][-1] == f"c{seq.k - 1}"
+    np.testing.assert_allclose(P.sum(axis=-1), 1.0, rtol=0, atol=1e-12)
+    for lc in cap.layers:
+        if lc.kind == "assign":
+            # Point queries: the assign view's centroid columns, and exactly nothing on BOS or any point key.
+            rows = P[lc.layer][seq.points]
+            np.testing.assert_array_equal(rows[:, seq.centroids], lc.attention.pattern[0])
+            assert (rows[:, seq.points] == 0).all() and (rows[:, seq.bos] == 0).all()
+            # Centroid and BOS queries have nothing to do: all on the BOS sink.
+            np.testing.assert_array_equal(P[lc.layer][seq.centroids, seq.bos], 1.0)
+        else:
+            np.testing.assert_array_equal(P[lc.layer][seq.centroids], lc.attention.pattern[0])
+    # The figure draws BOS, the sampled points and every centroid, one trace per block.
+    heat = view.figure.data[0]
+    assert list(heat.x) == list(heat.y) == [view.data["token_labels"][t] for t in view.data["drawn_tokens"]]
+    assert len(view.figure.data) == line_run.circuit.n_layers and heat.x[0] == "BOS" and heat.x[-1] == f"c{seq.k - 1}"

@@ -14,6 +14,7 @@ One view per module:
 ==========================  ==============================================================================
 :func:`assign_attention`    assignment heads: point queries x centroid keys per layer, with margins
 :func:`update_attention`    update heads: centroid queries x point keys (who is averaged into which centroid)
+:func:`attention_pattern`   every block's whole pattern: each query token x each key token, labelled
 :func:`residual_norms`      residual stream per layer as (token type x named subspace) norms
 :func:`residual_tokens`     the full residual of chosen tokens, labelled by the layout
 :func:`qk_circuit`          QK circuits (``FactoredMatrix``) in the named basis, grouped by subspace
@@ -30,6 +31,7 @@ them from that module (they need the training code, which the views of a run do 
 
 from analysis.views._common import DEFAULT_MAX_POINTS, PointSample, View, point_sample
 from analysis.views.assign_attention import assign_attention
+from analysis.views.attention_pattern import attention_pattern
 from analysis.views.head_circuits import head_circuit, head_matrices, ov_circuit, qk_circuit
 from analysis.views.residual import ResidualStreams, residual_norms, residual_streams, residual_tokens
 from analysis.views.trajectories import centroid_trajectories
@@ -42,6 +44,7 @@ __all__ = [
     "ResidualStreams",
     "View",
     "assign_attention",
+    "attention_pattern",
     "centroid_trajectories",
     "head_circuit",
     "head_matrices",

@@ -1,0 +1,79 @@
+"""The full attention pattern of every block: each query token x each key token (BOS, points, centroids).
+
+The assign and update views show the part of a head that carries the algorithm (point queries x centroid keys,
+centroid queries x point keys). This one shows the whole ``hook_pattern`` of the head, as TransformerLens computes
+it, with every row and column named by its token (``BOS``, ``x0``, ``c0``, ...): where the BOS sink takes the queries
+that have nothing to do, and that point keys are masked for point queries. It is drawn with plotly alone, so the
+page works offline (CircuitsVis loads its code from a CDN).
+
+The pattern is read from a dense run of the circuit on the capture's own input (one problem of the batch); the
+figure draws the BOS token, a sample of the points (:func:`analysis.views.point_sample`) and every centroid, while
+``data["pattern"]`` holds every token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from analysis.views._common import (
+    DEFAULT_MAX_POINTS,
+    PointSample,
+    View,
+    as_capture,
+    layer_title,
+    point_sample,
+    slider,
+    visibility,
+)
+from circuits import hook_names
+
+#: Above this many tokens the pattern (tokens^2 per layer) is not recomputed for a view.
+MAX_TOKENS = 4000
+
+
+def attention_pattern(obj, b: int = 0, sample: PointSample | None = None,
+                      max_points: int | None = DEFAULT_MAX_POINTS) -> View:
+    """Every block's attention pattern, query tokens x key tokens, labelled; a slider picks the block."""
+    cap = as_capture(obj)
+    circ, seq = cap.circuit, cap.encoded.sequence
+    if seq.n_tokens > MAX_TOKENS:
+        raise ValueError(f"{seq.n_tokens} tokens: the full pattern is drawn for at most {MAX_TOKENS} tokens"
+                         " (the assign and update views cover any size)")
+    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
+    names = [hook_names.pattern(layer) for layer in range(circ.n_layers)]
+    with torch.no_grad():
+        _, cache = circ.model.run_with_cache(cap.encoded.resid[b : b + 1], start_at_layer=0,
+                                             names_filter=hook_names.names_filter(names))
+    # [layer, query, key]: head 0 (every block of the construction has one head).
+    pattern = np.stack([cache[name][0, 0].detach().cpu().double().numpy() for name in names])
+    labels = list(seq.token_labels)
+    drawn = [seq.bos, *(seq.point(int(i)) for i in sample.indices), *range(seq.centroids.start, seq.centroids.stop)]
+    data = dict(layers=list(range(circ.n_layers)), token_labels=labels, pattern=pattern, drawn_tokens=drawn)
+
+    fig = go.Figure()
+    shown = [labels[t] for t in drawn]
+    for layer in range(circ.n_layers):
+        z = pattern[layer][np.ix_(drawn, drawn)].astype(np.float32)  # display only; data keeps float64
+        fig.add_trace(go.Heatmap(
+            z=z, x=shown, y=shown, zmin=0, zmax=1, colorscale="Blues", colorbar=dict(title=dict(text="weight")),
+            hovertemplate="query %{y} -> key %{x}<br>weight %{z:.6g}<extra></extra>",
+            visible=layer == 0, name=layer_title(circ, layer)))
+    masks = visibility(len(fig.data), [[layer] for layer in range(circ.n_layers)])
+    steps = [dict(label=layer_title(circ, layer), args=[{"visible": masks[layer]}]) for layer in range(circ.n_layers)]
+    # Lines between the token types: BOS | points | centroids.
+    edges = [0.5, len(drawn) - seq.k - 0.5]
+    rules = [dict(type="line", xref="x", x0=e, x1=e, yref="paper", y0=0, y1=1, line=dict(color="#444", width=1))
+             for e in edges]
+    rules += [dict(type="line", yref="y", y0=e, y1=e, xref="paper", x0=0, x1=1, line=dict(color="#444", width=1))
+              for e in edges]
+    size = max(480, 14 * len(drawn) + 200)
+    fig.update_layout(
+        height=size, shapes=rules, margin=dict(l=70, r=20, t=40, b=150),
+        sliders=[slider(steps, "block: ", y=-0.12)],
+        xaxis=dict(title=dict(text="key token"), type="category"),
+        yaxis=dict(title=dict(text="query token"), type="category", autorange="reversed"),
+    )
+    notes = [sample.note(), "Each row sums to 1 over all keys, drawn or not; lines separate BOS, points and centroids."]
+    return View("attention_pattern", "Full attention patterns", fig, data, notes)

@@ -10,7 +10,9 @@ per step ``1..T``:
 * :func:`evaluate_real` — scikit-learn's bundled datasets in their raw units at their true number of classes,
   from several initialisations, with ARI / NMI against the classes;
 * both against scikit-learn's ``KMeans(init="k-means++", n_init=10)`` (the best of ten restarts, run to
-  convergence): the mean ratio of the model's and of Lloyd's objective to that optimum.
+  convergence): the mean ratio of the model's and of Lloyd's objective to that optimum, and the optimum's own
+  ratio to Lloyd's (``optimum_over_lloyd``): how low the model's ratio to Lloyd's could go by reaching the best
+  objective scikit-learn finds — a goal below it asks for more than ten k-means++ restarts deliver.
 
 A ratio counts as above 1 (or an objective as rising) only beyond :data:`analysis.evaluate.REL_TOL` relative.
 """
@@ -60,6 +62,9 @@ def anytime_summary(obj_model: np.ndarray, obj_lloyd: np.ndarray, optimum: np.nd
     if optimum is not None:
         out["model_over_optimum"] = float((obj_model[-1] / optimum).mean())
         out["lloyd_over_optimum"] = float((obj_lloyd[-1] / optimum).mean())
+        floor = optimum / obj_lloyd[-1]
+        out["optimum_over_lloyd"] = float(floor.mean())
+        out["optimum_over_lloyd_median"] = float(np.median(floor))
     return out
 
 

@@ -137,6 +137,17 @@ def test_anytime_summary_counts_by_hand():
     assert s["ratio_mean_per_step"] == pytest.approx([(8 / 9 + 1) / 2, (6 / 7 + 9.5 / 9) / 2])
     assert s["frac_never_rises"] == 0.5 and s["ratio_max"] == pytest.approx(9.5 / 9)
     assert s["frac_below_lloyd_every_step"] == 0.5 and s["frac_above_1_05_final"] == 1 / 2
+    assert "optimum_over_lloyd" not in s
+
+
+def test_anytime_summary_reports_the_optimums_ratio_to_lloyds_the_floor_of_any_models_ratio():
+    model = np.array([[10.0, 10.0], [8.0, 9.0], [6.0, 9.5]])
+    lloyd = np.array([[10.0, 10.0], [9.0, 9.0], [7.0, 9.0]])
+    s = anytime_summary(model, lloyd, optimum=np.array([5.6, 9.0]))
+    assert s["optimum_over_lloyd"] == pytest.approx((0.8 + 1.0) / 2)
+    assert s["optimum_over_lloyd_median"] == pytest.approx(0.9)
+    assert s["model_over_optimum"] == pytest.approx((6 / 5.6 + 9.5 / 9) / 2)
+    assert s["lloyd_over_optimum"] == pytest.approx((1.25 + 1.0) / 2)
 
 
 # ----------------------------------------------------------------------------------------------- training and checkpoints

@@ -19,9 +19,11 @@ A ratio counts as above 1 (or an objective as rising) only beyond :data:`analysi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from analysis.evaluate import REL_TOL, compare, objectives, trajectories
+from analysis.evaluate import REL_TOL, DatasetRun, compare, objectives, trajectories
 from circuits.training.model import RecurrentKMeans
 from circuits.training.tasks import TEST, TaskBatch
 
@@ -34,8 +36,12 @@ REAL_DATASETS = ("iris", "wine", "breast_cancer", "digits")
 def sklearn_optimum(X: np.ndarray, k: int, seed: int = 0) -> float:
     """scikit-learn's best objective of ten k-means++ restarts (Lloyd's algorithm to convergence)."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
-    return float(KMeans(n_clusters=k, init="k-means++", n_init=10, random_state=seed).fit(X).inertia_)
+    # One OpenMP thread: scikit-learn's inertia sums in a thread-count-dependent order, and the same evaluation
+    # must give the same bytes in this process and in a Ray worker.
+    with threadpool_limits(1):
+        return float(KMeans(n_clusters=k, init="k-means++", n_init=10, random_state=seed).fit(X).inertia_)
 
 
 def per_task(X: np.ndarray, traj) -> tuple[np.ndarray, np.ndarray]:
@@ -75,25 +81,73 @@ def shape_tasks(model: RecurrentKMeans, shape: tuple[int, int], tasks: int, n: i
     return general_tasks(tasks, n, model.config.d, model.config.k, seed, TEST, index, shape=shape, init=init)
 
 
+# ----------------------------------------------------------------------------------------------- cells (analysis.engine)
+@dataclass(frozen=True)
+class ShapeCell:
+    """One evaluation cell: the held-out tasks of one shape (batch ``index`` of the test stream)."""
+
+    index: int
+    shape: tuple[int, int]
+    tasks: int
+    n: int
+    steps: int
+    init: str
+    seed: int
+    chunk: int
+    with_optimum: bool
+
+    def __str__(self) -> str:
+        return f"shape d={self.shape[0]}, k={self.shape[1]} ({self.tasks} {self.init}-init tasks)"
+
+
+@dataclass
+class ShapeResult:
+    """A shape cell's statistics, and its per-task objectives for the summary over all shapes."""
+
+    summary: dict
+    obj_model: np.ndarray  # [T + 1, tasks]
+    obj_lloyd: np.ndarray
+    optimum: np.ndarray | None
+
+
+def general_cell(model: RecurrentKMeans, cell: ShapeCell | DatasetRun) -> ShapeResult | dict:
+    """A cell's result: a :class:`ShapeResult`, or a dataset's dict (see :func:`evaluate_real`)."""
+    if isinstance(cell, DatasetRun):
+        return evaluate_real(model, cell.name, cell.inits, cell.steps, cell.init, cell.seed, cell.chunk)
+    d, k = cell.shape
+    batch = shape_tasks(model, cell.shape, cell.tasks, cell.n, cell.init, cell.seed, cell.index)
+    traj = trajectories(model, batch.X, batch.C0, cell.steps, cell.chunk)
+    ev = compare(batch.X, batch.components, traj, {"kind": "general tasks", "count": cell.tasks, "n": cell.n, "d": d,
+                                                    "k": k, "family": "general", "init": cell.init, "steps": cell.steps})
+    om, ol = per_task(batch.X, traj)
+    opt = np.array([sklearn_optimum(x, k, cell.seed) for x in batch.X]) if cell.with_optimum else None
+    return ShapeResult({**ev.to_dict(), "anytime": anytime_summary(om, ol, opt)}, om, ol, opt)
+
+
+def shape_cells(shapes=DEFAULT_SHAPES, tasks: int = 32, n: int = 256, steps: int = 20, init: str = "random",
+                seed: int = 0, chunk: int = 16, with_optimum: bool = True) -> list[ShapeCell]:
+    return [ShapeCell(i, tuple(shape), tasks, n, steps, init, seed, chunk, with_optimum)
+            for i, shape in enumerate(shapes)]
+
+
+def shapes_evaluation(cells: list[ShapeCell], results: list[ShapeResult | None]) -> dict:
+    """Per shape and over every shape that finished (``None`` in ``results``: a cell that failed, left out)."""
+    done = [(cell, r) for cell, r in zip(cells, results) if r is not None]
+    with_optimum = all(r.optimum is not None for _, r in done)
+    overall = anytime_summary(np.concatenate([r.obj_model for _, r in done], axis=1),
+                              np.concatenate([r.obj_lloyd for _, r in done], axis=1),
+                              np.concatenate([r.optimum for _, r in done]) if with_optimum else None)
+    first = cells[0]
+    return {"init": first.init, "n": first.n, "steps": first.steps, "tasks_per_shape": first.tasks,
+            "seed": first.seed, "shapes": [list(c.shape) for c, _ in done], "per_shape": [r.summary for _, r in done],
+            "overall": overall}
+
+
 def evaluate_shapes(model: RecurrentKMeans, shapes=DEFAULT_SHAPES, tasks: int = 32, n: int = 256, steps: int = 20,
                     init: str = "random", seed: int = 0, chunk: int = 16, with_optimum: bool = True) -> dict:
     """Per shape and over all shapes (see the module docstring); shape ``i`` is batch ``i`` of the test stream."""
-    per_shape, all_model, all_lloyd, all_opt = [], [], [], []
-    for i, (d, k) in enumerate(shapes):
-        batch = shape_tasks(model, (d, k), tasks, n, init, seed, i)
-        traj = trajectories(model, batch.X, batch.C0, steps, chunk)
-        ev = compare(batch.X, batch.components, traj, {"kind": "general tasks", "count": tasks, "n": n, "d": d,
-                                                        "k": k, "family": "general", "init": init, "steps": steps})
-        om, ol = per_task(batch.X, traj)
-        opt = np.array([sklearn_optimum(x, k, seed) for x in batch.X]) if with_optimum else None
-        per_shape.append({**ev.to_dict(), "anytime": anytime_summary(om, ol, opt)})
-        all_model.append(om)
-        all_lloyd.append(ol)
-        all_opt.append(opt)
-    optimum = np.concatenate(all_opt) if with_optimum else None
-    overall = anytime_summary(np.concatenate(all_model, axis=1), np.concatenate(all_lloyd, axis=1), optimum)
-    return {"init": init, "n": n, "steps": steps, "tasks_per_shape": tasks, "seed": seed,
-            "shapes": [list(s) for s in shapes], "per_shape": per_shape, "overall": overall}
+    cells = shape_cells(shapes, tasks, n, steps, init, seed, chunk, with_optimum)
+    return shapes_evaluation(cells, [general_cell(model, cell) for cell in cells])
 
 
 def evaluate_real(model: RecurrentKMeans, name: str, inits: int = 10, steps: int = 20, init: str = "random",

@@ -11,12 +11,15 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analysis import engine, sweep
 from analysis.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: A small grid of the sweep command: 9 cells, two stiffnesses, the circuit runner.
 SMALL = ["--grid", "tiny", "--d", "2", "--k", "2,3", "--n", "12", "--scale", "0.5,5", "--iterations", "4"]
@@ -172,6 +175,47 @@ def test_evaluate_keeps_the_cells_that_finished_and_names_the_one_that_failed(ch
     alone = evaluate.evaluate_tasks(model, kept, steps=3, chunk=4).to_dict()
     assert doc["tasks"]["count"] == 6
     assert doc["tasks"]["per_step"] == alone["per_step"]
+
+
+GENERAL = ["evaluate", "--checkpoint", "checkpoints/general", "--tasks", 3, "--n", 16, "--steps", 3, "--shapes",
+           "2x3,5x2", "--datasets", "iris", "--dataset-inits", 2, "--json"]
+
+
+def test_a_general_checkpoints_evaluation_on_ray_prints_the_serial_json(local_ray, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, serial, _ = run(capsys, *GENERAL)
+    assert code == 0
+    code, on_ray, _ = run(capsys, *GENERAL, "--engine", "ray")
+    assert code == 0 and on_ray == serial
+    doc = json.loads(serial)
+    assert doc["shapes"]["shapes"] == [[2, 3], [5, 2]] and doc["shapes"]["overall"]["tasks"] == 6
+    assert [d["name"] for d in doc["datasets"]] == ["iris"]
+
+
+def test_a_general_evaluation_keeps_the_shapes_that_finished_and_names_the_one_that_failed(capsys, monkeypatch):
+    from analysis import evaluate_general
+    from circuits.training.checkpoint import load_model
+
+    monkeypatch.chdir(ROOT)
+    real = evaluate_general.general_cell
+
+    def fails_on_the_first_shape(model, cell):
+        if getattr(cell, "shape", None) == (2, 3):
+            raise RuntimeError("this shape is broken")
+        return real(model, cell)
+
+    monkeypatch.setattr(evaluate_general, "general_cell", fails_on_the_first_shape)
+    code, out, err = run(capsys, *GENERAL)
+    assert code == 3
+    assert "cell failed after 2 attempts: shape d=2, k=3 (3 random-init tasks): RuntimeError" in err
+    doc = json.loads(out)
+    assert doc["failed"] == ["shape d=2, k=3 (3 random-init tasks)"] and doc["shapes"]["shapes"] == [[5, 2]]
+    # The shape that finished is evaluated as if it had been the only one (its own batch of the test stream).
+    monkeypatch.undo()
+    model, _ = load_model(ROOT / "checkpoints" / "general")
+    cell = evaluate_general.ShapeCell(1, (5, 2), 3, 16, 3, "random", 0, 16, True)
+    alone = evaluate_general.shapes_evaluation([cell], [real(model, cell)])
+    assert doc["shapes"]["overall"] == json.loads(json.dumps(alone["overall"]))
 
 
 # ------------------------------------------------------------------------------------------------ bad input

@@ -92,9 +92,6 @@ def validate(args: argparse.Namespace) -> list[str]:
         raise InputError("--datasets blobs: a general checkpoint is evaluated on real data at its true k")
     if not args.tasks and not datasets:
         raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")
-    if general and args.engine != "serial":
-        # Said, not ignored: the general evaluation (per shape, real data) runs in this process only.
-        raise InputError("--engine ray: a general checkpoint is evaluated serially for now (drop --engine)")
     engine.check(args.engine, args.address)
     return datasets
 
@@ -153,24 +150,30 @@ def run(args: argparse.Namespace) -> int:
             for name in datasets]
     print(f"evaluating on {args.tasks} held-out tasks ({len(chunks)} chunks) and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    with engine.progress_bar(len(chunks) + len(runs), NAME) as bar:
-        outcome = engine.map_cells(evaluation_cell, [*chunks, *runs], args.engine, args.address, bar.update, shared=model)
-    if any(r is not None for r in outcome.results[: len(chunks)]):
-        doc["tasks"] = tasks_evaluation(tasks, args.steps, chunks, outcome.results[: len(chunks)]).to_dict()
-    if datasets:
-        doc["datasets"] = [r for r in outcome.results[len(chunks):] if r is not None]
+    return run_cells(args, model, evaluation_cell, chunks, runs, doc, "tasks",
+                     lambda results: tasks_evaluation(tasks, args.steps, chunks, results).to_dict(), format_table)
+
+
+def run_cells(args: argparse.Namespace, model, fn, cells: list, runs: list, doc: dict, key: str, gather,
+              text) -> int:
+    """Run ``cells`` then ``runs`` (one per dataset) through ``fn`` on the chosen engine, put ``gather`` of the
+    cells that finished in ``doc[key]`` and the datasets in ``doc["datasets"]``, print ``doc`` (JSON or ``text``)."""
+    with engine.progress_bar(len(cells) + len(runs), NAME) as bar:
+        outcome = engine.map_cells(fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
+    if any(r is not None for r in outcome.results[: len(cells)]):
+        doc[key] = gather(outcome.results[: len(cells)])
+    if runs:
+        doc["datasets"] = [r for r in outcome.results[len(cells):] if r is not None]
     if outcome.failures:
         doc["failed"] = [f.cell for f in outcome.failures]
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        print(format_table(doc))
+    print(json.dumps(doc) if args.json else text(doc))
     return engine.report_failures(outcome.failures)
 
 
 def run_general(args: argparse.Namespace, model, config: dict, datasets: list[str]) -> int:
     """A general checkpoint: held-out tasks at each ``--shapes`` and real data in raw units at the true k."""
-    from analysis.evaluate_general import evaluate_real, evaluate_shapes
+    from analysis.evaluate import DatasetRun
+    from analysis.evaluate_general import general_cell, shape_cells, shapes_evaluation
 
     n = args.n if args.n is not None else config["training"]["n"]
     if n < max(k for _, k in args.shape_list):
@@ -186,18 +189,15 @@ def run_general(args: argparse.Namespace, model, config: dict, datasets: list[st
         if ds.X.shape[1] > model.config.d or k > model.config.k:
             raise InputError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
                              f" d <= {model.config.d}, k <= {model.config.k}")
-    if args.tasks:
-        print(f"evaluating on {args.tasks} held-out tasks at each of {len(args.shape_list)} shapes ...", file=sys.stderr)
-        doc["shapes"] = evaluate_shapes(model, args.shape_list, args.tasks, n, args.steps, args.init, args.seed,
-                                        args.chunk, with_optimum=not args.no_optimum)
-    if datasets:
-        doc["datasets"] = []
-        for name in datasets:
-            print(f"evaluating on {name} ...", file=sys.stderr)
-            doc["datasets"].append(evaluate_real(model, name, args.dataset_inits, args.steps, args.init, args.seed,
-                                                 chunk=max(1, args.chunk // 8)))
-    print(json.dumps(doc) if args.json else format_general(doc))
-    return 0
+    # One cell per shape and one per dataset, on the chosen engine; gathered in this order.
+    cells = shape_cells(args.shape_list, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
+                        with_optimum=not args.no_optimum) if args.tasks else []
+    runs = [DatasetRun(name, args.steps, args.dataset_inits, args.init, args.seed, max(1, args.chunk // 8))
+            for name in datasets]
+    print(f"evaluating on {args.tasks} held-out tasks at each of {len(cells)} shapes and {len(runs)} dataset(s)"
+          f" ({args.engine} engine) ...", file=sys.stderr)
+    return run_cells(args, model, general_cell, cells, runs, doc, "shapes",
+                     lambda results: shapes_evaluation(cells, results), format_general)
 
 
 def format_general(doc: dict) -> str:

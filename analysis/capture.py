@@ -1,7 +1,7 @@
 """Run a circuit and keep what the analyses need, decoded layer by layer.
 
 Residual streams come from ``run_with_cache`` with a ``names_filter`` that keeps only ``resid_pre`` and
-``resid_post`` of every block. Attention is summarised inside forward hooks instead of being cached whole: a
+``resid_post`` of every block (:func:`stream_activations` re-runs a circuit for anything else a view needs). Attention is summarised inside forward hooks instead of being cached whole: a
 full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the algorithm.
 
 * Assign layers keep, for every point query, its point x centroid scores and pattern (``n x k``) and a
@@ -282,29 +282,48 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     return cap
 
 
-def stream_residuals(circuit: KMeansCircuit, resid: Float[torch.Tensor, "batch pos d_model"],
-                     path: ExecutionPath | str, take: Callable[[str, torch.Tensor], None]) -> None:
-    """Run ``circuit`` on ``resid`` along ``path`` (dense or structured) and hand every residual position to
-    ``take(hook name, residual)`` in order: ``resid_pre`` of block 0, then ``resid_mid`` and ``resid_post`` of
-    each block. Both paths hand over the same names and, for a deterministic circuit, the same values."""
-    if ExecutionPath(path) == ExecutionPath.STRUCTURED:
-        from circuits.structured import Recording, structured_forward
+def stream_activations(circuit: KMeansCircuit, resid: Float[torch.Tensor, "batch pos d_model"],
+                       path: ExecutionPath | str, names: list[str], take: Callable[[str, torch.Tensor], None]) -> None:
+    """Run ``circuit`` on ``resid`` along ``path`` (dense or structured) and hand each activation named in ``names``
+    to ``take(hook name, value)`` as the run produces it (block by block: ``resid_pre``, ``pattern``, ``resid_mid``,
+    ``resid_post``), nothing kept after. ``names``, made by the ``hook_names`` module, name residual streams
+    (``resid_pre``/``resid_mid``/``resid_post``) and attention patterns (``pattern``, ``(batch, head, query,
+    key)``); the structured path expands its grouped attention to that dense pattern. Both paths hand over the
+    same names in the same order and, for a deterministic circuit, the same values (up to the order of
+    floating-point summation, see :mod:`circuits.structured`). This is the one place that re-runs a circuit for
+    what a :class:`Capture` does not keep (the residual and attention-pattern views)."""
+    wanted = set(names)
+    if ExecutionPath(path) != ExecutionPath.STRUCTURED:
+        def hand_over(value: torch.Tensor, hook) -> None:
+            take(hook.name, value)
 
-        take(hook_names.resid_pre(0), resid)
-
-        def on_record(layer: int, record) -> None:
-            take(hook_names.resid_mid(layer), record.resid_mid)
-            take(hook_names.resid_post(layer), record.resid_post)
-
-        structured_forward(circuit.model, resid, circuit.score_hooks, Recording(on_record, mid=True))
+        with torch.no_grad(), circuit.model.hooks(fwd_hooks=[(name, hand_over) for name in names]):
+            circuit.model(resid, start_at_layer=0)
         return
-    names = [hook_names.resid_pre(0)]
-    for layer in range(circuit.n_layers):
-        names += [hook_names.resid_mid(layer), hook_names.resid_post(layer)]
-    with torch.no_grad():
-        _, cache = circuit.model.run_with_cache(resid, start_at_layer=0, names_filter=hook_names.names_filter(names))
-    for name in names:
-        take(name, cache[name])
+    from circuits.structured import Recording, structured_forward
+
+    layers = range(circuit.n_layers)
+    known = {hook(layer) for layer in layers for hook in (hook_names.resid_pre, hook_names.pattern,
+                                                           hook_names.resid_mid, hook_names.resid_post)}
+    if wanted - known:
+        raise ValueError(f"the structured path cannot hand over {sorted(wanted - known)}")
+
+    def on_record(layer: int, record) -> None:
+        for name, value in ((hook_names.resid_pre(layer), lambda: record.resid_pre),
+                            (hook_names.pattern(layer), lambda: _dense_pattern(record.attention)),
+                            (hook_names.resid_mid(layer), lambda: record.resid_mid),
+                            (hook_names.resid_post(layer), lambda: record.resid_post)):
+            if name in wanted:
+                take(name, value())
+
+    # pre=True: no block updates a residual already handed over in place.
+    recording = Recording(on_record, pre=True, mid=any(hook_names.resid_mid(layer) in wanted for layer in layers))
+    structured_forward(circuit.model, resid, circuit.score_hooks, recording)
+
+
+def _dense_pattern(groups) -> Float[torch.Tensor, "batch 1 pos pos"]:
+    """The ``hook_pattern`` of a one-head block from its grouped attention (one per problem): every query x key."""
+    return torch.stack([g.rows(slice(None))[1] for g in groups])[:, None]
 
 
 class _LayerDecoder:

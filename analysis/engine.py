@@ -192,14 +192,6 @@ def _ray(fn, cells, shared, address, progress, describe) -> Outcome:
             ray.shutdown()
 
 
-def progress_bar(total: int, desc: str):
-    """The one progress display over cells that every command shows, on stderr: a bar on a terminal, else one line
-    per finished cell (:class:`analysis.commands._progress.Cells`)."""
-    from analysis.commands._progress import Cells
-
-    return Cells(desc, total)
-
-
 def report_failures(failures: list[CellFailure]) -> int:
     """Name every failed cell on stderr, with the first one's traceback, and return the exit status: 2 if every
     failure is bad input (out of memory included: see :mod:`analysis.cli`), else 3 (a bug)."""

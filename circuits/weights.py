@@ -33,8 +33,30 @@ def dense(layout: ResidualLayout, vec: Vec) -> Float[np.ndarray, " d_model"]:
     return out
 
 
+class Sublayer:
+    """What a head and an MLP share: an inner width (``d_head``, ``d_mlp``) between the input matrices that read
+    the residual, ``(d_model, width)``, and the output matrix that writes it, ``(width, d_model)``. A subclass names
+    them in ``MATRICES``, the output matrix last."""
+
+    MATRICES: tuple[str, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """The inner width: rows of the output matrix (columns of every input matrix)."""
+        return getattr(self, self.MATRICES[-1]).shape[0]
+
+    def _widened(self, width: int) -> list[np.ndarray]:
+        """The matrices with inner width ``width``, the extra units zero: a zero column of the input matrices
+        computes a zero unit, which a zero row of the output matrix writes nowhere (nor into any attention score)."""
+        if width < self.width:
+            raise ValueError(f"cannot pad {type(self).__name__} of width {self.width} down to {width}")
+        extra = width - self.width
+        *inputs, output = (getattr(self, name) for name in self.MATRICES)
+        return [np.pad(W, ((0, 0), (0, extra))) for W in inputs] + [np.pad(output, ((0, extra), (0, 0)))]
+
+
 @dataclass
-class HeadWeights:
+class HeadWeights(Sublayer):
     """One attention head, right-multiplying as in TransformerLens: ``q = resid @ W_Q + b_Q`` etc."""
 
     W_Q: Float[np.ndarray, "d_model d_head"]
@@ -42,9 +64,9 @@ class HeadWeights:
     W_V: Float[np.ndarray, "d_model d_head"]
     W_O: Float[np.ndarray, "d_head d_model"]
 
-    @property
-    def d_head(self) -> int:
-        return self.W_Q.shape[1]
+    MATRICES = ("W_Q", "W_K", "W_V", "W_O")
+    #: The inner width under TransformerLens's name.
+    d_head = Sublayer.width
 
     @property
     def W_QK(self) -> Float[np.ndarray, "d_model d_model"]:
@@ -58,34 +80,24 @@ class HeadWeights:
 
     def padded(self, d_head: int) -> "HeadWeights":
         """The same head with ``d_head`` columns (the extra ones zero: they add nothing to any score or output)."""
-        extra = _extra_width(self.d_head, d_head, "a head")
-        cols = lambda W: np.pad(W, ((0, 0), (0, extra)))  # noqa: E731
-        return HeadWeights(cols(self.W_Q), cols(self.W_K), cols(self.W_V), np.pad(self.W_O, ((0, extra), (0, 0))))
-
-
-def _extra_width(width: int, target: int, what: str) -> int:
-    if target < width:
-        raise ValueError(f"cannot pad {what} of width {width} down to {target}")
-    return target - width
+        return HeadWeights(*self._widened(d_head))
 
 
 @dataclass
-class MLPWeights:
+class MLPWeights(Sublayer):
     """A gated MLP: ``out = (relu(x @ W_gate) * (x @ W_in) + b_in) @ W_out``; biases are zero in our circuits."""
 
     W_gate: Float[np.ndarray, "d_model d_mlp"]
     W_in: Float[np.ndarray, "d_model d_mlp"]
     W_out: Float[np.ndarray, "d_mlp d_model"]
 
-    @property
-    def d_mlp(self) -> int:
-        return self.W_gate.shape[1]
+    MATRICES = ("W_gate", "W_in", "W_out")
+    #: The inner width under TransformerLens's name.
+    d_mlp = Sublayer.width
 
     def padded(self, d_mlp: int) -> "MLPWeights":
         """The same MLP with ``d_mlp`` units (the extra ones zero)."""
-        extra = _extra_width(self.d_mlp, d_mlp, "an MLP")
-        cols = lambda W: np.pad(W, ((0, 0), (0, extra)))  # noqa: E731
-        return MLPWeights(cols(self.W_gate), cols(self.W_in), np.pad(self.W_out, ((0, extra), (0, 0))))
+        return MLPWeights(*self._widened(d_mlp))
 
 
 @dataclass

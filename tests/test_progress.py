@@ -1,6 +1,7 @@
 """Long commands report progress: a bar on a terminal, one line per stage otherwise (here: captured stderr)."""
 
 import io
+import json
 import re
 
 import pytest
@@ -55,6 +56,31 @@ def test_a_failed_stage_prints_no_done_line():
     assert stream.getvalue().splitlines() == ["kmeans-circuits demo: [1/1] load"]
 
 
+def test_steps_begin_their_stage_at_the_first_step_and_print_no_line_per_step():
+    stream = io.StringIO()
+    with Stages("demo", ["circuit", "report"], stream) as stages:
+        step = stages.steps("circuit", 4, "layer")
+        assert stream.getvalue() == ""  # nothing before the first step: a refusal stays the only line
+        for layer in range(4):
+            step(layer)
+        stages.start("report")
+    lines = stream.getvalue().splitlines()
+    assert lines[:2] == ["kmeans-circuits demo: [1/2] circuit", "kmeans-circuits demo: [2/2] report"]
+    assert len(lines) == 3 and lines[2].startswith("kmeans-circuits demo: done in")
+
+
+def test_steps_are_counted_in_the_bar_label_on_a_terminal():
+    stream = FakeTerminal()
+    with Stages("demo", ["circuit"], stream) as stages:
+        step = stages.steps("circuit", 22, "layer")
+        step(0)
+        assert "circuit 1/22 layers" in stream.getvalue() and stages.current == "circuit"
+        step(4)
+        # Only the last label counts: the bar redraws in place.
+        assert stream.getvalue().rsplit("\r", 1)[-1].count("circuit 5/22 layers") == 1
+    assert stages.done == 1 and "[1/1]" not in stream.getvalue()
+
+
 def _stage_lines(err: str, command: str) -> list[str]:
     return [line.split("] ", 1)[1] for line in err.splitlines()
             if line.startswith(f"kmeans-circuits {command}: [")]
@@ -68,6 +94,23 @@ def test_patch_reports_each_stage(tmp_path, capsys):
     assert code == 0, err
     assert _stage_lines(err, "patch") == ["clean and corrupted runs", "sweep layer-position", "sweep components",
                                           "pages"]
+
+
+TINY = ["--dataset", "blobs", "--n", "12", "--centers", "2", "--k", "2", "--iterations", "1"]
+
+
+def test_cluster_and_report_report_their_stages_on_stderr_only(tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["cluster", *TINY, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verified"] and out.count("\n") == 1  # stdout is the JSON object alone
+    assert _stage_lines(err, "cluster") == ["circuit"] and re.search(r"cluster: done in \d+\.\d s$", err.strip())
+    assert main(["cluster", *TINY, "--json", "--out", str(tmp_path / "c")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verified"] and _stage_lines(err, "cluster") == ["circuit", "report"]
+    assert main(["report", *TINY, "--max-points", "10", "--out", str(tmp_path / "r.html")]) == 0
+    out, err = capsys.readouterr()
+    assert _stage_lines(err, "report") == ["circuit", "report"] and "kmeans-circuits" not in out
 
 
 @pytest.fixture(scope="module")

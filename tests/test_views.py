@@ -453,3 +453,54 @@ def test_attention_pattern_is_every_query_and_key_and_agrees_with_the_head_views
     heat = view.figure.data[0]
     assert list(heat.x) == list(heat.y) == [view.data["token_labels"][t] for t in view.data["drawn_tokens"]]
     assert len(view.figure.data) == line_run.circuit.n_layers and heat.x[0] == "BOS" and heat.x[-1] == f"c{seq.k - 1}"
+
+
+def test_attention_pattern_reads_the_captures_own_path(monkeypatch):
+    """The view re-runs the circuit along the capture's path (analysis.capture.stream_activations): the dense run is
+    TransformerLens's own hook_pattern; the structured run expands its grouped attention to the same pattern."""
+    import circuits.structured
+
+    circ = lloyd_circuit(1, 2, 2)
+    enc = encode(circ.layout, X_LINE, C0_LINE)
+    dense, fast = capture(circ, enc), capture(circ, enc, path="structured")
+    assert fast.path == "structured"
+    runs = []
+    forward = circuits.structured.structured_forward
+    monkeypatch.setattr(circuits.structured, "structured_forward", lambda *a, **kw: runs.append(1) or forward(*a, **kw))
+    p_dense = views.attention_pattern(dense).data["pattern"]
+    assert runs == []
+    p_fast = views.attention_pattern(fast).data["pattern"]
+    assert runs == [1]
+    with torch.no_grad():
+        _, cache = circ.model.run_with_cache(enc.resid, start_at_layer=0)
+    for layer in range(circ.n_layers):
+        np.testing.assert_array_equal(p_dense[layer], cache[hook_names.pattern(layer)][0, 0].numpy())
+    # Only the order of floating-point summation differs between the paths.
+    np.testing.assert_allclose(p_fast, p_dense, rtol=0, atol=1e-12)
+    seq = enc.sequence
+    for lc in fast.layers:
+        rows = p_fast[lc.layer][seq.points] if lc.kind == "assign" else p_fast[lc.layer][seq.centroids]
+        got = rows[:, seq.centroids] if lc.kind == "assign" else rows
+        np.testing.assert_array_equal(got, lc.attention.pattern[0])
+
+
+def test_stream_activations_hands_over_in_run_order_on_both_paths():
+    from analysis.capture import stream_activations
+
+    circ = lloyd_circuit(1, 2, 2)
+    enc = encode(circ.layout, X_LINE, C0_LINE)
+    names = [hook_names.resid_post(1), hook_names.pattern(0), hook_names.resid_pre(0), hook_names.resid_mid(1)]
+    got = {}
+    for path in ("dense", "structured"):
+        got[path] = []
+        stream_activations(circ, enc.resid, path, names, lambda name, value: got[path].append((name, value.clone())))
+    run_order = [hook_names.resid_pre(0), hook_names.pattern(0), hook_names.resid_mid(1), hook_names.resid_post(1)]
+    assert [name for name, _ in got["dense"]] == [name for name, _ in got["structured"]] == run_order
+    with torch.no_grad():
+        _, cache = circ.model.run_with_cache(enc.resid, start_at_layer=0)
+    for (name, dense), (_, fast) in zip(got["dense"], got["structured"]):
+        np.testing.assert_array_equal(dense.numpy(), cache[name].numpy())
+        assert fast.shape == dense.shape
+        np.testing.assert_allclose(fast.numpy(), dense.numpy(), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="cannot hand over"):
+        stream_activations(circ, enc.resid, "structured", [hook_names.attn_out(0)], lambda name, value: None)

@@ -117,3 +117,23 @@ def test_update_mlp_commits_clears_and_squares(layout, seed):
     # Everything outside C, C_stage and N is untouched.
     untouched = ~layout.mask(["C", "C_stage", "N"])
     np.testing.assert_array_equal(out[untouched], r[untouched])
+
+
+def test_padding_a_head_or_an_mlp_adds_zero_units_and_keeps_the_rest():
+    """Sublayer.padded: zero columns on the input matrices, zero rows on the output matrix, nothing else moved."""
+    from circuits.weights import HeadWeights, MLPWeights
+
+    rng = np.random.default_rng(0)
+    head = HeadWeights(*(rng.normal(size=(5, 2)) for _ in range(3)), rng.normal(size=(2, 5)))
+    wide = head.padded(4)
+    assert (head.d_head, wide.d_head) == (2, 4) and isinstance(wide, HeadWeights)
+    for old, new in ((head.W_Q, wide.W_Q), (head.W_K, wide.W_K), (head.W_V, wide.W_V)):
+        assert new.shape == (5, 4) and (new[:, :2] == old).all() and (new[:, 2:] == 0).all()
+    assert wide.W_O.shape == (4, 5) and (wide.W_O[:2] == head.W_O).all() and (wide.W_O[2:] == 0).all()
+    np.testing.assert_allclose(wide.W_QK, head.W_QK, rtol=1e-15, atol=0)
+    mlp = MLPWeights(rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.normal(size=(3, 5)))
+    r = rng.normal(size=(7, 5))
+    assert (mlp.d_mlp, mlp.padded(6).d_mlp, mlp.padded(3).d_mlp) == (3, 6, 3)
+    np.testing.assert_allclose(gated_mlp(mlp.padded(6), r), gated_mlp(mlp, r), rtol=1e-15, atol=1e-15)
+    with pytest.raises(ValueError, match="cannot pad HeadWeights of width 2 down to 1"):
+        head.padded(1)

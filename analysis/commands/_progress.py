@@ -1,4 +1,4 @@
-"""Progress of a long command: a bar on a terminal, one line per stage otherwise (logs, CI, pipes).
+"""The one progress display of every command: a bar on a terminal, one line per stage otherwise (logs, CI, pipes).
 
 A command lists its stages up front and announces each as it starts::
 
@@ -8,13 +8,17 @@ A command lists its stages up front and announces each as it starts::
 
 On a terminal (stderr is a TTY) this is a ``tqdm`` bar over the stages whose label names the current one; else
 each stage prints one line, ``kmeans-circuits drift: [2/3] behaviour``, flushed at once so a log shows where a run
-is. Nothing goes to stdout, which carries the command's result (``--json``).
+is. A stage made of many small steps (the layers of a circuit, see :meth:`Stages.steps`) shows them in the bar's
+label on a terminal and prints no line per step elsewhere, so that a log of a 200-layer run stays short. Work
+made of cells that finish in any order is :class:`Cells`. Nothing goes to stdout, which carries the command's
+result (``--json``).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from io import TextIOBase
 
 
@@ -50,6 +54,22 @@ class Stages:
         else:
             position = f"[{self.done + 1}/{len(self.names)}]" if name in self.names else "[-]"
             print(f"kmeans-circuits {self.command}: {position} {name}", file=self.stream, flush=True)
+
+    def steps(self, name: str, total: int, unit: str) -> Callable[[int], None]:
+        """A callback ``step(i)`` for the ``total`` steps of stage ``name``, called as step ``i`` (from 0) finishes,
+        e.g. ``on_layer`` of :func:`analysis.capture.capture`. The stage begins with its first finished step, not
+        before: a run refused before any step (a problem too large for the path) is bad input, and its error stays
+        the only line on stderr. On a terminal the bar's label names the step (``circuit 5/22 layers``; a run that
+        starts again, as the ``auto`` path falling back to the dense one, counts from 1 again); elsewhere the
+        stage's one line is all."""
+
+        def step(i: int) -> None:
+            if self.current != name:
+                self.start(name)
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{name} {i + 1}/{total} {unit}s", refresh=True)
+
+        return step
 
     def _finish(self) -> None:
         self.done += 1

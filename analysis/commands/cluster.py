@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import sys
 
 from analysis.commands._output import check_out_dir, write_output_dir
 from analysis.commands._problem import (
@@ -29,13 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", metavar="FILE", default=None,
                         help="run a trained model (checkpoint folder from `train`) instead of the construction;"
                              " the data must have the model's d and --k its k")
-
-
-def progress_bar(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    # disable=None: draw only when stderr is a terminal, so logs and pipes stay clean.
-    return tqdm(total=total, desc=desc, unit="layer", file=sys.stderr, disable=None, leave=False)
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -70,22 +62,18 @@ def run(args: argparse.Namespace) -> int:
         return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
-    from analysis.pipeline import DTYPES, run_problem
+    from analysis.commands._progress import Stages
+    from analysis.pipeline import DTYPES
 
-    from analysis.capture import PathUnavailable
+    with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages)
+        if out is not None:
+            from analysis.report import build_report
 
-    n_layers = schedule_length(problem.iterations)
-    try:
-        with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
-            result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
-                                 sharpness, on_layer=lambda layer: bar.update(), path=args.path)
-    except PathUnavailable as exc:
-        raise InputError(str(exc)) from None
+            stages.start("report")
+            files = output_files(result, problem)
+            files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
     if out is not None:
-        from analysis.report import build_report
-
-        files = output_files(result, problem)
-        files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
         write_output_dir(out, files)
     if args.json:
         print(json.dumps(result.to_json()))
@@ -102,6 +90,20 @@ def run(args: argparse.Namespace) -> int:
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1
+
+
+def run_circuit(problem: Problem, dtype, sharpness, path: str, stages):
+    """Run and verify ``problem``'s circuit on ``path`` as the stage ``circuit`` of ``stages`` (one step a layer);
+    a path that cannot run it is bad input. Shared by ``cluster`` and ``report``."""
+    from analysis.capture import PathUnavailable
+    from analysis.pipeline import run_problem
+
+    on_layer = stages.steps("circuit", schedule_length(problem.iterations), "layer")
+    try:
+        return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
+                           on_layer=on_layer, path=path)
+    except PathUnavailable as exc:
+        raise InputError(str(exc)) from None
 
 
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:

@@ -8,6 +8,7 @@ import sys
 
 from analysis import engine
 from analysis.commands._problem import check_checkpoint, seed
+from analysis.commands._progress import Cells
 from analysis.commands.train import add_device_argument, resolve_device
 from analysis.data import DATASETS, InputError
 
@@ -158,7 +159,7 @@ def run_cells(args: argparse.Namespace, model, fn, cells: list, runs: list, doc:
               text) -> int:
     """Run ``cells`` then ``runs`` (one per dataset) through ``fn`` on the chosen engine, put ``gather`` of the
     cells that finished in ``doc[key]`` and the datasets in ``doc["datasets"]``, print ``doc`` (JSON or ``text``)."""
-    with engine.progress_bar(len(cells) + len(runs), NAME) as bar:
+    with Cells(NAME, len(cells) + len(runs)) as bar:
         outcome = engine.map_cells(fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
     if any(r is not None for r in outcome.results[: len(cells)]):
         doc[key] = gather(outcome.results[: len(cells)])

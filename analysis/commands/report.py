@@ -7,7 +7,6 @@ import argparse
 from analysis.commands._output import check_out_file, write_output_file
 from analysis.commands._problem import add_path_argument, add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
-from circuits.blocks import n_layers as schedule_length
 
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
@@ -35,19 +34,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--max-points must be >= 1, got {args.max_points}")
     sharpness = sharpness_from(args, from_data=True)
 
-    from analysis.commands.cluster import progress_bar
-    from analysis.capture import PathUnavailable
-    from analysis.pipeline import DTYPES, run_problem
+    from analysis.commands._progress import Stages
+    from analysis.commands.cluster import run_circuit
+    from analysis.pipeline import DTYPES
     from analysis.report import build_report
 
-    n_layers = schedule_length(problem.iterations)
-    with progress_bar(n_layers, f"{problem.variant} circuit") as bar:
-        try:
-            result = run_problem(problem.X, problem.C0, problem.iterations, problem.variant, DTYPES[args.dtype],
-                                 sharpness, on_layer=lambda layer: bar.update(), path=args.path)
-        except PathUnavailable as exc:
-            raise InputError(str(exc)) from None
-    report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
+    with Stages(NAME, ["circuit", "report"]) as stages:
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages)
+        stages.start("report")
+        report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
+        html = report.to_html(plotly_js=args.plotly_js)
     if args.plotly_js == "shared":
         from analysis.report.document import write_plotly_js
 
@@ -55,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             write_plotly_js(out.parent)
         except OSError as exc:
             raise InputError(f"cannot write plotly.js beside --out {str(out)!r}: {exc.strerror or exc}") from None
-    write_output_file(out, report.to_html(plotly_js=args.plotly_js))
+    write_output_file(out, html)
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
           f"{problem.iterations} iterations: {rep.verdict}; "

@@ -6,6 +6,7 @@ import argparse
 
 from analysis import engine
 from analysis.commands._output import check_out_dir, write_output_dir
+from analysis.commands._progress import Cells
 from analysis.data import InputError
 
 NAME = "sweep"
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     runner = sweep.RUNNERS[args.runner]
     cells = sum(1 for _ in grid.cells())
-    with engine.progress_bar(cells, NAME) as bar:
+    with Cells(NAME, cells) as bar:
         outcome = sweep.sweep_cells(grid, runner, bar.update, args.engine, args.address)
     rows = [row for rows in outcome.finished() for row in rows]
     if rows:

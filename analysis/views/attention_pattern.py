@@ -6,8 +6,9 @@ it, with every row and column named by its token (``BOS``, ``x0``, ``c0``, ...):
 that have nothing to do, and that point keys are masked for point queries. It is drawn with plotly alone, so the
 page works offline (CircuitsVis loads its code from a CDN).
 
-The pattern is read from a dense run of the circuit on the capture's own input (one problem of the batch); the
-figure draws the BOS token, a sample of the points (:func:`analysis.views.point_sample`) and every centroid, while
+The pattern is read from a re-run of the circuit on the capture's own input (one problem of the batch) along the
+capture's execution path (:func:`analysis.capture.stream_activations`; the structured path expands its grouped
+attention to the same every-query x every-key pattern); the figure draws the BOS token, a sample of the points (:func:`analysis.views.point_sample`) and every centroid, while
 ``data["pattern"]`` holds every token.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from analysis.capture import stream_activations
 from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
@@ -43,11 +45,13 @@ def attention_pattern(obj, b: int = 0, sample: PointSample | None = None,
                          " (the assign and update views cover any size)")
     sample = sample if sample is not None else point_sample(obj, max_points, b=b)
     names = [hook_names.pattern(layer) for layer in range(circ.n_layers)]
-    with torch.no_grad():
-        _, cache = circ.model.run_with_cache(cap.encoded.resid[b : b + 1], start_at_layer=0,
-                                             names_filter=hook_names.names_filter(names))
     # [layer, query, key]: head 0 (every block of the construction has one head).
-    pattern = np.stack([cache[name][0, 0].detach().cpu().double().numpy() for name in names])
+    pattern = np.zeros((circ.n_layers, seq.n_tokens, seq.n_tokens))
+
+    def take(name: str, value: torch.Tensor) -> None:
+        pattern[names.index(name)] = value[0, 0].detach().cpu().double().numpy()
+
+    stream_activations(circ, cap.encoded.resid[b : b + 1], cap.path, names, take)
     labels = list(seq.token_labels)
     drawn = [seq.bos, *(seq.point(int(i)) for i in sample.indices), *range(seq.centroids.start, seq.centroids.stop)]
     data = dict(layers=list(range(circ.n_layers)), token_labels=labels, pattern=pattern, drawn_tokens=drawn)

@@ -1,7 +1,7 @@
 """The residual stream, layer by layer, in the layout's named basis.
 
 :func:`residual_streams` reads the residual at the input and after the attention (``resid_mid``) and the MLP
-(``resid_post``) of every block with ``run_with_cache``. Reading both halves of a block is what makes the
+(``resid_post``) of every block, from a re-run (:func:`analysis.capture.stream_activations`). Reading both halves of a block is what makes the
 staging slots visible: a head writes ``Y_stage`` (or ``C_stage``), and the MLP of the same block commits it to
 ``Y`` (or ``C``) and empties the slot, so at ``resid_post`` the slots are always empty.
 
@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from analysis.capture import stream_residuals
+from analysis.capture import stream_activations
 from analysis.views._common import (
     View,
     as_capture,
@@ -73,7 +73,7 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
     """The residual of problem ``b`` at every read-out position, from a re-run of the circuit.
 
     The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input, along the
-    capture's execution path (:func:`analysis.capture.stream_residuals`). The re-run's final state is compared with the
+    capture's execution path (:func:`analysis.capture.stream_activations`). The re-run's final state is compared with the
     verified capture and any difference is reported in ``notes`` (a deterministic circuit reproduces it bit for
     bit). ``tokens``: the positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else
     :func:`default_tokens`).
@@ -108,7 +108,7 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
         take(slot[hook], resid)
         last = resid
 
-    stream_residuals(circ, enc.resid[b : b + 1], cap.path, take_named)
+    stream_activations(circ, enc.resid[b : b + 1], cap.path, hooks, take_named)
     notes = []
     final_state = decode(layout, last, seq, _scaling_of(enc.scaling, b))
     final = cap.final

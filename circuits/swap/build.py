@@ -59,6 +59,10 @@ class SwapCircuit:
             raise IndexError(f"step {step} out of range for {self.steps} steps")
         return step * len(STEP_BLOCKS) + STEP_BLOCKS.index(block)
 
+    def user_tie_break(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> float:
+        """The circuit's tie-break for this problem in squared user units (the reference's ``tie_break``)."""
+        return self.knobs.sharpness.tie_break * float(fit_unit_scaling(X, C0).scale[0]) ** 2
+
     def encode(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]):
         """Residual input ``(1, pos, d_model)``, the token layout and the unit scaling."""
         X, C0 = as_batch(X, "X"), as_batch(C0, "C0")

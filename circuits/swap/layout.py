@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.layout import SUBSPACE_DOCS, ResidualLayout
+from circuits.layout import SUBSPACE_DOCS, ResidualLayout, SequenceLayout
 
 #: The centroid groups in token order, with their identity subspace and flag.
 GROUPS: tuple[tuple[str, str, str], ...] = (("current", "ID", "G_C"), ("lloyd", "ID_L", "G_L"),
@@ -75,19 +75,11 @@ def describe(layout: ResidualLayout) -> list[dict[str, object]]:
 
 
 @dataclass(frozen=True)
-class SwapSequence:
-    """Token positions: ``[BOS, point_0 .. point_{n-1}, current_0.., lloyd_0.., proposal_0..]`` (``k`` each)."""
+class SwapSequence(SequenceLayout):
+    """Token positions: ``[BOS, point_0 .. point_{n-1}, current_0.., lloyd_0.., proposal_0..]`` (``k`` each).
 
-    n: int
-    k: int
-
-    @property
-    def bos(self) -> int:
-        return 0
-
-    @property
-    def points(self) -> slice:
-        return slice(1, 1 + self.n)
+    A :class:`~circuits.layout.SequenceLayout` whose centroids (``centroids``, ``centroid(j)``) are the current
+    group, followed by the two other groups."""
 
     def group(self, name: str) -> slice:
         """Positions of the ``k`` tokens of a centroid group (``"current"``, ``"lloyd"`` or ``"proposal"``)."""
@@ -100,3 +92,8 @@ class SwapSequence:
     @property
     def n_tokens(self) -> int:
         return 1 + self.n + len(GROUPS) * self.k
+
+    @property
+    def token_labels(self) -> list[str]:
+        return ["BOS", *(f"x{i}" for i in range(self.n)),
+                *(f"{name[0]}{j}" for name, _, _ in GROUPS for j in range(self.k))]

@@ -19,7 +19,16 @@ equal (to rounding) are ordered by the tie order and not by rounding. Consequenc
 * the objective is never above Lloyd's by more than a factor ``1 + 2 * select_margin``.
 
 Lloyd's step is :func:`circuits.reference.update` after :func:`circuits.reference.assign` (empty clusters keep
-their centroid; nearest centroid by ``np.argmin``: the lower index on ties).
+their centroid). Ties, with ``tie_break`` (absolute, squared user units; default 0, then plain ``argmin`` and
+``argmax``, the lower index on exact ties), as the transformer breaks them:
+
+* a point's nearest centroid minimises ``d_ij + tie_break * j`` (:func:`circuits.reference.assign`), its
+  second-nearest does the same over the other centroids, and ``d1``, ``d2`` are their squared distances;
+* the centroid to move minimises ``removal_cost_j / n + tie_break * j``;
+* the farthest point maximises ``d1_i - tie_break * i / n``.
+
+The transformer's ``tie_break`` acts on unit-scaled coordinates: for a problem it is ``tie_break * scale**2`` in
+the user's units (:meth:`circuits.swap.build.SwapCircuit.user_tie_break`).
 """
 
 from __future__ import annotations
@@ -35,24 +44,39 @@ from circuits import reference
 CANDIDATES: tuple[str, ...] = ("lloyd", "swap", "reference")
 
 
-def lloyd_step(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
-    return reference.update(X, reference.assign(X, C), C)
+def lloyd_step(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0
+               ) -> Float[np.ndarray, "k d"]:
+    return reference.update(X, reference.assign(X, C, tie_break), C)
 
 
-def removal_costs(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, " k"]:
-    """Per centroid, the sum over its points of (second-nearest - nearest) squared distance (0 for an empty one)."""
+def nearest_two(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each point's nearest centroid and the squared distances ``d1``, ``d2`` to it and to the second-nearest."""
     D = reference.sq_distances(X, C)
-    two = np.sort(D, axis=1)[:, :2]
-    return np.bincount(D.argmin(1), weights=two[:, 1] - two[:, 0], minlength=len(C))
+    rows, penalty = np.arange(len(X)), tie_break * np.arange(len(C), dtype=np.float64)
+    labels = reference.assign(X, C, tie_break)
+    other = D + penalty
+    other[rows, labels] = np.inf
+    return labels, D[rows, labels], D[rows, other.argmin(axis=1)]
 
 
-def swapped(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
+def removal_costs(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0
+                  ) -> Float[np.ndarray, " k"]:
+    """Per centroid, the sum over its points of (second-nearest - nearest) squared distance (0 for an empty one)."""
+    labels, d1, d2 = nearest_two(X, C, tie_break)
+    return np.bincount(labels, weights=d2 - d1, minlength=len(C))
+
+
+def swapped(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0
+            ) -> Float[np.ndarray, "k d"]:
     """``C`` with its least useful centroid moved onto the point farthest from its nearest centroid."""
     if len(C) < 2:
         raise ValueError("a swap needs k >= 2 centroids")
-    d1 = reference.sq_distances(X, C).min(axis=1)
+    n = len(X)
+    _, d1, _ = nearest_two(X, C, tie_break)
+    move = np.argmin(removal_costs(X, C, tie_break) / n + tie_break * np.arange(len(C)))
     out = np.array(C, dtype=np.float64, copy=True)
-    out[removal_costs(X, C).argmin()] = X[d1.argmax()]
+    out[move] = X[np.argmax(d1 - tie_break * np.arange(n) / n)]
     return out
 
 
@@ -74,15 +98,15 @@ class SwapTrajectory:
 
 
 def safeguarded_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], steps: int,
-                     select_margin: float = 0.0) -> SwapTrajectory:
+                     select_margin: float = 0.0, tie_break: float = 0.0) -> SwapTrajectory:
     """``steps`` steps of safeguarded swap from ``C0`` (module docstring)."""
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     C, L = C0, C0
     cs, ls, choices = [C0], [C0], []
     objs, lobjs = [reference.objective(X, C0)], [reference.objective(X, C0)]
     for _ in range(steps):
-        L = lloyd_step(X, L)
-        candidates = (lloyd_step(X, C), lloyd_step(X, swapped(X, C)), L)
+        L = lloyd_step(X, L, tie_break)
+        candidates = (lloyd_step(X, C, tie_break), lloyd_step(X, swapped(X, C, tie_break), tie_break), L)
         values = np.array([reference.objective(X, c) for c in candidates])
         best = select(values, select_margin)
         C = candidates[best]

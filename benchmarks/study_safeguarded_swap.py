@@ -14,51 +14,46 @@ held-out tasks ``benchmarks/bench_general.py`` evaluates the checkpoint on (test
   argmin over centroid tokens, an argmax over points, a mean over points on a summary token, a compare-and-select),
   which is why it is the candidate architecture for the next general model.
 
-    python benchmarks/study_safeguarded_swap.py [--tasks 32] [--n 128]
+    python benchmarks/study_safeguarded_swap.py [--tasks 32] [--n 128] [--transformer]
 
-Lloyd's is :func:`circuits.reference.lloyd` (the project's numpy reference; empty clusters keep their centroid).
+The algorithm is :func:`circuits.swap.reference.safeguarded_swap` (Lloyd's step is the project's numpy reference:
+empty clusters keep their centroid). ``--transformer`` also runs the exact transformer construction of it
+(:func:`circuits.swap.build.build_swap_circuit`) on every task and reports, per shape, the largest relative
+difference of its objectives (and centroids) from the reference's and how many tasks kept the same candidate at
+every step; the script exits 1 if any objective differs by more than 1e-9 relative.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 
 from analysis.evaluate_general import DEFAULT_SHAPES, sklearn_optimum
-from circuits import reference
+from circuits.swap import reference as swap_reference
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST
 
 STEPS = 20
 
 
-def lloyd_step(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    return reference.update(X, reference.assign(X, C), C)
-
-
-def swapped(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """``C`` with its least useful centroid moved onto the point farthest from its nearest centroid."""
-    D = reference.sq_distances(X, C)
-    labels = D.argmin(1)
-    two = np.sort(D, axis=1)[:, :2]
-    removal_cost = np.bincount(labels, weights=two[:, 1] - two[:, 0], minlength=len(C))
-    out = C.copy()
-    out[removal_cost.argmin()] = X[two[:, 0].argmax()]
-    return out
-
-
-def safeguarded_swap(X: np.ndarray, C0: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def safeguarded_swap(X: np.ndarray, C0: np.ndarray, steps: int, select_margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Objectives ``[steps + 1]`` of the study algorithm and of Lloyd's, from ``C0``."""
-    C, L = C0, C0
-    ours, lloyd = [reference.objective(X, C0)], [reference.objective(X, C0)]
-    for _ in range(steps):
-        L = lloyd_step(X, L)
-        candidates = (lloyd_step(X, C), lloyd_step(X, swapped(X, C)), L)
-        C = min(candidates, key=lambda c: reference.objective(X, c))
-        ours.append(reference.objective(X, C))
-        lloyd.append(reference.objective(X, L))
-    return np.array(ours), np.array(lloyd)
+    run = swap_reference.safeguarded_swap(X, C0, steps, select_margin)
+    return run.objectives, run.lloyd_objectives
+
+
+def transformer_check(X: np.ndarray, C0: np.ndarray, circuit) -> tuple[float, float, bool]:
+    """Run the built circuit; max relative differences to the reference (same select margin and tie-break) of its objectives
+    and centroids, and whether every step kept the same candidate."""
+    ref = swap_reference.safeguarded_swap(X, C0, circuit.steps, circuit.knobs.select_margin,
+                                          circuit.user_tie_break(X, C0))
+    run = circuit.run(X, C0)
+    obj = float(np.max(np.abs(run.objectives - ref.objectives) / np.maximum(np.abs(ref.objectives), 1e-300)))
+    size = float(np.abs(ref.centroids - X.mean(axis=0)).max()) or 1.0
+    cen = float(np.abs(run.centroids - ref.centroids).max() / size)
+    return obj, cen, run.choices == ref.choices
 
 
 def row(label: str, ours: np.ndarray, lloyd: np.ndarray, floor: np.ndarray) -> str:
@@ -72,7 +67,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=32, help="held-out tasks per shape (default 32)")
     parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--transformer", action="store_true",
+                        help="also run the transformer construction and check it against the reference")
     args = parser.parse_args()
+    if args.tasks < 1 or args.n < 16:
+        parser.error("--tasks must be >= 1 and --n >= 16")
+    worst = 0.0
     for init in ("random", "k-means++"):
         print(f"| {init} init ({args.tasks} tasks per shape, n={args.n}) | safeguarded swap / Lloyd's after {STEPS}"
               " steps (mean / median / max) | worst step (mean ratio) | objective never rises |"
@@ -86,7 +86,27 @@ def main() -> None:
             for acc, part in zip(every, (ours, lloyd, floor)):
                 acc.append(part)
             print(row(f"d={d}, k={k}", ours, lloyd, floor), flush=True)
+            if args.transformer:
+                worst = max(worst, check_shape(batch, d, k))
         print(row("**all shapes**", *(np.concatenate(a) for a in every)) + "\n")
+    if args.transformer:
+        print(f"transformer vs reference: max relative objective difference {worst:.2e} over all tasks")
+        if worst > 1e-9:
+            raise SystemExit(1)
+
+
+def check_shape(batch, d: int, k: int) -> float:
+    from circuits.swap.build import build_swap_circuit  # torch and TransformerLens only when asked for
+
+    start = time.perf_counter()
+    circuit = build_swap_circuit(d, k, STEPS)
+    checks = [transformer_check(x, c, circuit) for x, c in zip(batch.X, batch.C0)]
+    obj, cen = max(c[0] for c in checks), max(c[1] for c in checks)
+    same = sum(c[2] for c in checks)
+    print(f"    transformer d={d}, k={k}: {circuit.model.cfg.n_layers} layers, d_model {circuit.layout.d_model};"
+          f" max rel. objective diff {obj:.2e}, max centroid diff / data size {cen:.2e}, same choices on"
+          f" {same}/{len(checks)} tasks ({time.perf_counter() - start:.0f} s)", flush=True)
+    return obj
 
 
 if __name__ == "__main__":

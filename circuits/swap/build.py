@@ -1,0 +1,150 @@
+"""Build the safeguarded-swap circuit as a ``HookedTransformer`` and run it on a problem, in the user's units.
+
+``build_swap_circuit(d, k, steps)`` stacks ``steps`` copies of the step's blocks (:mod:`circuits.swap.stages`,
+the same weights in every step) into a :class:`~circuits.model.CircuitTransformer` through
+:func:`circuits.build.build_model` (the Lloyd circuit's config: one head per block, gated ReLU MLP, no
+normalisation, bidirectional attention, every parameter loaded strictly and checked). :meth:`SwapCircuit.run`
+encodes a problem with the Lloyd circuit's unit scaling (:func:`circuits.encoding.fit_unit_scaling`), runs the
+model once and reads, from the residual stream, the centroids after each step, the candidate each step kept and
+the objective of every iterate (the circuit's own averages over points, scaled back to the user's units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from jaxtyping import Float
+
+from circuits import hook_names
+from circuits.build import build_model
+from circuits.encoding import as_batch, fit_unit_scaling, read
+from circuits.layout import ResidualLayout
+from circuits.sharpness import Sharpness
+from circuits.swap.knobs import SwapKnobs
+from circuits.swap.layout import CANDIDATE_GROUPS, GROUPS, SwapSequence, swap_layout
+from circuits.swap.stages import STEP_BLOCKS, step_blocks
+from circuits.weights import dense
+
+if TYPE_CHECKING:
+    from circuits.model import CircuitTransformer
+
+
+@dataclass
+class SwapRun:
+    """One problem run through the circuit. ``centroids[t]`` after ``t`` steps (``[0]`` is ``C0``), in user units."""
+
+    centroids: Float[np.ndarray, "steps_plus_1 k d"]
+    choices: list[str]
+    objectives: Float[np.ndarray, " steps_plus_1"]
+    #: Lloyd's reference trajectory as the circuit's ``lloyd`` group holds it, and its objectives (t >= 1).
+    lloyd_centroids: Float[np.ndarray, "steps_plus_1 k d"]
+    #: Every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference).
+    candidate_objectives: Float[np.ndarray, "steps 3"]
+
+
+@dataclass
+class SwapCircuit:
+    model: CircuitTransformer
+    layout: ResidualLayout
+    knobs: SwapKnobs
+    steps: int
+    schedule: list[str] = field(default_factory=list)
+
+    def layer(self, step: int, block: str) -> int:
+        """The layer of ``block`` (a name of :data:`STEP_BLOCKS`) in step ``step`` (0-based)."""
+        if not 0 <= step < self.steps:
+            raise IndexError(f"step {step} out of range for {self.steps} steps")
+        return step * len(STEP_BLOCKS) + STEP_BLOCKS.index(block)
+
+    def user_tie_break(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> float:
+        """The circuit's tie-break for this problem in squared user units (the reference's ``tie_break``)."""
+        return self.knobs.sharpness.tie_break * float(fit_unit_scaling(X, C0).scale[0]) ** 2
+
+    def encode(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]):
+        """Residual input ``(1, pos, d_model)``, the token layout and the unit scaling."""
+        X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
+        if X.shape[0] != 1 or C0.shape[0] != 1:
+            raise ValueError("run takes one problem: X (n, d) and C0 (k, d)")
+        lay = self.layout
+        if X.shape[2] != lay.d or C0.shape[1:] != (lay.k, lay.d):
+            raise ValueError(f"circuit is for d={lay.d}, k={lay.k}; got X {X.shape[1:]} and C0 {C0.shape[1:]}")
+        if not (np.isfinite(X).all() and np.isfinite(C0).all()):
+            raise ValueError("X and C0 must be finite")
+        n = X.shape[1]
+        if n < 1:
+            raise ValueError("X has no points")
+        seq = SwapSequence(n, lay.k)
+        scaling = fit_unit_scaling(X, C0)
+        ux, uc = scaling.to_unit(X)[0], scaling.to_unit(C0)[0]
+        resid = np.zeros((1, seq.n_tokens, lay.d_model))
+        resid[0, :, lay["ONE"]] = 1.0
+        resid[0, seq.bos, lay["IS_BOS"]] = 1.0
+        resid[0, seq.points, lay["IS_POINT"]] = 1.0
+        resid[0, seq.points, lay["X"]] = ux
+        resid[0, seq.points, lay["PIDX"]] = (np.arange(n) / n)[:, None]
+        for name, ident, flag in GROUPS:
+            pos = seq.group(name)
+            resid[0, pos, lay["IS_CENTROID"]] = 1.0
+            resid[0, pos, lay[ident]] = np.eye(lay.k)
+            resid[0, pos, lay[flag]] = 1.0
+            if name != "proposal":  # the proposal group is written by each step before it is read
+                resid[0, pos, lay["C"]] = uc
+                resid[0, pos, lay["N"]] = (uc**2).sum(axis=1)[:, None]
+        return torch.as_tensor(resid, dtype=self.model.cfg.dtype, device=self.model.cfg.device), seq, scaling
+
+    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> SwapRun:
+        resid, seq, scaling = self.encode(X, C0)
+        hooks = set()
+        for t in range(self.steps):
+            hooks |= {hook_names.resid_post(self.layer(t, b)) for b in ("removal", "choose", "select")}
+        with torch.no_grad():
+            _, cache = self.model.run_with_cache(resid, names_filter=lambda name: name in hooks)
+        n, s2 = seq.n, float(scaling.scale[0]) ** 2
+        at = lambda t, b: cache[hook_names.resid_post(self.layer(t, b))]  # noqa: E731
+        centroids, lloyd = [as_batch(C0, "C0")[0]], [as_batch(C0, "C0")[0]]
+        choices, objectives, candidates = [], [], []
+        for t in range(self.steps):
+            objectives.append(n * s2 * read(self.layout, at(t, "removal"), "OBJ0", seq.bos)[0, 0])
+            chosen = at(t, "choose")
+            onehot = read(self.layout, chosen, "CHOICE", seq.bos)[0]
+            if not np.array_equal(np.sort(onehot), [0.0, 0.0, 1.0]):
+                raise RuntimeError(f"step {t + 1}: the choice is not one-hot ({onehot}); a knob is outside its range")
+            choices.append(CANDIDATE_GROUPS[int(onehot.argmax())][0])
+            candidates.append(n * s2 * read(self.layout, chosen, "OBJ", seq.bos)[0])
+            final = at(t, "select")
+            centroids.append(scaling.from_unit(read(self.layout, final, "C", seq.group("current")))[0])
+            lloyd.append(scaling.from_unit(read(self.layout, final, "C", seq.group("lloyd")))[0])
+        candidates = np.array(candidates).reshape(self.steps, 3)
+        chosen_obj = candidates[np.arange(self.steps), [c for c in map(_rank, choices)]]
+        return SwapRun(np.stack(centroids), choices, np.array([*objectives[:1], *chosen_obj]), np.stack(lloyd),
+                       candidates)
+
+
+def _rank(choice: str) -> int:
+    return [c for c, _ in CANDIDATE_GROUPS].index(choice)
+
+
+def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_break: float = 1e-11,
+                       mask: float = 16.0, beta_update: float = 4000.0, beta_select: float = 1e200,
+                       select_margin: float = 1e-10, dtype: torch.dtype = torch.float64,
+                       device: str = "cpu") -> SwapCircuit:
+    """The safeguarded-swap circuit for ``d``-dimensional points, ``k >= 2`` centroids and ``steps >= 1`` steps.
+
+    Knobs and their safe ranges: :mod:`circuits.swap.knobs` (a ``ValueError`` outside them). float64 only: the
+    choice head's scores reach ``64 * beta_select``.
+    """
+    if d < 1 or k < 2 or steps < 1:
+        raise ValueError(f"the swap circuit needs d >= 1, k >= 2 and steps >= 1, got d={d}, k={k}, steps={steps}")
+    if dtype != torch.float64:
+        raise ValueError(f"the swap circuit is exact only in float64, got {dtype}")
+    knobs = SwapKnobs(Sharpness(beta=beta, beta_update=beta_update, mask=mask, tie_break=tie_break),
+                      beta_select=beta_select, select_margin=select_margin)
+    layout = swap_layout(d, k)
+    blocks = step_blocks(layout, knobs)
+    # W_U reads CHOICE: the logits at any token are the kept candidate (lloyd, swap, reference).
+    W_U = np.stack([dense(layout, {("CHOICE", r): 1.0}) for r in range(3)], axis=1)
+    model = build_model(blocks * steps, W_U, layout, dtype=dtype, device=device)
+    return SwapCircuit(model, layout, knobs, steps, [b.kind for b in blocks] * steps)

@@ -1,0 +1,99 @@
+"""Where the safeguarded-swap circuit keeps things: its residual subspaces and its token positions.
+
+The residual stream is the exact Lloyd circuit's (:mod:`circuits.layout`) plus the subspaces of
+:data:`SWAP_SUBSPACE_DOCS`. Centroids live on three *groups* of ``k`` tokens that share ``C``, ``C_stage`` and
+``N`` (so one update head serves all three) and differ in their identity subspace and group flag:
+
+========  =========  ========  ===========================================================
+group     identity   flag      holds
+========  =========  ========  ===========================================================
+current   ``ID``     ``G_C``   the algorithm's centroids ``C`` (and, mid-step, Lloyd's step from them)
+lloyd     ``ID_L``   ``G_L``   Lloyd's own reference trajectory ``L_t`` from the same start
+proposal  ``ID_P``   ``G_P``   the swapped centroids, then Lloyd's step from them
+========  =========  ========  ===========================================================
+
+A point's assignment to each group has its own subspace (``Y``, ``Y_L``, ``Y_P``); ``Y_stage`` is shared, since
+every assignment is staged and committed within one block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from circuits.layout import SUBSPACE_DOCS, ResidualLayout, SequenceLayout
+
+#: The centroid groups in token order, with their identity subspace and flag.
+GROUPS: tuple[tuple[str, str, str], ...] = (("current", "ID", "G_C"), ("lloyd", "ID_L", "G_L"),
+                                             ("proposal", "ID_P", "G_P"))
+#: The assignment subspace of each group.
+ASSIGNMENT_OF: dict[str, str] = {"current": "Y", "lloyd": "Y_L", "proposal": "Y_P"}
+#: Candidates in tie order (:mod:`circuits.swap.reference`) and the group whose tokens hold each one.
+CANDIDATE_GROUPS: tuple[tuple[str, str], ...] = (("lloyd", "current"), ("swap", "proposal"), ("reference", "lloyd"))
+
+#: What each subspace the swap circuit adds holds.
+SWAP_SUBSPACE_DOCS: dict[str, str] = {
+    "ID_L": "one-hot identity of a token of the Lloyd's-reference group",
+    "ID_P": "one-hot identity of a token of the proposal group",
+    "G_C": "group flag: current centroids",
+    "G_L": "group flag: Lloyd's reference trajectory",
+    "G_P": "group flag: proposal (swapped) centroids",
+    "Y_L": "one-hot assignment of a point to the Lloyd's-reference group",
+    "Y_P": "one-hot assignment of a point to the proposal group",
+    "PIDX": "point index i / n (points), for the lower-index tie-break of the farthest point",
+    "NEAR_stage": "staging slot: coordinates of the chosen centroid, copied to a point",
+    "D1": "squared distance of a point to its nearest current centroid",
+    "D2": "squared distance of a point to its second-nearest current centroid",
+    "GAIN": "on a point: (D2 - D1) in the bit of its current centroid (removal-cost terms)",
+    "REM_stage": "staging slot: mean over points of GAIN (removal cost / n of every centroid)",
+    "OWN_REM": "removal cost / n of this current centroid",
+    "OBJ0": "mean over points of D1: objective / n of the current centroids",
+    "SWAP_stage": "staging slot: one-hot of the centroid to move",
+    "IS_SWAP": "1 on the proposal token that moves onto the farthest point",
+    "D_CAND": "squared distance of a point to its nearest centroid of each candidate (lloyd, swap, reference)",
+    "OBJ": "mean over points of D_CAND: objective / n of each candidate",
+    "OWN_OBJ": "on a centroid token: its candidate's OBJ with the tie-order margin added",
+    "CHOICE_stage": "staging slot: group flags of the best candidate",
+    "CHOICE": "one-hot of the candidate kept (lloyd, swap, reference)",
+}
+
+
+def swap_extra(d: int, k: int) -> tuple[tuple[str, int], ...]:
+    """The swap circuit's subspaces beyond the Lloyd circuit's, with their widths."""
+    widths = {"ID_L": k, "ID_P": k, "Y_L": k, "Y_P": k, "NEAR_stage": d, "GAIN": k, "REM_stage": k,
+              "SWAP_stage": k, "D_CAND": 3, "OBJ": 3, "CHOICE_stage": 3, "CHOICE": 3}
+    return tuple((name, widths.get(name, 1)) for name in SWAP_SUBSPACE_DOCS)
+
+
+def swap_layout(d: int, k: int) -> ResidualLayout:
+    return ResidualLayout(d, k, extra=swap_extra(d, k))
+
+
+def describe(layout: ResidualLayout) -> list[dict[str, object]]:
+    """:meth:`ResidualLayout.describe` with the swap subspaces documented."""
+    docs = {**SUBSPACE_DOCS, **SWAP_SUBSPACE_DOCS}
+    return [{**row, "holds": docs.get(str(row["name"]), row["holds"])} for row in layout.describe()]
+
+
+@dataclass(frozen=True)
+class SwapSequence(SequenceLayout):
+    """Token positions: ``[BOS, point_0 .. point_{n-1}, current_0.., lloyd_0.., proposal_0..]`` (``k`` each).
+
+    A :class:`~circuits.layout.SequenceLayout` whose centroids (``centroids``, ``centroid(j)``) are the current
+    group, followed by the two other groups."""
+
+    def group(self, name: str) -> slice:
+        """Positions of the ``k`` tokens of a centroid group (``"current"``, ``"lloyd"`` or ``"proposal"``)."""
+        names = [g[0] for g in GROUPS]
+        if name not in names:
+            raise ValueError(f"unknown centroid group {name!r}; expected one of {names}")
+        start = 1 + self.n + names.index(name) * self.k
+        return slice(start, start + self.k)
+
+    @property
+    def n_tokens(self) -> int:
+        return 1 + self.n + len(GROUPS) * self.k
+
+    @property
+    def token_labels(self) -> list[str]:
+        return ["BOS", *(f"x{i}" for i in range(self.n)),
+                *(f"{name[0]}{j}" for name, _, _ in GROUPS for j in range(self.k))]

@@ -1,0 +1,153 @@
+"""Safeguarded swap: the numpy reference on hand-computed cases, and the transformer construction against it.
+
+The transformer (:mod:`circuits.swap`) must equal the reference (:mod:`circuits.swap.reference`) step for step:
+the same candidate kept, the same centroids and objectives (to rounding), in the user's units; its objective
+never rises and is never above Lloyd's (:func:`circuits.reference.lloyd`, an independent reference).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+
+from circuits import hook_names, reference
+from circuits.swap import reference as swap
+from circuits.swap.build import build_swap_circuit
+from circuits.swap.layout import SwapSequence
+from circuits.swap.stages import STEP_BLOCKS
+from circuits.training.general_tasks import general_tasks
+from circuits.training.tasks import TEST
+
+STEPS = 5
+MARGIN = 1e-10  # the circuit's default select_margin
+
+# Two 1-d problems worked by hand (k = 2).
+SWAP_WINS = (np.array([[0.0], [1.0], [10.0], [11.0]]), np.array([[0.0], [1.0]]))
+LLOYD_WINS = (np.array([[0.0], [2.0], [3.0], [10.0]]), np.array([[0.0], [10.0]]))
+
+
+@functools.lru_cache(maxsize=16)
+def circuit(d: int, k: int, steps: int = STEPS):
+    return build_swap_circuit(d, k, steps)
+
+
+def test_reference_swap_wins_by_hand():
+    X, C0 = SWAP_WINS
+    # Nearest / second-nearest of 0, 1, 10, 11 to {0, 1}: d1 = 0, 0, 81, 100; d2 - d1 = 1, 1, 19, 21.
+    np.testing.assert_array_equal(swap.removal_costs(X, C0), [1.0, 41.0])
+    np.testing.assert_array_equal(swap.swapped(X, C0), [[11.0], [1.0]])  # centroid 0 onto the farthest point, 11
+    np.testing.assert_allclose(swap.lloyd_step(X, C0), [[0.0], [22 / 3]])
+    run = swap.safeguarded_swap(X, C0, 2)
+    # Candidates: Lloyd's [0, 22/3] (objective 1 + 64/9 + 121/9 = 194/9), swap's [10.5, 0.5] (objective 1).
+    assert run.choices[0] == "swap"
+    np.testing.assert_allclose(run.centroids[1], [[10.5], [0.5]])
+    np.testing.assert_allclose(run.objectives, [181.0, 1.0, 1.0])
+    np.testing.assert_allclose(run.lloyd_objectives[1], 194 / 9)
+    # Step 2: Lloyd's [0.5, 10.5] from the reference chain ties with Lloyd's step from [10.5, 0.5]: tie order.
+    assert run.choices[1] == "lloyd"
+
+
+def test_reference_lloyd_wins_by_hand():
+    X, C0 = LLOYD_WINS
+    # d1 = 0, 4, 9, 0 and d2 = 100, 64, 49, 100: centroid 0 costs 100 + 60 + 40, centroid 1 costs 100.
+    np.testing.assert_array_equal(swap.removal_costs(X, C0), [200.0, 100.0])
+    np.testing.assert_array_equal(swap.swapped(X, C0), [[0.0], [3.0]])
+    run = swap.safeguarded_swap(X, C0, 1)
+    # Lloyd's [5/3, 10] (objective 42/9) beats the swap's [0, 5] (objective 9 + 4 + 25 = 38).
+    assert run.choices == ["lloyd"]
+    np.testing.assert_allclose(run.centroids[1], [[5 / 3], [10.0]])
+    np.testing.assert_allclose(run.objectives[1], 42 / 9)
+
+
+def test_reference_select_tie_order_and_margin():
+    assert swap.select(np.array([2.0, 2.0, 2.0])) == 0
+    assert swap.select(np.array([2.0, 1.0, 1.0])) == 1
+    assert swap.select(np.array([2.0, 2.0, 1.0])) == 2
+    # Within the relative margin a later candidate does not win; beyond it, it does.
+    assert swap.select(np.array([1.0, 1.0 - 1e-12, 1.0]), 1e-10) == 0
+    assert swap.select(np.array([1.0, 1.0 - 1e-9, 1.0]), 1e-10) == 1
+
+
+def assert_matches_reference(X: np.ndarray, C0: np.ndarray, steps: int = STEPS) -> swap.SwapTrajectory:
+    circ = circuit(X.shape[1], C0.shape[0], steps)
+    # The references break ties as the circuit does: within its tie-break, in user units, the lower index wins.
+    tie = circ.user_tie_break(X, C0)
+    run, ref = circ.run(X, C0), swap.safeguarded_swap(X, C0, steps, MARGIN, tie)
+    lloyd = reference.lloyd(X, C0, steps, tie_break=tie)
+    assert run.choices == ref.choices
+    size = np.abs(ref.centroids - X.mean(axis=0)).max()
+    np.testing.assert_allclose(run.centroids, ref.centroids, rtol=0, atol=1e-9 * size)
+    np.testing.assert_allclose(run.lloyd_centroids, ref.lloyd_centroids, rtol=0, atol=1e-9 * size)
+    np.testing.assert_allclose(run.objectives, ref.objectives, rtol=1e-9)
+    # Independent of the swap reference: the circuit's Lloyd's group is Lloyd's algorithm.
+    np.testing.assert_allclose(run.lloyd_centroids, lloyd.centroids, rtol=0, atol=1e-9 * size)
+    # The objective never rises, and is never above Lloyd's (beyond the stated tie-order margin).
+    lloyd_obj = np.array([reference.objective(X, c) for c in lloyd.centroids])
+    assert (np.diff(run.objectives) <= 1e-12 * run.objectives[:-1]).all()
+    assert (run.objectives <= lloyd_obj * (1 + 2 * MARGIN + 1e-12)).all()
+    return ref
+
+
+def test_transformer_equals_the_hand_computed_cases():
+    for X, C0 in (SWAP_WINS, LLOYD_WINS):
+        assert_matches_reference(X, C0)
+    np.testing.assert_allclose(circuit(1, 2).run(*SWAP_WINS).centroids[1], [[10.5], [0.5]], rtol=1e-14)
+    assert circuit(1, 2).run(*LLOYD_WINS).choices[0] == "lloyd"
+
+
+# Batches of the held-out general stream (n = 20, shapes drawn with d <= 4, k <= 4); random index 6 reaches a
+# step where Lloyd's reference chain wins.
+GENERAL = [("random", 6), ("random", 10), ("random", 17), ("k-means++", 0), ("k-means++", 3)]
+
+
+@pytest.mark.parametrize("init,index", GENERAL)
+def test_transformer_equals_reference_on_general_tasks(init, index):
+    batch = general_tasks(3, 20, 4, 4, 0, TEST, index, init=init)
+    choices = [assert_matches_reference(x, c).choices for x, c in zip(batch.X, batch.C0)]
+    if (init, index) == ("random", 6):
+        assert any("reference" in c for c in choices) and any("swap" in c for c in choices)
+
+
+def test_transformer_equals_reference_on_iris():
+    """Iris has points whose two nearest initial centroids tie to rounding (gaps 0 and 1e-16): the circuit's
+    tie-break gives them to the lower index, and so does the reference given the same tie-break."""
+    X = load_iris().data
+    C0 = X[np.random.default_rng(0).choice(len(X), 3, replace=False)]
+    assert_matches_reference(X, C0, steps=3)
+
+
+def test_steps_share_weights_and_leave_every_staging_slot_empty():
+    X, C0 = SWAP_WINS
+    circ = circuit(1, 2)
+    model, per = circ.model, len(STEP_BLOCKS)
+    for name, param in model.blocks[0].named_parameters():
+        assert torch.equal(param, dict(model.blocks[per].named_parameters())[name])
+    resid, seq, _ = circ.encode(X, C0)
+    assert isinstance(seq, SwapSequence) and seq.n_tokens == 1 + 4 + 3 * 2
+    ends = [hook_names.resid_post(circ.layer(t, "select")) for t in range(circ.steps)]
+    _, cache = model.run_with_cache(resid, names_filter=lambda name: name in ends)
+    staging = [name for name in circ.layout.names if name.endswith("_stage") or name in ("OBJ", "OBJ0", "OWN_OBJ")]
+    for hook in ends:
+        for name in staging:
+            assert torch.count_nonzero(cache[hook][..., circ.layout[name]]) == 0, (hook, name)
+
+
+@pytest.mark.parametrize("knob", [{"select_margin": 1e-3}, {"select_margin": -1e-12}, {"beta_select": 1e300},
+                                  {"beta_select": 1e10}, {"tie_break": 0.0}, {"beta": 1e12, "tie_break": 1e-11},
+                                  {"beta_update": 100.0}, {"mask": 3.0}, {"dtype": torch.float32}])
+def test_knobs_outside_their_safe_range_are_refused(knob):
+    with pytest.raises(ValueError):
+        build_swap_circuit(2, 3, 1, **knob)
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError):
+        build_swap_circuit(2, 1, 1)
+    with pytest.raises(ValueError):
+        circuit(1, 2).run(np.zeros((4, 2)), np.zeros((2, 2)))
+    with pytest.raises(ValueError):
+        circuit(1, 2).run(np.array([[0.0], [np.nan]]), np.zeros((2, 1)))

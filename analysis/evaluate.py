@@ -19,10 +19,14 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
+from analysis.swap import SwapModel
 from circuits import reference
 from circuits.training.loss import kmeans_objective
 from circuits.training.model import RecurrentKMeans, unit_to_task
 from circuits.training.tasks import TaskBatch
+
+#: What the evaluation runs: a trained model, or a construction standing in for one.
+Model = RecurrentKMeans | SwapModel
 
 
 @dataclass
@@ -59,9 +63,12 @@ def join_chunks(chunks: list[tuple[np.ndarray, np.ndarray]], sizes: list[int]) -
     return cents, np.sum([a * size for (_, a), size in zip(chunks, sizes)], axis=0) / sum(sizes)
 
 
-def model_trajectory(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, steps: int,
+def model_trajectory(model: Model, X: np.ndarray, C0: np.ndarray, steps: int,
                      chunk: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`chunk_trajectory` over all tasks, in chunks of ``chunk`` tasks to bound memory."""
+    """:func:`chunk_trajectory` over all tasks, in chunks of ``chunk`` tasks to bound memory; a construction that
+    stands in for a checkpoint (:class:`analysis.swap.SwapModel`) gives its own trajectory."""
+    if not isinstance(model, RecurrentKMeans):
+        return model.trajectory(X, C0, steps)
     starts = range(0, X.shape[0], chunk)
     parts = [chunk_trajectory(model, X[s : s + chunk], C0[s : s + chunk], steps) for s in starts]
     return join_chunks(parts, [len(X[s : s + chunk]) for s in starts])
@@ -71,7 +78,7 @@ def lloyd_trajectory(X: np.ndarray, C0: np.ndarray, steps: int) -> np.ndarray:
     return np.stack([reference.lloyd(x, c, steps).centroids for x, c in zip(X, C0)], axis=1)
 
 
-def trajectories(model: RecurrentKMeans, X: np.ndarray, C0: np.ndarray, steps: int, chunk: int = 16) -> Trajectories:
+def trajectories(model: Model, X: np.ndarray, C0: np.ndarray, steps: int, chunk: int = 16) -> Trajectories:
     cm, agree = model_trajectory(model, X, C0, steps, chunk)
     return Trajectories(cm, lloyd_trajectory(X, C0, steps), agree)
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.evaluate import REL_TOL, DatasetRun, compare, objectives, trajectories
-from circuits.training.model import RecurrentKMeans
+from analysis.evaluate import REL_TOL, DatasetRun, Model, compare, objectives, trajectories
 from circuits.training.tasks import TEST, TaskBatch
 
 #: Shapes ``(d, k)`` evaluated by default: from 2-D to the capacity, few to many clusters.
@@ -74,7 +73,7 @@ def anytime_summary(obj_model: np.ndarray, obj_lloyd: np.ndarray, optimum: np.nd
     return out
 
 
-def shape_tasks(model: RecurrentKMeans, shape: tuple[int, int], tasks: int, n: int, init: str, seed: int,
+def shape_tasks(model: Model, shape: tuple[int, int], tasks: int, n: int, init: str, seed: int,
                 index: int) -> TaskBatch:
     from circuits.training.general_tasks import general_tasks
 
@@ -110,7 +109,7 @@ class ShapeResult:
     optimum: np.ndarray | None
 
 
-def general_cell(model: RecurrentKMeans, cell: ShapeCell | DatasetRun) -> ShapeResult | dict:
+def general_cell(model: Model, cell: ShapeCell | DatasetRun) -> ShapeResult | dict:
     """A cell's result: a :class:`ShapeResult`, or a dataset's dict (see :func:`evaluate_real`)."""
     if isinstance(cell, DatasetRun):
         return evaluate_real(model, cell.name, cell.inits, cell.steps, cell.init, cell.seed, cell.chunk)
@@ -143,14 +142,14 @@ def shapes_evaluation(cells: list[ShapeCell], results: list[ShapeResult | None])
             "overall": overall}
 
 
-def evaluate_shapes(model: RecurrentKMeans, shapes=DEFAULT_SHAPES, tasks: int = 32, n: int = 256, steps: int = 20,
+def evaluate_shapes(model: Model, shapes=DEFAULT_SHAPES, tasks: int = 32, n: int = 256, steps: int = 20,
                     init: str = "random", seed: int = 0, chunk: int = 16, with_optimum: bool = True) -> dict:
     """Per shape and over all shapes (see the module docstring); shape ``i`` is batch ``i`` of the test stream."""
     cells = shape_cells(shapes, tasks, n, steps, init, seed, chunk, with_optimum)
     return shapes_evaluation(cells, [general_cell(model, cell) for cell in cells])
 
 
-def evaluate_real(model: RecurrentKMeans, name: str, inits: int = 10, steps: int = 20, init: str = "random",
+def evaluate_real(model: Model, name: str, inits: int = 10, steps: int = 20, init: str = "random",
                   seed: int = 0, chunk: int = 2) -> dict:
     """Dataset ``name`` in raw units at its true k, from ``inits`` initialisations (seeds ``seed..``)."""
     from analysis.data import load_dataset

@@ -25,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " circuit report is for constructed circuits)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
     add_path_argument(parser)
-    parser.add_argument("--checkpoint", metavar="FILE", default=None,
-                        help="run a trained model (checkpoint folder from `train`) instead of the construction;"
-                             " the data must have the model's d and --k its k")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--checkpoint", metavar="FILE", default=None,
+                       help="run a trained model (checkpoint folder from `train`) instead of the construction;"
+                            " the data must have the model's d and --k its k")
+    which.add_argument("--construction", choices=("swap",), default=None,
+                       help="run a general construction instead of Lloyd's circuit, verified against its own numpy"
+                            " reference and compared with Lloyd's: swap = safeguarded swap (circuits/swap; k >= 2;"
+                            " --out gets labels.csv, centroids.csv, verification.json)")
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -53,13 +58,18 @@ def output_files(result, problem) -> dict[str, str]:
 #: What ``--out`` receives from a constructed circuit, and from a trained model (``--checkpoint``).
 OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "report.html")
 CHECKPOINT_OUT_FILES = ("labels.csv", "centroids.csv", "evaluation.json")
+CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json")
 
 
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
-    out = check_out_dir(args.out, CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
+    construction = getattr(args, "construction", None)
+    out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
+                        CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
     if getattr(args, "checkpoint", None) is not None:
         return run_checkpoint(args, problem, out)
+    if construction is not None:
+        return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
     from analysis.commands._progress import Stages
@@ -149,3 +159,43 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
               f" {doc['export_error']:.2g} of the data scale); inertia {doc['inertia']:.10g} (Lloyd's"
               f" {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f})" + (f"; wrote {out}" if out else ""))
     return 0 if doc["verified"] else 1
+
+
+def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
+    """``cluster --construction swap``: the safeguarded-swap transformer on this problem, verified against its numpy
+    reference and compared with Lloyd's (see :func:`analysis.swap.cluster_with_swap`)."""
+    if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
+        raise InputError("--construction swap has its own knobs: --variant and the exactness knobs do not apply")
+    if problem.k < 2:
+        raise InputError("--construction swap needs --k >= 2")
+    if args.dtype != "float64":
+        raise InputError("--construction swap is exact only in float64: --dtype float32 does not apply")
+    from analysis.commands._progress import Stages
+    from analysis.swap import cluster_with_swap
+
+    with Stages(NAME, ["swap circuit"]):
+        doc = cluster_with_swap(problem.X, problem.C0, problem.iterations)
+    d = doc["d"]
+    if out is not None:
+        write_output_dir(out, dict(zip(CONSTRUCTION_OUT_FILES, (
+            csv_text(([v] for v in doc["labels"]), ["label"]),
+            csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
+            json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+        ))))
+    if args.json:
+        print(json.dumps(doc))
+        return 0 if doc["verified"] else 1
+    print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, safeguarded-swap construction"
+          f" ({doc['layers']} layers), {problem.iterations} steps")
+    print(" step  kept        objective  reference objective  Lloyd's objective  labels = reference's")
+    for rec in doc["per_iteration"]:
+        print(f"{rec['iteration']:5d}  {rec['choice']:9s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
+              f" {rec['objective_lloyd']:18.8g} {rec['label_agreement']:21.2%}")
+    more = len(doc["problems"]) - 2
+    verdict = "VERIFIED: equal to its numpy reference at every step" if doc["verified"] else (
+        "NOT VERIFIED: " + "; ".join(doc["problems"][:2]) + (f" (and {more} more: --json lists them)" if more > 0 else ""))
+    print(verdict)
+    print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f})"
+          + (f"; wrote {out}" if out else ""))
+    return 0 if doc["verified"] else 1
+

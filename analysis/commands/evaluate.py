@@ -13,13 +13,19 @@ from analysis.commands.train import add_device_argument, resolve_device
 from analysis.data import DATASETS, InputError
 
 NAME = "evaluate"
-HELP = "compare a trained checkpoint with Lloyd's algorithm on held-out tasks and real datasets"
+HELP = "compare a trained checkpoint (or a general construction) with Lloyd's algorithm on held-out tasks and real data"
+#: Points per task of a construction's held-out tasks by default: the general checkpoint's training n.
+CONSTRUCTION_N = 128
 
 FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.training.tasks.FAMILIES, import-free
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", metavar="DIR", required=True, help="checkpoint folder written by train")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder written by train")
+    which.add_argument("--construction", choices=("swap",), default=None,
+                       help="evaluate a general construction instead, like a general checkpoint (any d <= 64,"
+                            " 2 <= k <= 16): swap = safeguarded swap (circuits/swap), exact, float64, CPU")
     parser.add_argument("--tasks", type=int, default=320, help="held-out random tasks (default 320; 0: none)")
     parser.add_argument("--steps", type=int, default=20, help="recurrent steps / Lloyd iterations (default 20)")
     parser.add_argument("--init", choices=("random", "k-means++"), default="random",
@@ -81,12 +87,21 @@ def validate(args: argparse.Namespace) -> list[str]:
         raise InputError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
-    model = check_checkpoint(args.checkpoint)["model"]
+    if args.construction is not None:
+        from analysis.swap import CAPACITY
+
+        if args.device == "cuda":
+            raise InputError("--construction runs in float64 on the CPU: --device cuda does not apply")
+        model = {"d": CAPACITY[0], "k": CAPACITY[1], "general": True}
+    else:
+        model = check_checkpoint(args.checkpoint)["model"]
     general = bool(model.get("general", False))
     if args.shapes is not None and not general:
         raise InputError("--shapes needs a general checkpoint (trained with --general)")
     if general:
         args.shape_list = parse_shapes(args.shapes, model["d"], model["k"])
+        if args.construction is not None and any(k < 2 for _, k in args.shape_list):
+            raise InputError("--shapes: the swap construction needs k >= 2")
     default = "iris,wine,breast_cancer,digits" if general else "digits,blobs"
     datasets = parse_datasets(args.datasets if args.datasets is not None else default)
     if general and "blobs" in datasets:
@@ -126,16 +141,25 @@ def run(args: argparse.Namespace) -> int:
     from circuits.training.checkpoint import CheckpointError, load_model
     from circuits.training.tasks import TEST, task_stream
 
-    device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.construction is not None:
+        from analysis.swap import SwapModel
+
+        model = SwapModel()
+        doc = {"construction": args.construction, "general": True, "capacity": [model.config.d, model.config.k]}
+        return run_general(args, model, doc, args.n if args.n is not None else CONSTRUCTION_N, datasets)
+    device = resolve_device(args.device)
     try:
         model, config = load_model(args.checkpoint)
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
     model.to(device)
     if model.config.general:
-        return run_general(args, model, config, datasets)
+        doc = {"checkpoint": str(args.checkpoint), "general": True, "capacity": [model.config.d, model.config.k],
+               "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init", "loss")},
+               "best_step": config.get("progress", {}).get("best_step")}
+        return run_general(args, model, doc, args.n if args.n is not None else config["training"]["n"], datasets)
     n = args.n if args.n is not None else config["training"]["n"]
     if n < model.config.k:
         raise InputError(f"--n {n} is below k={model.config.k}")
@@ -171,17 +195,14 @@ def run_cells(args: argparse.Namespace, model, fn, cells: list, runs: list, doc:
     return engine.report_failures(outcome.failures)
 
 
-def run_general(args: argparse.Namespace, model, config: dict, datasets: list[str]) -> int:
-    """A general checkpoint: held-out tasks at each ``--shapes`` and real data in raw units at the true k."""
+def run_general(args: argparse.Namespace, model, doc: dict, n: int, datasets: list[str]) -> int:
+    """A general checkpoint or construction: held-out tasks at each ``--shapes`` (``n`` points each) and real data
+    in raw units at the true k; ``doc`` is the JSON document's header."""
     from analysis.evaluate import DatasetRun
     from analysis.evaluate_general import general_cell, shape_cells, shapes_evaluation
 
-    n = args.n if args.n is not None else config["training"]["n"]
     if n < max(k for _, k in args.shape_list):
         raise InputError(f"--n {n} is below the largest k of --shapes")
-    doc: dict = {"checkpoint": str(args.checkpoint), "general": True, "capacity": [model.config.d, model.config.k],
-                 "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init", "loss")},
-                 "best_step": config.get("progress", {}).get("best_step")}
     from analysis.data import load_dataset
 
     for name in datasets:

@@ -4,7 +4,8 @@
 the same weights in every step) into a :class:`~circuits.model.CircuitTransformer` through
 :func:`circuits.build.build_model` (the Lloyd circuit's config: one head per block, gated ReLU MLP, no
 normalisation, bidirectional attention, every parameter loaded strictly and checked). :meth:`SwapCircuit.run`
-encodes a problem with the Lloyd circuit's unit scaling (:func:`circuits.encoding.fit_unit_scaling`), runs the
+encodes a problem with the Lloyd circuit's unit scaling (:func:`circuits.encoding.fit_unit_scaling`, centred on the
+median, :data:`CENTRE`), runs the
 model once and reads, from the residual stream, the centroids after each step, the candidate each step kept and
 the objective of every iterate (the circuit's own averages over points, scaled back to the user's units).
 """
@@ -30,6 +31,11 @@ from circuits.weights import dense
 
 if TYPE_CHECKING:
     from circuits.model import CircuitTransformer
+
+#: Where a problem is centred before scaling into the unit ball: the coordinate-wise median keeps the bulk of the
+#: data near 0 when a few points are far away, which is what float64 resolves best (:mod:`circuits.sharpness`);
+#: the algorithm is translation-invariant.
+CENTRE = "median"
 
 
 @dataclass
@@ -61,7 +67,7 @@ class SwapCircuit:
 
     def user_tie_break(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> float:
         """The circuit's tie-break for this problem in squared user units (the reference's ``tie_break``)."""
-        return self.knobs.sharpness.tie_break * float(fit_unit_scaling(X, C0).scale[0]) ** 2
+        return self.knobs.sharpness.tie_break * float(fit_unit_scaling(X, C0, CENTRE).scale[0]) ** 2
 
     def encode(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]):
         """Residual input ``(1, pos, d_model)``, the token layout and the unit scaling."""
@@ -77,7 +83,7 @@ class SwapCircuit:
         if n < 1:
             raise ValueError("X has no points")
         seq = SwapSequence(n, lay.k)
-        scaling = fit_unit_scaling(X, C0)
+        scaling = fit_unit_scaling(X, C0, CENTRE)
         ux, uc = scaling.to_unit(X)[0], scaling.to_unit(C0)[0]
         resid = np.zeros((1, seq.n_tokens, lay.d_model))
         resid[0, :, lay["ONE"]] = 1.0

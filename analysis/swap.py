@@ -1,0 +1,152 @@
+"""The safeguarded-swap construction as users run it: one problem, verified against its numpy reference and
+compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as a general model
+(``evaluate --construction swap``).
+
+The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
+Lloyd circuits of the estimator. *Verified* means what it means for the Lloyd circuit: the transformer's result
+*is* its reference's — the algorithm as specified (:func:`circuits.swap.reference.safeguarded_swap` without a
+tie-break: exact float comparisons, the lower index on equality): at every step the same candidate kept, every
+centroid within :data:`CENTROID_TOLERANCE` of the data's spread of the reference's. When they differ but the
+reference given the circuit's own tie-break (``tie_break * scale^2`` in the user's units) agrees with the circuit,
+the circuit's tie-break decided something the data does not tie — a problem too wide for its fixed knobs (one far
+point makes the unit scale huge): NOT VERIFIED, with that cause, never a silent pass. Lloyd's
+(:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
+beat, never to match.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from jaxtyping import Float
+
+from circuits import reference
+
+#: The constructions ``--construction`` accepts (one today).
+CONSTRUCTIONS = ("swap",)
+#: Centroids agree with the reference within this fraction of the data's spread (largest ``|x - mean|``).
+CENTROID_TOLERANCE = 1e-9
+#: The general evaluation draws its tasks as for a general checkpoint of this capacity (``d <= 64``, ``k <= 16``).
+CAPACITY = (64, 16)
+
+
+@functools.lru_cache(maxsize=16)
+def swap_circuit(d: int, k: int, steps: int, beta: float, tie_break: float):
+    from circuits.swap import build_swap_circuit
+
+    return build_swap_circuit(d, k, steps, beta=beta, tie_break=tie_break)
+
+
+def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
+    """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with its tie-break and beta chosen from their
+    data as for Lloyd's circuit (:func:`circuits.sharpness.for_problem`, on the construction's own unit scaling and
+    width): the finest tie-break float64 resolves on every one of them, and a beta that makes every larger gap hard.
+    One far point makes the unit scale huge and the data's gaps tiny in it; a fixed tie-break would then decide
+    labels the data does not tie."""
+    from circuits.encoding import fit_unit_scaling
+    from circuits.sharpness import for_problem
+    from circuits.swap.build import CENTRE
+    from circuits.swap.layout import swap_layout
+
+    d, k = problems[0][0].shape[1], problems[0][1].shape[0]
+    units = []
+    for X, C0 in problems:
+        scaling = fit_unit_scaling(X, C0, CENTRE)  # as SwapCircuit.encode scales a problem
+        units.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
+    sharp, _ = for_problem(units, d, swap_layout(d, k).d_model)
+    return swap_circuit(d, k, steps, sharp.beta, sharp.tie_break)
+
+
+def spread(X: Float[np.ndarray, "n d"]) -> float:
+    return float(np.abs(X - X.mean(axis=0)).max()) or 1.0
+
+
+def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> dict:
+    """Run the construction on one problem; the ``cluster --json`` document (see the module docstring)."""
+    from circuits.swap.reference import safeguarded_swap
+
+    circ = circuit_for([(X, C0)], iterations)
+    run = circ.run(X, C0)
+    tie_break = circ.user_tie_break(X, C0)
+    ref = safeguarded_swap(X, C0, iterations, circ.knobs.select_margin)
+    lloyd = reference.lloyd(X, C0, iterations)
+    size = spread(X)
+    problems = differences(run, ref, size)
+    if problems and not differences(run, safeguarded_swap(X, C0, iterations, circ.knobs.select_margin, tie_break),
+                                    size):
+        problems.insert(0, f"cause tie-break: the circuit's tie-break, {tie_break:.3g} squared data units on this"
+                           " problem, decides what the data does not tie (float64 cannot resolve the problem's"
+                           " gaps at its scale); the reference given that tie-break agrees with the circuit")
+    per_iteration = []
+    for t in range(1, iterations + 1):
+        labels = reference.sq_distances(X, run.centroids[t]).argmin(1)
+        error = float(np.abs(run.centroids[t] - ref.centroids[t]).max())
+        per_iteration.append({
+            "iteration": t, "choice": run.choices[t - 1], "reference_choice": ref.choices[t - 1],
+            "label_agreement": float((labels == reference.sq_distances(X, ref.centroids[t]).argmin(1)).mean()),
+            "max_centroid_error": error,
+            "objective_circuit": reference.objective(X, run.centroids[t]),
+            "objective_reference": float(ref.objectives[t]),
+            "objective_lloyd": float(lloyd.objectives[t]),
+        })
+    final = run.centroids[-1]
+    inertia, lloyd_inertia = reference.objective(X, final), float(lloyd.objectives[-1])
+    return {
+        "variant": "construction:swap", "k": int(C0.shape[0]), "iterations": iterations,
+        "labels": [int(v) for v in reference.sq_distances(X, final).argmin(1)], "centroids": final.tolist(),
+        "verified": not problems, "problems": problems, "per_iteration": per_iteration,
+        "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
+        "ratio_to_lloyd": inertia / max(lloyd_inertia, 1e-300), "knobs": circ.knobs.to_dict(),
+        "tie_break_user_units": tie_break, "layers": circ.model.cfg.n_layers,
+        "notes": ["construction: 'verified' means the transformer equals its numpy reference (circuits/swap/"
+                  "reference.py, no tie-break) at every step: the same candidate kept and centroids within "
+                  f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"
+                  " centroids, which the construction is never above"],
+    }
+
+
+def differences(run, ref, size: float) -> list[str]:
+    """Where a circuit run and a reference trajectory part: a different candidate kept, or centroids farther
+    apart than :data:`CENTROID_TOLERANCE` of the data's ``size``; empty when they agree at every step."""
+    out = []
+    for t in range(1, len(run.centroids)):
+        error = float(np.abs(run.centroids[t] - ref.centroids[t]).max())
+        if run.choices[t - 1] != ref.choices[t - 1]:
+            out.append(f"step {t}: the circuit kept {run.choices[t - 1]!r}, the reference {ref.choices[t - 1]!r}")
+        elif error > CENTROID_TOLERANCE * size:
+            out.append(f"step {t}: centroids {error:.3g} from the reference's ({error / size:.3g} of the spread)")
+    return out
+
+
+@dataclass(frozen=True)
+class ConstructionConfig:
+    """What the general evaluation reads from a model's config: the capacity its tasks are drawn for."""
+
+    d: int = CAPACITY[0]
+    k: int = CAPACITY[1]
+    general: bool = True
+
+
+class SwapModel:
+    """The construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluate_general`):
+    per task, its centroids after every step; its readout agreement is the fraction of points whose nearest
+    centroid is the same under the circuit's centroids and under its numpy reference's."""
+
+    name = "swap"
+    config = ConstructionConfig()
+
+    def trajectory(self, X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"], steps: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        from circuits.swap.reference import safeguarded_swap
+
+        circ = circuit_for(list(zip(X, C0)), steps)
+        cents, agree = [], []
+        for x, c0 in zip(X, C0):
+            run = circ.run(x, c0)
+            ref = safeguarded_swap(x, c0, steps, circ.knobs.select_margin)
+            cents.append(run.centroids)
+            agree.append([float((reference.sq_distances(x, a).argmin(1) == reference.sq_distances(x, b).argmin(1))
+                                .mean()) for a, b in zip(run.centroids, ref.centroids)])
+        return np.stack(cents, axis=1), np.mean(agree, axis=0)

@@ -116,6 +116,15 @@ def run_circuit(problem: Problem, dtype, sharpness, path: str, stages):
         raise InputError(str(exc)) from None
 
 
+def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int) -> None:
+    """A trained model's or a construction's ``--out``: labels, centroids and the JSON document (all or none)."""
+    write_output_dir(out, dict(zip(names, (
+        csv_text(([v] for v in doc["labels"]), ["label"]),
+        csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
+        json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+    ))))
+
+
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluate.cluster_with_checkpoint`)."""
     import json
@@ -140,11 +149,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
     if out is not None:
-        write_output_dir(out, dict(zip(CHECKPOINT_OUT_FILES, (
-            csv_text(([v] for v in doc["labels"]), ["label"]),
-            csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
-            json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
-        ))))
+        write_model_files(out, CHECKPOINT_OUT_FILES, doc, problem, d)
     if args.json:
         print(json.dumps(doc))
     else:
@@ -177,11 +182,7 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
         doc = cluster_with_swap(problem.X, problem.C0, problem.iterations)
     d = doc["d"]
     if out is not None:
-        write_output_dir(out, dict(zip(CONSTRUCTION_OUT_FILES, (
-            csv_text(([v] for v in doc["labels"]), ["label"]),
-            csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
-            json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
-        ))))
+        write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)
     if args.json:
         print(json.dumps(doc))
         return 0 if doc["verified"] else 1

@@ -1,10 +1,11 @@
 """Every table of the general model's evaluation (issue 15's "Measure" list), produced by one command.
 
     python benchmarks/bench_general.py [--checkpoint checkpoints/general] [--tasks 32] [--inits 10] [--threads 1]
+    python benchmarks/bench_general.py --construction swap     # the same tables for the safeguarded-swap transformer
 
 Runs ``kmeans-circuits evaluate --json`` on the checkpoint three times — held-out general tasks at six shapes with
 random initial centroids, the same with scikit-learn's k-means++, and the bundled datasets in raw units at their
-true k — writes each JSON to ``CHECKPOINT/eval/``, and prints the markdown tables that ``docs/training.md`` quotes
+true k — writes each JSON to ``CHECKPOINT/eval/`` (``benchmarks/results/CONSTRUCTION/`` for a construction), and prints the markdown tables that ``docs/training.md`` quotes
 (also written to ``CHECKPOINT/eval/tables.md``). Every ratio is model / Lloyd's from the same initial centroids
 (20 steps), or, in the optimum column, the objective over scikit-learn's ``KMeans(k-means++, n_init=10)``.
 """
@@ -25,9 +26,9 @@ RUNS = {
 }
 
 
-def evaluate(checkpoint: str, extra: list[str], tasks: int, inits: int, threads: int) -> tuple[dict, float]:
-    cmd = [sys.executable, "-m", "analysis.cli", "evaluate", "--checkpoint", checkpoint, "--tasks", str(tasks),
-           "--dataset-inits", str(inits), "--steps", "20", "--threads", str(threads), "--device", "cpu", "--json", *extra]
+def evaluate(which: list[str], extra: list[str], tasks: int, inits: int, threads: int) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "analysis.cli", "evaluate", *which, "--tasks", str(tasks), "--n", "128",
+           "--dataset-inits", str(inits), "--steps", "20", "--threads", str(threads), "--json", *extra]
     # --tasks in ``extra`` (the datasets run) overrides the one above: argparse keeps the last.
     t0 = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -70,18 +71,26 @@ def dataset_table(doc: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="checkpoints/general")
+    parser.add_argument("--construction", choices=("swap",), default=None,
+                        help="evaluate this construction instead of the checkpoint")
+    parser.add_argument("--engine", choices=("serial", "ray"), default="serial")
     parser.add_argument("--tasks", type=int, default=32, help="held-out tasks per shape (default 32)")
     parser.add_argument("--inits", type=int, default=10, help="initialisations per dataset (default 10)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--datasets", default="iris,wine,breast_cancer,digits")
     args = parser.parse_args()
     RUNS["datasets"] += ["--datasets", args.datasets]
-    out = Path(args.checkpoint) / "eval"
-    out.mkdir(exist_ok=True)
+    if args.construction:
+        which = ["--construction", args.construction, "--engine", args.engine]
+        out = Path(__file__).resolve().parent / "results" / args.construction
+    else:
+        which = ["--checkpoint", args.checkpoint, "--device", "cpu", "--engine", args.engine]
+        out = Path(args.checkpoint) / "eval"
+    out.mkdir(parents=True, exist_ok=True)
     docs, seconds = {}, {}
     for name, extra in RUNS.items():
         print(f"{name} ...", file=sys.stderr, flush=True)
-        docs[name], seconds[name] = evaluate(args.checkpoint, extra, args.tasks, args.inits, args.threads)
+        docs[name], seconds[name] = evaluate(which, extra, args.tasks, args.inits, args.threads)
         (out / f"{name}.json").write_text(json.dumps(docs[name], indent=1) + "\n")
     lines = shape_table(docs["synthetic_random"], "random init") + [""]
     lines += shape_table(docs["synthetic_kmeanspp"], "k-means++ init") + [""]

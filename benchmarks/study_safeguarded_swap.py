@@ -40,15 +40,16 @@ from circuits.training.tasks import TEST
 STEPS = 20
 
 
-def safeguarded_swap(X: np.ndarray, C0: np.ndarray, steps: int, select_margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def safeguarded_swap(X: np.ndarray, C0: np.ndarray, steps: int,
+                     select_margin: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Objectives ``[steps + 1]`` of the study algorithm and of Lloyd's, from ``C0``."""
     run = swap_reference.safeguarded_swap(X, C0, steps, select_margin)
     return run.objectives, run.lloyd_objectives
 
 
 def transformer_check(X: np.ndarray, C0: np.ndarray, circuit) -> tuple[float, float, bool]:
-    """Run the built circuit; max relative differences to the reference (same select margin and tie-break) of its objectives
-    and centroids, and whether every step kept the same candidate."""
+    """Run the built circuit; max relative differences to the reference (same select margin and tie-break) of its
+    objectives and centroids, and whether every step kept the same candidate."""
     ref = swap_reference.safeguarded_swap(X, C0, circuit.steps, circuit.knobs.select_margin,
                                           circuit.user_tie_break(X, C0))
     run = circuit.run(X, C0)

@@ -95,7 +95,10 @@ def assert_matches_reference(X: np.ndarray, C0: np.ndarray, steps: int = STEPS) 
 def test_transformer_equals_the_hand_computed_cases():
     for X, C0 in (SWAP_WINS, LLOYD_WINS):
         assert_matches_reference(X, C0)
-    np.testing.assert_allclose(circuit(1, 2).run(*SWAP_WINS).centroids[1], [[10.5], [0.5]], rtol=1e-14)
+    run = circuit(1, 2).run(*SWAP_WINS)
+    np.testing.assert_allclose(run.centroids[1], [[10.5], [0.5]], rtol=1e-14)
+    # Each candidate's objective, as the circuit computes it (mean over points on BOS, back in user units).
+    np.testing.assert_allclose(run.candidate_objectives[0], [194 / 9, 1.0, 194 / 9], rtol=1e-12)
     assert circuit(1, 2).run(*LLOYD_WINS).choices[0] == "lloyd"
 
 

@@ -140,7 +140,7 @@ def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_br
     """The safeguarded-swap circuit for ``d``-dimensional points, ``k >= 2`` centroids and ``steps >= 1`` steps.
 
     Knobs and their safe ranges: :mod:`circuits.swap.knobs` (a ``ValueError`` outside them). float64 only: the
-    choice head's scores reach ``64 * beta_select``.
+    choice head's scores reach ``16 * beta_select``.
     """
     if d < 1 or k < 2 or steps < 1:
         raise ValueError(f"the swap circuit needs d >= 1, k >= 2 and steps >= 1, got d={d}, k={k}, steps={steps}")

@@ -11,8 +11,8 @@ every squared distance in [0, 4]), so they mean the same for every problem.
 * ``beta_select`` (default 1e200, safe range [1e20, 1e290]): sharpness of the candidate choice. A candidate's key
   scores ``-beta_select * objective / n``; a candidate whose (margin-adjusted) objective exceeds the best one's by
   more than ``745 / beta_select`` gets exactly zero weight. No large term is added to these scores, so the
-  comparison is as exact as the objectives' floating-point values; the cap keeps ``16 * beta_select * 4`` far
-  inside float64.
+  comparison is as exact as the objectives' floating-point values; the cap keeps the mask score
+  ``16 * beta_select`` far inside float64.
 * ``select_margin`` (default 1e-10, safe range [0, 1e-6]): the relative tie-order margin of
   :func:`circuits.swap.reference.select`. It should exceed the relative rounding of the circuit's objectives
   (about ``(d + log2 n) * 2**-53``), so that candidates with equal objectives are kept in tie order rather than by

@@ -132,3 +132,26 @@ def test_evaluate_construction_refuses_what_does_not_apply(capsys):
     assert code == 2 and "needs k >= 2" in err
     code, _, err = run(capsys, "evaluate", "--construction", "swap", "--checkpoint", "checkpoints/general")
     assert code == 2 and "not allowed with argument" in err
+
+
+def test_docs_tables_are_the_benchmark_files():
+    """docs/swap.md quotes ``python benchmarks/bench_general.py --construction swap``'s files, and the files say
+    what the construction promises: never above Lloyd's, never rising, on every task and dataset."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_general", root / "benchmarks" / "bench_general.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    docs = (root / "docs" / "swap.md").read_text()
+    results = root / "benchmarks" / "results" / "swap"
+    for name, title in (("synthetic_random", "random init"), ("synthetic_kmeanspp", "k-means++ init")):
+        doc = json.loads((results / f"{name}.json").read_text())
+        assert doc["construction"] == "swap"
+        assert "\n".join(bench.shape_table(doc, title)) in docs, name
+        overall = doc["shapes"]["overall"]
+        assert overall["frac_never_rises"] == 1.0 and overall["ratio_max"] <= 1 + 2 * MARGIN
+    datasets = json.loads((results / "datasets.json").read_text())
+    assert "\n".join(bench.dataset_table(datasets)) in docs
+    assert all(ds["anytime"]["ratio_max"] <= 1 + 2 * MARGIN for ds in datasets["datasets"])

@@ -70,6 +70,7 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
     circ = circuit_for([(X, C0)], iterations)
     run = circ.run(X, C0)
     tie_break = circ.user_tie_break(X, C0)
+    scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
     ref = safeguarded_swap(X, C0, iterations, circ.knobs.select_margin)
     lloyd = reference.lloyd(X, C0, iterations)
     size = spread(X)
@@ -90,6 +91,12 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
             "objective_circuit": reference.objective(X, run.centroids[t]),
             "objective_reference": float(ref.objectives[t]),
             "objective_lloyd": float(lloyd.objectives[t]),
+            # How far from a tie each hard decision of the step was (a margin near 0 is where a knob would matter):
+            # beta times the smallest gap between a point's two nearest kept centroids, in the unit-scaled squared
+            # distances the circuit compares (exp(-margin) bounds the weight of the runner-up), and how much better
+            # the kept candidate's objective was than the next one's, relative (the select margin is 1e-10).
+            "min_margin": circ.knobs.sharpness.beta * smallest_gap(X, run.centroids[t]) / scale**2,
+            "choice_gap": choice_gap(run.candidate_objectives[t - 1]),
         })
     final = run.centroids[-1]
     inertia, lloyd_inertia = reference.objective(X, final), float(lloyd.objectives[-1])
@@ -105,6 +112,19 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
                   f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"
                   " centroids, which the construction is never above"],
     }
+
+
+def smallest_gap(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> float:
+    """The smallest gap, over points, between the squared distances to their two nearest centroids."""
+    two = np.sort(reference.sq_distances(X, C), axis=1)[:, :2]
+    return float((two[:, 1] - two[:, 0]).min())
+
+
+def choice_gap(objectives: Float[np.ndarray, " 3"]) -> float | None:
+    """How much larger the runner-up candidate's objective was than the kept one's, relative; ``None`` when every
+    candidate had the same objective (then the tie order decided, as the reference's does)."""
+    low, second = np.sort(objectives)[:2]
+    return float((second - low) / low) if second > low and low > 0 else None
 
 
 def differences(run, ref, size: float) -> list[str]:

@@ -60,6 +60,13 @@ def test_cluster_far_point_is_verified_and_never_above_lloyds(far_point, capsys)
     assert all(r["objective_circuit"] <= r["objective_lloyd"] * (1 + 2 * MARGIN) for r in doc["per_iteration"])
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))
     assert doc["ratio_to_lloyd"] == pytest.approx(doc["inertia"] / doc["lloyd_inertia"])
+    # The margins: beta times each step's smallest nearest-vs-second gap (by hand from the centroids), and the kept
+    # candidate's relative lead over the runner-up (None: all three equal, the tie order decided).
+    beta, scale = doc["knobs"]["beta"], np.sqrt(doc["tie_break_user_units"] / doc["knobs"]["tie_break"])
+    for rec, C in zip(doc["per_iteration"], ref.centroids[1:]):
+        D = np.sort(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
+        assert rec["min_margin"] == pytest.approx(beta * (D[:, 1] - D[:, 0]).min() / scale**2, rel=1e-6)
+        assert rec["min_margin"] > 745 and (rec["choice_gap"] is None or rec["choice_gap"] > 0)
 
 
 def test_cluster_with_fixed_knobs_on_a_far_point_is_not_verified_and_says_why(far_point, capsys, monkeypatch):

@@ -188,10 +188,12 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
         return 0 if doc["verified"] else 1
     print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, safeguarded-swap construction"
           f" ({doc['layers']} layers), {problem.iterations} steps")
-    print(" step  kept        objective  reference objective  Lloyd's objective  labels = reference's")
+    print(" step  kept        objective  reference objective  Lloyd's objective  labels = reference's"
+          "  min margin  choice gap")
     for rec in doc["per_iteration"]:
+        gap = "tie" if rec["choice_gap"] is None else f"{rec['choice_gap']:.2e}"
         print(f"{rec['iteration']:5d}  {rec['choice']:9s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
-              f" {rec['objective_lloyd']:18.8g} {rec['label_agreement']:21.2%}")
+              f" {rec['objective_lloyd']:18.8g} {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g} {gap:>11s}")
     more = len(doc["problems"]) - 2
     verdict = "VERIFIED: equal to its numpy reference at every step" if doc["verified"] else (
         "NOT VERIFIED: " + "; ".join(doc["problems"][:2]) + (f" (and {more} more: --json lists them)" if more > 0 else ""))

@@ -83,6 +83,7 @@ def assert_matches_reference(X: np.ndarray, C0: np.ndarray, steps: int = STEPS) 
     np.testing.assert_allclose(run.centroids, ref.centroids, rtol=0, atol=1e-9 * size)
     np.testing.assert_allclose(run.lloyd_centroids, ref.lloyd_centroids, rtol=0, atol=1e-9 * size)
     np.testing.assert_allclose(run.objectives, ref.objectives, rtol=1e-9)
+    np.testing.assert_allclose(run.lloyd_objectives, ref.lloyd_objectives, rtol=1e-9)
     # Independent of the swap reference: the circuit's Lloyd's group is Lloyd's algorithm.
     np.testing.assert_allclose(run.lloyd_centroids, lloyd.centroids, rtol=0, atol=1e-9 * size)
     # The objective never rises, and is never above Lloyd's (beyond the stated tie-order margin).

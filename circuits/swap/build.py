@@ -26,6 +26,7 @@ from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
 from circuits.swap.knobs import SwapKnobs
 from circuits.swap.layout import CANDIDATE_GROUPS, GROUPS, SwapSequence, swap_layout
+from circuits.swap.reference import SwapTrajectory
 from circuits.swap.stages import STEP_BLOCKS, step_blocks
 from circuits.weights import dense
 
@@ -39,15 +40,11 @@ CENTRE = "median"
 
 
 @dataclass
-class SwapRun:
-    """One problem run through the circuit. ``centroids[t]`` after ``t`` steps (``[0]`` is ``C0``), in user units."""
+class SwapRun(SwapTrajectory):
+    """One problem run through the circuit: the trajectory (``centroids[t]`` after ``t`` steps, ``[0]`` is ``C0``,
+    in user units; Lloyd's chain as the circuit's ``lloyd`` group holds it), every number read from the residual
+    stream, plus every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference)."""
 
-    centroids: Float[np.ndarray, "steps_plus_1 k d"]
-    choices: list[str]
-    objectives: Float[np.ndarray, " steps_plus_1"]
-    #: Lloyd's reference trajectory as the circuit's ``lloyd`` group holds it, and its objectives (t >= 1).
-    lloyd_centroids: Float[np.ndarray, "steps_plus_1 k d"]
-    #: Every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference).
     candidate_objectives: Float[np.ndarray, "steps 3"]
 
 
@@ -125,8 +122,9 @@ class SwapCircuit:
             lloyd.append(scaling.from_unit(read(self.layout, final, "C", seq.group("lloyd")))[0])
         candidates = np.array(candidates).reshape(self.steps, 3)
         chosen_obj = candidates[np.arange(self.steps), [c for c in map(_rank, choices)]]
+        # Lloyd's chain's objectives are the circuit's "reference" candidate's (step 0: the start, shared by all).
         return SwapRun(np.stack(centroids), choices, np.array([*objectives[:1], *chosen_obj]), np.stack(lloyd),
-                       candidates)
+                       np.array([*objectives[:1], *candidates[:, 2]]), candidates)
 
 
 def _rank(choice: str) -> int:

@@ -101,9 +101,11 @@ def test_cluster_iris_writes_its_files_all_or_none(tmp_path, capsys):
     (("--k", 3, "--variant", "soft"), "--variant and the exactness knobs do not apply"),
     (("--k", 3, "--tie-break", "1e-9"), "--variant and the exactness knobs do not apply"),
     (("--k", 3, "--checkpoint", "checkpoints/general"), "not allowed with argument"),
+    (("--k", 3, "--n", 12_000, "--d", 2, "--centers", 3), "above its limit of 12000"),
 ])
 def test_cluster_construction_bad_input_is_one_line_exit_2(extra, needle, capsys):
-    code, out, err = run(capsys, "cluster", "--dataset", "iris", "--construction", "swap", *extra)
+    dataset = "blobs" if "--n" in extra else "iris"
+    code, out, err = run(capsys, "cluster", "--dataset", dataset, "--construction", "swap", *extra)
     assert code == 2 and needle in err and "Traceback" not in err and out == ""
 
 

@@ -175,6 +175,12 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
         raise InputError("--construction swap needs --k >= 2")
     if args.dtype != "float64":
         raise InputError("--construction swap is exact only in float64: --dtype float32 does not apply")
+    from analysis.capture import DENSE_MAX_TOKENS
+
+    tokens = 1 + problem.X.shape[0] + 3 * problem.k  # BOS, the points, three groups of centroid tokens
+    if tokens > DENSE_MAX_TOKENS:
+        raise InputError(f"--construction swap runs the dense HookedTransformer only: {tokens} tokens is above its"
+                         f" limit of {DENSE_MAX_TOKENS} (a few (tokens)^2 float64 matrices per layer)")
     from analysis.commands._progress import Stages
     from analysis.swap import cluster_with_swap
 

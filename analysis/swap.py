@@ -82,11 +82,10 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
                            " gaps at its scale); the reference given that tie-break agrees with the circuit")
     per_iteration = []
     for t in range(1, iterations + 1):
-        labels = reference.sq_distances(X, run.centroids[t]).argmin(1)
         error = float(np.abs(run.centroids[t] - ref.centroids[t]).max())
         per_iteration.append({
             "iteration": t, "choice": run.choices[t - 1], "reference_choice": ref.choices[t - 1],
-            "label_agreement": float((labels == reference.sq_distances(X, ref.centroids[t]).argmin(1)).mean()),
+            "label_agreement": label_agreement(X, run.centroids[t], ref.centroids[t]),
             "max_centroid_error": error,
             "objective_circuit": reference.objective(X, run.centroids[t]),
             "objective_reference": float(ref.objectives[t]),
@@ -112,6 +111,11 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
                   f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"
                   " centroids, which the construction is never above"],
     }
+
+
+def label_agreement(X: Float[np.ndarray, "n d"], A: Float[np.ndarray, "k d"], B: Float[np.ndarray, "k d"]) -> float:
+    """The fraction of points whose nearest centroid has the same index in ``A`` and in ``B``."""
+    return float((reference.sq_distances(X, A).argmin(1) == reference.sq_distances(X, B).argmin(1)).mean())
 
 
 def smallest_gap(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> float:
@@ -167,6 +171,5 @@ class SwapModel:
             run = circ.run(x, c0)
             ref = safeguarded_swap(x, c0, steps, circ.knobs.select_margin)
             cents.append(run.centroids)
-            agree.append([float((reference.sq_distances(x, a).argmin(1) == reference.sq_distances(x, b).argmin(1))
-                                .mean()) for a, b in zip(run.centroids, ref.centroids)])
+            agree.append([label_agreement(x, a, b) for a, b in zip(run.centroids, ref.centroids)])
         return np.stack(cents, axis=1), np.mean(agree, axis=0)

@@ -318,7 +318,7 @@ def stream_activations(circuit: KMeansCircuit, resid: Float[torch.Tensor, "batch
 
     # pre=True: no block updates a residual already handed over in place.
     recording = Recording(on_record, pre=True, mid=any(hook_names.resid_mid(layer) in wanted for layer in layers))
-    structured_forward(circuit.model, resid, circuit.score_hooks, recording)
+    structured_forward(circuit.runnable, resid, circuit.score_hooks, recording)
 
 
 def _dense_pattern(groups) -> Float[torch.Tensor, "batch 1 pos pos"]:
@@ -357,7 +357,8 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
                         on_layer: Callable[[int], None] | None) -> Capture:
     from circuits.structured import Recording, structured_forward
 
-    model = circuit.model
+    # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
+    model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
     decoder = _LayerDecoder(circuit, encoded, encoded.resid)
     entries: dict[str, torch.Tensor] = {}
@@ -383,7 +384,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     if keep_cache:
         from transformer_lens import ActivationCache
 
-        cache = ActivationCache(entries, model)
+        cache = ActivationCache(entries, circuit.model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])
     return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED)
 

@@ -1,10 +1,14 @@
-"""Turn weight blocks into a real TransformerLens ``HookedTransformer``.
+"""Turn weight blocks into a circuit: a state dict, run as plain torch modules or as a TransformerLens
+``HookedTransformer``.
 
 Stages: layout -> per-block :class:`~circuits.weights.BlockWeights` (numpy, see :mod:`circuits.blocks`) ->
-state dict -> ``HookedTransformer``. The model is created with ``init_weights=False`` and every parameter is then
-loaded with ``load_state_dict(strict=True)`` (never ``load_and_process_state_dict``, which would fold and centre
-the weights); afterwards every parameter is compared with what we meant to write and checked finite, so no
-uninitialised memory can survive.
+state dict (:class:`CircuitWeights`: every parameter, checked finite) -> ``HookedTransformer``. The last stage is
+lazy: :attr:`KMeansCircuit.model` builds the ``HookedTransformer`` when something first asks for it (the dense
+path, the report views that run it, patching, the prover, a Python user), because TransformerLens takes seconds to
+import; the structured path runs the same state dict as plain torch modules (:mod:`circuits.plain`). The model is
+created with ``init_weights=False`` and every parameter is then loaded with ``load_state_dict(strict=True)``
+(never ``load_and_process_state_dict``, which would fold and centre the weights); afterwards every parameter is
+compared with what we meant to write and checked finite, so no uninitialised memory can survive.
 
 Configuration: bidirectional attention, no normalisation, gated ReLU MLP, one head per block, no attention
 scale (the sharpness lives in ``W_Q``). The model is a :class:`circuits.model.CircuitTransformer`: inputs enter
@@ -15,6 +19,7 @@ embedding (``d_vocab = 0``) and positions carry no information, so one model ser
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +29,7 @@ from jaxtyping import Float
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE, assign_block, lloyd_schedule, unembed_matrix, update_block
 from circuits.layout import ResidualLayout
+from circuits.plain import CircuitConfig, PlainTransformer
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD, VariantSpec
 from circuits.weights import BlockWeights
@@ -32,41 +38,12 @@ if TYPE_CHECKING:
     from circuits.model import CircuitTransformer
 
 
-def _transformer_lens():
-    # TransformerLens takes seconds to import; keep it out of module import so the CLI stays fast.
-    from transformer_lens import HookedTransformerConfig
-
-    from circuits.model import CircuitTransformer
-
-    return CircuitTransformer, HookedTransformerConfig
-
-
 def circuit_config(layout: ResidualLayout, n_layers: int, d_head: int, d_mlp: int, d_vocab_out: int,
-                   dtype: torch.dtype, device: str = "cpu", **overrides):
-    """The ``HookedTransformerConfig`` of a constructed circuit; ``overrides`` let variants change one lever."""
-    _, HookedTransformerConfig = _transformer_lens()
-    settings = dict(
-        n_layers=n_layers,
-        d_model=layout.d_model,
-        d_head=d_head,
-        n_heads=1,
-        d_mlp=d_mlp,
-        d_vocab=0,  # no vocabulary: the input is the residual stream
-        d_vocab_out=d_vocab_out,
-        n_ctx=1,  # CircuitTransformer records its real context, unlimited, once built
-        act_fn="relu",
-        gated_mlp=True,
-        attention_dir="bidirectional",
-        normalization_type=None,
-        use_attn_scale=False,
-        positional_embedding_type="standard",
-        init_weights=False,
-        dtype=dtype,
-        device=device,
-        default_prepend_bos=False,
-    )
-    settings.update(overrides)
-    return HookedTransformerConfig(**settings)
+                   dtype: torch.dtype, device: str = "cpu", **overrides) -> CircuitConfig:
+    """The settings of a constructed circuit's ``HookedTransformerConfig`` (:class:`~circuits.plain.CircuitConfig`;
+    ``.transformer_lens()`` makes the real one); ``overrides`` let variants change one lever."""
+    return CircuitConfig.of(**{**dict(n_layers=n_layers, d_model=layout.d_model, d_head=d_head, d_mlp=d_mlp,
+                                      d_vocab_out=d_vocab_out, dtype=dtype, device=device), **overrides})
 
 
 class WeightRangeError(ValueError):
@@ -85,15 +62,10 @@ def _cast(a, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-def state_dict_from_blocks(
-    blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], model, dtype: torch.dtype,
-) -> dict[str, torch.Tensor]:
-    """Every entry of ``model``'s state dict, from our blocks.
-
-    Buffers (the attention-mask placeholder, ``IGNORE``) are deterministic and copied from the model (the model has
-    no token or positional embedding). Any other parameter we do not define is an error, so a TransformerLens
-    upgrade that adds one cannot slip through with uninitialised values.
-    """
+def parameters_from_blocks(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"],
+                           dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every parameter of the circuit's state dict, from our blocks (the model's buffers are added when it is
+    built, :func:`state_dict_for`)."""
     d_head = max(b.head.d_head for b in blocks)
     d_mlp = max(b.mlp.d_mlp for b in blocks)
     d_model = W_U.shape[0]
@@ -119,6 +91,25 @@ def state_dict_from_blocks(
             state[p(component, name)] = t(value)
     state[hook_names.UNEMBED_W] = t(W_U)
     state[hook_names.UNEMBED_B] = torch.zeros(W_U.shape[1], dtype=dtype)
+    check_finite(state)
+    return state
+
+
+def check_finite(state: dict[str, torch.Tensor]) -> None:
+    """Every parameter is finite (a NaN or inf in a block would otherwise run)."""
+    for name, value in state.items():
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise RuntimeError(f"parameter {name} holds non-finite values")
+
+
+def state_dict_for(parameters: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+    """``model``'s whole state dict: our ``parameters``, and its buffers.
+
+    Buffers (the attention-mask placeholder, ``IGNORE``) are deterministic and copied from the model (the model has
+    no token or positional embedding). Any other parameter we do not define is an error, so a TransformerLens
+    upgrade that adds one cannot slip through with uninitialised values.
+    """
+    state = dict(parameters)
     buffers = dict(model.named_buffers())
     for key, value in model.state_dict().items():
         if key in state:
@@ -130,23 +121,58 @@ def state_dict_from_blocks(
     return state
 
 
+@dataclass(eq=False)
+class CircuitWeights:
+    """A circuit's weights before any model holds them: its config, its parameters (a state dict without the
+    model's buffers, checked finite) and the permanent hooks that are part of its architecture.
+
+    :meth:`plain` runs them as plain torch modules (no TransformerLens), :meth:`transformer` builds the
+    ``HookedTransformer`` (strict load, every weight compared after loading, permanent hooks installed).
+    """
+
+    config: CircuitConfig
+    parameters: dict[str, torch.Tensor] = field(repr=False)
+    #: ``(hook name, function)``, installed with ``is_permanent=True`` on the ``HookedTransformer``.
+    hooks: list[tuple[str, Callable]] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_blocks(cls, blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"],
+                    layout: ResidualLayout, dtype: torch.dtype = torch.float64, device: str = "cpu",
+                    hooks: list[tuple[str, Callable]] | None = None, **cfg_overrides) -> CircuitWeights:
+        if not blocks:
+            raise ValueError("a circuit needs at least one block")
+        cfg = circuit_config(
+            layout, n_layers=len(blocks), d_head=max(b.head.d_head for b in blocks),
+            d_mlp=max(b.mlp.d_mlp for b in blocks), d_vocab_out=W_U.shape[1], dtype=dtype, device=device,
+            **cfg_overrides,
+        )
+        parameters = {name: value.to(device) for name, value in parameters_from_blocks(blocks, W_U, dtype).items()}
+        return cls(cfg, parameters, list(hooks or []))
+
+    def plain(self) -> PlainTransformer | None:
+        """The plain torch modules holding these parameters, or ``None`` when the config needs TransformerLens."""
+        return PlainTransformer(self.config, self.parameters) if self.config.plain_supported else None
+
+    def transformer(self) -> CircuitTransformer:
+        """The :class:`~circuits.model.CircuitTransformer` (a ``HookedTransformer`` on residual input) whose every
+        weight is one of ours (checked after loading), with the permanent hooks installed."""
+        from circuits.model import CircuitTransformer  # imports TransformerLens: only here
+
+        model = CircuitTransformer(self.config.transformer_lens())
+        state = state_dict_for(self.parameters, model)
+        model.load_state_dict(state, strict=True)
+        check_loaded(model, state)
+        model.eval()
+        for name, fn in self.hooks:
+            model.add_hook(name, fn, is_permanent=True)
+        return model
+
+
 def build_model(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"], layout: ResidualLayout,
-                dtype: torch.dtype = torch.float64, device: str = "cpu", **cfg_overrides):
+                dtype: torch.dtype = torch.float64, device: str = "cpu", **cfg_overrides) -> CircuitTransformer:
     """A :class:`~circuits.model.CircuitTransformer` (a ``HookedTransformer`` on residual input) whose every weight
     is the one given (checked after loading)."""
-    CircuitTransformer, _ = _transformer_lens()
-    if not blocks:
-        raise ValueError("a circuit needs at least one block")
-    cfg = circuit_config(
-        layout, n_layers=len(blocks), d_head=max(b.head.d_head for b in blocks), d_mlp=max(b.mlp.d_mlp for b in blocks),
-        d_vocab_out=W_U.shape[1], dtype=dtype, device=device, **cfg_overrides,
-    )
-    model = CircuitTransformer(cfg)
-    state = state_dict_from_blocks(blocks, W_U, model, dtype)
-    model.load_state_dict(state, strict=True)
-    check_loaded(model, state)
-    model.eval()
-    return model
+    return CircuitWeights.from_blocks(blocks, W_U, layout, dtype, device, **cfg_overrides).transformer()
 
 
 def check_loaded(model, state: dict[str, torch.Tensor]) -> None:
@@ -162,14 +188,17 @@ def check_loaded(model, state: dict[str, torch.Tensor]) -> None:
 
 @dataclass
 class KMeansCircuit:
-    """A built circuit: the model (a ``HookedTransformer`` on residual input) plus what is needed to read it.
+    """A built circuit: its weights (run as a ``HookedTransformer`` on residual input, :attr:`model`, or as plain
+    torch modules, :attr:`runnable`) plus what is needed to read it.
 
     ``schedule[layer]`` is the block kind at each layer. For the Lloyd schedule, layer ``2t`` (an update) leaves
     the centroids after ``t`` iterations in ``C`` and layer ``2t + 1`` (an assignment) leaves the points'
     assignment to those centroids in ``Y``.
     """
 
-    model: CircuitTransformer
+    #: The state dict, config and permanent hooks (``None`` for a circuit made around a given model,
+    #: :meth:`from_model`).
+    weights: CircuitWeights | None
     layout: ResidualLayout
     schedule: list[str]
     sharpness: Sharpness
@@ -186,9 +215,49 @@ class KMeansCircuit:
     score_hooks: dict[int, object] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        self._model: CircuitTransformer | None = None
+        self._plain: PlainTransformer | None = self.weights.plain() if self.weights is not None else None
+
+    @classmethod
+    def from_model(cls, model: CircuitTransformer, *args, **kwargs) -> KMeansCircuit:
+        """A circuit around a ``HookedTransformer`` built elsewhere (e.g. with a configuration of one's own)."""
+        circuit = cls(None, *args, **kwargs)
+        circuit._adopt(model)
+        return circuit
+
+    def _adopt(self, model: CircuitTransformer) -> None:
         # The model knows the circuit it belongs to, so that what TransformerLens hands back (an ActivationCache
         # holds only the model) leads to the layout and schedule that read it.
-        self.model.kmeans_circuit = self
+        model.kmeans_circuit = self
+        self._model = model
+
+    @property
+    def model(self) -> CircuitTransformer:
+        """The ``HookedTransformer`` (a :class:`~circuits.model.CircuitTransformer`), built from :attr:`weights`
+        on first access (TransformerLens is imported then) and the same object afterwards."""
+        if self._model is None:
+            self._adopt(self.weights.transformer())
+        return self._model
+
+    @property
+    def model_built(self) -> bool:
+        """Whether :attr:`model` has been built (or given)."""
+        return self._model is not None
+
+    @property
+    def runnable(self):
+        """What the structured path runs: the ``HookedTransformer`` once it exists (so that its hooks and any edit
+        of its weights count, as before), else the plain modules of the same state dict (no TransformerLens), else
+        (a configuration the plain modules do not reproduce) the ``HookedTransformer``, built now."""
+        if self._model is not None or self._plain is None:
+            return self.model
+        return self._plain
+
+    @property
+    def config(self) -> CircuitConfig:
+        """The configuration's settings (``model.cfg``'s names and values), without building the model."""
+        return self.weights.config if self.weights is not None else CircuitConfig.of(
+            **{f: getattr(self._model.cfg, f) for f in CircuitConfig.__dataclass_fields__ if f != "other"})
 
     @property
     def params(self) -> dict[str, float]:
@@ -197,7 +266,7 @@ class KMeansCircuit:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.cfg.dtype
+        return self.config.dtype
 
     @property
     def n_layers(self) -> int:
@@ -226,5 +295,5 @@ def build_lloyd_circuit(d: int, k: int, iterations: int = 10, sharpness: Sharpne
     # Weights are tied across layers: one A and one U block, repeated.
     kinds = {ASSIGN: assign_block(layout, sharp), UPDATE: update_block(layout, sharp)}
     blocks = [kinds[kind] for kind in schedule]
-    model = build_model(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device)
-    return KMeansCircuit(model, layout, schedule, sharp, iterations, "lloyd", blocks)
+    weights = CircuitWeights.from_blocks(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device)
+    return KMeansCircuit(weights, layout, schedule, sharp, iterations, "lloyd", blocks)

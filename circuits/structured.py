@@ -254,7 +254,8 @@ KEEP_ALL = Recording()
 def check_supported(model, score_hooks: dict[int, object] | None = None) -> None:
     """Refuse configurations whose attention this module does not reproduce exactly.
 
-    ``score_hooks[layer]`` is the permanent ``hook_attn_scores`` hook of each layer that has one; each must carry a
+    ``model`` is a ``HookedTransformer`` or the plain modules of :mod:`circuits.plain` (same attributes, no hook
+    points). ``score_hooks[layer]`` is the permanent ``hook_attn_scores`` hook of each layer that has one; each must carry a
     ``structured`` counterpart. Any other attention hook refuses the path.
     """
     cfg = model.cfg
@@ -282,7 +283,10 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         attn = block.attn
         for name in hook_names.ATTENTION_HOOK_ATTRIBUTES:
             hook = getattr(attn, name, None)
-            registered = 0 if hook is None else len(hook._forward_hooks) + len(hook._forward_pre_hooks)
+            if hook is None:
+                # No hook point (circuits.plain): nothing is registered, the given score hooks are all that runs.
+                continue
+            registered = len(hook._forward_hooks) + len(hook._forward_pre_hooks)
             expected = 1 if name == hook_names.SCORES_ATTRIBUTE and layer in score_hooks else 0
             if registered != expected:
                 problems.append(f"{registered} hook(s) on blocks.{layer}.attn.{name}, which grouped attention would not run")
@@ -375,6 +379,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and restricted linear maps.
 
+    ``model``: a ``HookedTransformer`` or a :class:`circuits.plain.PlainTransformer` (``KMeansCircuit.runnable``).
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
     logits and, per layer (as ``recording`` says: returned or streamed), the residual stream before and after the
     block and the grouped attention of each problem. Residuals in the records are ``(batch, pos, d_model)`` views

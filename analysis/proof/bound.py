@@ -324,10 +324,11 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
 
 
 def _sink_logits(circ, kind: str) -> float | None:
-    """The attention-sink logit of the ``kind`` layers, read from the model's weights (``None`` without sinks)."""
-    if not getattr(circ.model.cfg, "use_attention_sinks", False):
+    """The attention-sink logit of the ``kind`` layers, read from the model's weights (``None`` without sinks);
+    ``runnable``: the weights the structured path runs, without building the HookedTransformer for them."""
+    if not getattr(circ.runnable.cfg, "use_attention_sinks", False):
         return None
-    values = {float(circ.model.blocks[layer].attn.sinks.detach().reshape(-1)[0]) for layer in circ.layers_of(kind)}
+    values = {float(circ.runnable.blocks[layer].attn.sinks.detach().reshape(-1)[0]) for layer in circ.layers_of(kind)}
     # Tied weights share one value; if they did not, the largest logit is the worst case for the update heads.
     return max(values) if kind == UPDATE or len(values) == 1 else None
 
@@ -390,7 +391,7 @@ def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, floa
                     hard[j, members] = 1 / len(members)
                 else:
                     hard[j, seq.centroid(j)] = 1.0
-            sink = np.abs(1 - p.sum(axis=1)) if getattr(circ.model.cfg, "use_attention_sinks", False) else 0.0
+            sink = np.abs(1 - p.sum(axis=1)) if getattr(circ.runnable.cfg, "use_attention_sinks", False) else 0.0
             out[lc.layer] = float((np.abs(p - hard).sum(axis=1) + sink).max())
     return out
 

@@ -1,9 +1,9 @@
 """What every variant circuit shares: its assembly, and small MLP pieces several variants use.
 
 A variant is the Lloyd circuit with one recognisable change, declared by a :class:`circuits.spec.VariantSpec`.
-:func:`assemble` turns a list of blocks into a :class:`~circuits.build.KMeansCircuit`, installing the variant's
-permanent hooks: they are part of the architecture, like a choice of attention normalisation, and they survive
-``run_with_cache`` and ``model.hooks()`` (which only remove non-permanent hooks).
+:func:`assemble` turns a list of blocks into a :class:`~circuits.build.KMeansCircuit` with the variant's permanent
+hooks: they are part of the architecture, like a choice of attention normalisation; on the ``HookedTransformer``
+they survive ``run_with_cache`` and ``model.hooks()`` (which only remove non-permanent hooks).
 
 torch (and with it :mod:`circuits.build`) is imported when a circuit is built, not when this package is: listing
 and validating variant specs, which the command line does before any heavy import, must not load it.
@@ -54,21 +54,21 @@ def finfo(dtype: torch.dtype | None):
 def assemble(spec: VariantSpec, layout: ResidualLayout, blocks: list[BlockWeights], iterations: int,
              sharpness: Sharpness, dtype: torch.dtype | None = None, device: str = "cpu",
              hooks: dict[int, tuple[str, Callable, str]] | None = None, **cfg_overrides) -> KMeansCircuit:
-    """Build the ``HookedTransformer`` of ``blocks`` (schedule ``U A ... U A``; ``dtype`` ``None``: float64) and
-    install permanent hooks. ``hooks[layer] = (hook name, function, description)``."""
+    """The circuit of ``blocks`` (schedule ``U A ... U A``; ``dtype`` ``None``: float64) with its permanent hooks,
+    ``hooks[layer] = (hook name, function, description)``: installed on the ``HookedTransformer`` when it is built,
+    applied by the structured path to the plain modules (:class:`~circuits.build.CircuitWeights`)."""
     import torch  # at build time only (module docstring)
 
-    from circuits.build import KMeansCircuit, build_model
+    from circuits.build import CircuitWeights, KMeansCircuit
 
     schedule = lloyd_schedule(iterations)
     if [b.kind for b in blocks] != schedule:
         raise ValueError(f"blocks {[b.kind for b in blocks]} do not follow the schedule {schedule}")
     dtype = torch.float64 if dtype is None else dtype
-    model = build_model(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device, **cfg_overrides)
-    described, score_hooks = [], {}
-    for layer, (name, fn, description) in sorted((hooks or {}).items()):
-        model.add_hook(name, fn, is_permanent=True)
-        described.append((name, description))
-        score_hooks[layer] = fn
-    return KMeansCircuit(model, layout, schedule, sharpness, iterations, spec.name, blocks, spec=spec, hooks=described,
+    ordered = sorted((hooks or {}).items())
+    weights = CircuitWeights.from_blocks(blocks, unembed_matrix(layout), layout, dtype=dtype, device=device,
+                                         hooks=[(name, fn) for _, (name, fn, _) in ordered], **cfg_overrides)
+    described = [(name, description) for _, (name, _, description) in ordered]
+    score_hooks = {layer: fn for layer, (_, fn, _) in ordered}
+    return KMeansCircuit(weights, layout, schedule, sharpness, iterations, spec.name, blocks, spec=spec, hooks=described,
                          score_hooks=score_hooks)

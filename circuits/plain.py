@@ -1,0 +1,186 @@
+"""The circuit's weights as plain torch modules, for running them without TransformerLens.
+
+TransformerLens takes seconds to import, and the structured execution path (:mod:`circuits.structured`) needs none
+of it: it reads the weight tensors, the attention levers of the configuration and the permanent score hooks, and
+computes everything else itself. A :class:`PlainTransformer` holds exactly that, read from the same state dict that
+the ``HookedTransformer`` is loaded from (:class:`circuits.build.CircuitWeights`); its parameters *are* the state
+dict's tensors. So ``kmeans-circuits cluster`` runs the circuit without importing TransformerLens, and
+``KMeansCircuit.model`` builds the ``HookedTransformer`` only when something asks for it.
+
+The modules mirror the TransformerLens attributes the structured path reads, with the same meaning:
+
+* ``model.cfg``: a :class:`CircuitConfig`, the circuit's ``HookedTransformerConfig`` settings (the same names and
+  values; :meth:`CircuitConfig.transformer_lens` makes the real one);
+* ``model.blocks[i].attn``: ``W_Q``, ``W_K``, ``W_V`` ``(1, d_model, d_head)``, ``W_O`` ``(1, d_head, d_model)``,
+  ``b_Q``, ``b_K``, ``b_V`` ``(1, d_head)``, ``b_O`` ``(d_model,)``, ``sinks`` ``(1,)`` with attention sinks,
+  ``q_norm``/``k_norm`` (:class:`PlainRMSNorm`, or ``None`` without qk-norm), ``attn_scale`` and ``cfg``;
+* ``model.blocks[i].mlp``: ``W_gate``, ``W_in`` ``(d_model, d_mlp)``, ``b_in`` ``(d_mlp,)``, ``W_out``
+  ``(d_mlp, d_model)``, ``b_out`` ``(d_model,)``; ``ln1``/``ln2`` are the identity (no normalisation);
+* ``model.unembed(x)``: ``x @ W_U + b_U``, computed as TransformerLens' ``Unembed`` computes it.
+
+There are no hook points: a plain model runs no hooks but the circuit's score hooks, which the structured path
+applies itself. Configurations the plain modules do not reproduce (any TransformerLens setting beyond those of
+:class:`CircuitConfig`) have no plain model (:meth:`CircuitConfig.plain_supported`); they run on the
+``HookedTransformer``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from circuits import hook_names
+
+
+@dataclass
+class CircuitConfig:
+    """The settings of a circuit's ``HookedTransformerConfig``, under the same names, without TransformerLens.
+
+    The defaults are the construction's (:func:`circuits.build.circuit_config`) and, for the levers variants turn
+    (``use_qk_norm``, ``eps``, ``use_attention_sinks``, ``use_attn_scale``) and the settings the structured path
+    checks, TransformerLens' own defaults (``tests/test_plain.py`` compares every field with the real config).
+    ``other`` holds any further ``HookedTransformerConfig`` setting a caller passes; the plain modules do not
+    reproduce those, so such a circuit has no plain model.
+    """
+
+    n_layers: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    d_vocab_out: int
+    dtype: torch.dtype = torch.float64
+    device: str = "cpu"
+    n_heads: int = 1
+    d_vocab: int = 0  # no vocabulary: the input is the residual stream
+    n_ctx: int = 1  # CircuitTransformer records its real context, unlimited, once built
+    act_fn: str = "relu"
+    gated_mlp: bool = True
+    attention_dir: str = "bidirectional"
+    normalization_type: str | None = None
+    use_attn_scale: bool = False
+    positional_embedding_type: str = "standard"
+    init_weights: bool = False
+    default_prepend_bos: bool = False
+    use_qk_norm: bool = False
+    eps: float = 1e-5
+    use_attention_sinks: bool = False
+    n_key_value_heads: int | None = None
+    parallel_attn_mlp: bool = False
+    attn_only: bool = False
+    other: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **settings) -> CircuitConfig:
+        """A config from ``HookedTransformerConfig`` keyword arguments: the ones not named here go to ``other``."""
+        names = {f.name for f in fields(cls)} - {"other"}
+        return cls(**{k: v for k, v in settings.items() if k in names},
+                   other={k: v for k, v in settings.items() if k not in names})
+
+    def settings(self) -> dict:
+        """Every setting as ``HookedTransformerConfig`` keyword arguments."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "other"}
+        return {**own, **self.other}
+
+    def transformer_lens(self):
+        """The ``HookedTransformerConfig`` (imports TransformerLens)."""
+        from transformer_lens import HookedTransformerConfig
+
+        return HookedTransformerConfig(**self.settings())
+
+    @property
+    def plain_supported(self) -> bool:
+        """The plain modules reproduce this configuration: no normalisation, gated ReLU MLP, one head per block, the
+        levers of this class and nothing in ``other``."""
+        return (not self.other and self.normalization_type is None and self.gated_mlp and self.act_fn == "relu"
+                and self.n_heads == 1 and self.n_key_value_heads is None and not self.parallel_attn_mlp
+                and not self.attn_only and self.positional_embedding_type == "standard")
+
+
+def _fixed(value: Tensor) -> nn.Parameter:
+    # The parameter is the state dict's tensor itself (no copy), so the plain model runs exactly what was checked.
+    return nn.Parameter(value, requires_grad=False)
+
+
+class PlainRMSNorm(nn.Module):
+    """TransformerLens' ``RMSNorm`` (qk-norm), the same arithmetic: ``x / sqrt(mean(x^2) + eps) * w``."""
+
+    def __init__(self, w: Tensor, eps: float, dtype: torch.dtype):
+        super().__init__()
+        self.w, self.eps, self.dtype = _fixed(w), eps, dtype
+
+    def forward(self, x: Float[Tensor, "*lead length"]) -> Float[Tensor, "*lead length"]:
+        if self.dtype not in (torch.float32, torch.float64):
+            x = x.to(torch.float32)
+        scale = (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
+        return (x / scale).to(self.dtype) * self.w
+
+
+class PlainAttention(nn.Module):
+    """One head's weights and levers (see the module docstring)."""
+
+    def __init__(self, cfg: CircuitConfig, take):
+        super().__init__()
+        self.cfg = cfg
+        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"):
+            setattr(self, name, _fixed(take(name)))
+        # As TransformerLens: the scores are divided by sqrt(d_head) only with use_attn_scale.
+        self.attn_scale = math.sqrt(cfg.d_head) if cfg.use_attn_scale else 1.0
+        if cfg.use_attention_sinks:
+            self.sinks = _fixed(take("sinks"))
+        self.q_norm = PlainRMSNorm(take("q_norm.w"), cfg.eps, cfg.dtype) if cfg.use_qk_norm else None
+        self.k_norm = PlainRMSNorm(take("k_norm.w"), cfg.eps, cfg.dtype) if cfg.use_qk_norm else None
+
+
+class PlainMLP(nn.Module):
+    """A gated MLP's weights."""
+
+    def __init__(self, take):
+        super().__init__()
+        for name in ("W_gate", "W_in", "b_in", "W_out", "b_out"):
+            setattr(self, name, _fixed(take(name)))
+
+
+class PlainBlock(nn.Module):
+    def __init__(self, cfg: CircuitConfig, layer: int, take):
+        super().__init__()
+        self.ln1, self.ln2 = nn.Identity(), nn.Identity()
+        self.attn = PlainAttention(cfg, lambda name: take(hook_names.param(layer, "attn", name)))
+        self.mlp = PlainMLP(lambda name: take(hook_names.param(layer, "mlp", name)))
+
+
+class PlainUnembed(nn.Module):
+    def __init__(self, W_U: Tensor, b_U: Tensor):
+        super().__init__()
+        self.W_U, self.b_U = _fixed(W_U), _fixed(b_U)
+
+    def forward(self, residual: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab_out"]:
+        # As TransformerLens' Unembed computes it, so that both models give the same logits bit for bit.
+        return F.linear(residual, self.W_U.T.contiguous(), self.b_U)
+
+
+class PlainTransformer(nn.Module):
+    """The circuit's weights in plain torch modules (see the module docstring); run by
+    :func:`circuits.structured.structured_forward`, never called directly."""
+
+    def __init__(self, cfg: CircuitConfig, state: dict[str, Tensor]):
+        super().__init__()
+        if not cfg.plain_supported:
+            raise ValueError(f"no plain model reproduces this configuration ({sorted(cfg.other) or cfg})")
+        self.cfg = cfg
+        unused = dict(state)
+
+        def take(key: str) -> Tensor:
+            if key not in unused:
+                raise KeyError(f"the state dict lacks {key!r}")
+            return unused.pop(key)
+
+        self.blocks = nn.ModuleList([PlainBlock(cfg, layer, take) for layer in range(cfg.n_layers)])
+        self.unembed = PlainUnembed(take(hook_names.UNEMBED_W), take(hook_names.UNEMBED_B))
+        # As load_state_dict(strict=True): every entry is used.
+        if unused:
+            raise KeyError(f"the plain model has no parameter {next(iter(unused))!r}")

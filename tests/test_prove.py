@@ -68,7 +68,7 @@ def test_a_changed_architecture_fails_the_architecture_and_semantics_obligations
     schedule = lloyd_schedule(1)
     kinds = {"assign": assign_block(layout, sharp), "update": update_block(layout, sharp)}
     model = build_model([kinds[s] for s in schedule], unembed_matrix(layout), layout, use_attn_scale=True)
-    circuit = KMeansCircuit(model, layout, schedule, sharp, 1, "lloyd", [kinds[s] for s in schedule])
+    circuit = KMeansCircuit.from_model(model, layout, schedule, sharp, 1, "lloyd", [kinds[s] for s in schedule])
     report = prove_circuit(circuit, examples=0)
     assert not report.ok
     assert report.get("model.architecture").status == Status.FAILED and "use_attn_scale" in report.get("model.architecture").detail

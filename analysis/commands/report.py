@@ -37,11 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from analysis.commands._progress import Stages
     from analysis.commands.cluster import run_circuit
     from analysis.pipeline import DTYPES
-    from analysis.report import build_report
 
     with Stages(NAME, ["circuit", "report"]) as stages:
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages)
         stages.start("report")
+        # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
+        from analysis.report import build_report
+
         report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
         html = report.to_html(plotly_js=args.plotly_js)
     if args.plotly_js == "shared":

@@ -36,7 +36,11 @@ def dense_residuals(circuit, encoded):
 
 
 def max_layer_difference(circuit, encoded):
+    """Largest difference between the structured and the dense residual stream; the structured path runs the same
+    bits on the circuit's plain modules (no TransformerLens, circuits.plain) and on its HookedTransformer."""
+    _, plain = structured_forward(circuit.weights.plain(), encoded.resid, circuit.score_hooks)
     _, records = structured_forward(circuit.model, encoded.resid, circuit.score_hooks)
+    assert all(torch.equal(p.resid_post, r.resid_post) for p, r in zip(plain, records))
     dense = dense_residuals(circuit, encoded)
     return max(float((r.resid_post - d).abs().max()) for r, d in zip(records, dense))
 

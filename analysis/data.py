@@ -28,10 +28,19 @@ class Dataset:
     y: np.ndarray | None = None
 
 
+#: The bundled datasets' files in scikit-learn's ``datasets/data`` folder: (file, its first row holds the shape).
+_BUNDLED = {"iris": ("iris.csv", True), "wine": ("wine_data.csv", True), "breast_cancer": ("breast_cancer.csv", True),
+            "digits": ("digits.csv.gz", False)}
+
+
 def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: int = 0) -> Dataset:
     """A dataset bundled with scikit-learn (no download), or synthetic blobs of ``n`` points in ``d`` dimensions."""
     if name not in DATASETS:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name in _BUNDLED:
+        bundled = _read_bundled(name)
+        if bundled is not None:
+            return bundled
     from sklearn import datasets
 
     if name == "blobs":
@@ -41,6 +50,33 @@ def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: in
         return Dataset("blobs", np.asarray(X, dtype=np.float64), y)
     bunch = getattr(datasets, f"load_{name}")()
     return Dataset(name, np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target))
+
+
+def _read_bundled(name: str) -> Dataset | None:
+    """scikit-learn's own file of a bundled dataset, read without importing scikit-learn (which takes a second and
+    more: it loads scipy and pandas); ``None`` (use scikit-learn's loader) if the file is not where, or not what,
+    it was. The file holds one row per sample, the target last; tests/test_data.py checks that this equals
+    ``sklearn.datasets.load_<name>()``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # locates the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    file, shape_row = _BUNDLED[name]
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / file
+    try:
+        rows = np.loadtxt(path, delimiter=",", skiprows=1 if shape_row else 0, dtype=np.float64, ndmin=2)
+        if shape_row:
+            with path.open() as head:
+                n_samples, n_features = (int(v) for v in head.readline().split(",")[:2])
+            if rows.shape != (n_samples, n_features + 1):
+                return None
+    except (OSError, ValueError):
+        return None
+    target = rows[:, -1]
+    if not np.array_equal(target, np.round(target)):
+        return None
+    return Dataset(name, np.ascontiguousarray(rows[:, :-1]), target.astype(int))
 
 
 def _parse_float(cell: str) -> float:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import warnings
 from typing import no_type_check
 from collections import OrderedDict
+from fractions import Fraction
+from dataclasses import replace
 
 import numpy as np
+from jaxtyping import Float, Int
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -25,8 +28,11 @@ from analysis.capture import PATHS
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import reference
+from circuits.blocks import ASSIGN, assign_block
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import distinct_rows, initial_centroids
+from circuits.sharpness import UNIT_ROUNDOFF, Sharpness
+from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
 
 
@@ -59,16 +65,95 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     same weights runs the circuit already built. Fitted estimators share it: do not add permanent hooks to a
     fitted ``model_`` (use ``model.hooks(...)``). The most recently used circuits are kept, within
     :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
+
+    Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
+    ``beta``, ``tie_break`` and ``mask``): only its assign heads are rebuilt (:func:`with_assign_knobs`), which is
+    what a new fold or a new data set of the same shape needs.
     """
     key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
-        circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
+        template = None if options else _same_structure(key)
+        if template is not None:
+            circuit = with_assign_knobs(template, sharpness)
+        else:
+            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
         entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.model.parameters()))
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(size for _, size in _BUILT.values()) > CACHE_BYTES):
         _BUILT.popitem(last=False)
     return entry[0]
+
+
+#: The knobs that only Lloyd's assign head reads (:func:`circuits.blocks.assign_head`); ``beta_update`` is the
+#: update head's.
+ASSIGN_KNOBS = ("beta", "tie_break", "mask")
+
+
+def _structure(key: tuple) -> tuple:
+    """``key`` without the assign head's knobs: circuits equal under it differ in their assign heads alone."""
+    variant, d, k, iterations, sharpness, dtype, options = key
+    knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
+    return (variant, d, k, iterations, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
+
+
+def _same_structure(key: tuple):
+    """A cached Lloyd circuit (built from :data:`circuits.spec.LLOYD`) of ``key``'s structure, or ``None``."""
+    if key[4] is None:
+        return None
+    wanted = _structure(key)
+    for other, (circuit, _) in reversed(_BUILT.items()):
+        if other[4] is not None and _structure(other) == wanted and circuit.spec is LLOYD_SPEC \
+                and circuit.variant == "lloyd" and not circuit.hooks:
+            return circuit
+    return None
+
+
+def with_assign_knobs(template, sharpness: Sharpness):
+    """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``).
+
+    In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, so
+    the result is the circuit a fresh build with ``sharpness`` makes (tests/test_estimator_reuse.py compares every
+    parameter): the assign layers' attention modules are new, with the rebuilt ``W_Q``, ``W_K``, ``W_V``, ``W_O``;
+    every other module (update layers, MLPs, hook points) is ``template``'s, shared, as are the structured path's
+    plans of those modules. A new model object holds them, so ``template`` keeps its own weights.
+    """
+    import torch
+
+    if {**template.sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)} != \
+            {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}:
+        raise ValueError("with_assign_knobs: the circuits differ in more than the assign head's knobs")
+    dtype = template.dtype
+    assign = assign_block(template.layout, sharpness)
+    old = template.model
+    head = assign.head.padded(old.cfg.d_head)
+    weights = {name: torch.as_tensor(getattr(head, name)[None], dtype=dtype) for name in head.MATRICES}
+    if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
+        # A knob too large for the dtype: the fresh build says so (WeightRangeError).
+        return get_variant(template.variant).build(template.layout.d, template.layout.k, template.iterations,
+                                                   sharpness=sharpness, dtype=dtype)
+
+    def fork(module):
+        # A shallow copy whose own submodule and parameter tables can be changed without touching the original.
+        copy = module.__class__.__new__(module.__class__)
+        copy.__dict__.update(module.__dict__)
+        copy._modules, copy._parameters = dict(module._modules), dict(module._parameters)
+        copy.__dict__.pop("_structured_plan", None)
+        return copy
+
+    model = fork(old)
+    model._modules["blocks"] = layers = fork(old.blocks)
+    # HookedRootModule's name -> module table, with the new modules in place (its setup() walks every module).
+    model.mod_dict, model.hook_dict = dict(old.mod_dict), dict(old.hook_dict)
+    model.mod_dict["blocks"] = layers
+    for layer in template.layers_of(ASSIGN):
+        layers._modules[str(layer)] = block = fork(old.blocks[layer])
+        block._modules["attn"] = attn = fork(old.blocks[layer].attn)
+        model.mod_dict[f"blocks.{layer}"], model.mod_dict[f"blocks.{layer}.attn"] = block, attn
+        for name, value in weights.items():
+            attn._parameters[name] = torch.nn.Parameter(value.clone(), requires_grad=attn._parameters[name].requires_grad)
+    blocks = [assign if kind == ASSIGN else block for kind, block in zip(template.schedule, template.blocks)]
+    return replace(template, model=model, sharpness=sharpness, blocks=blocks)
 
 
 def clear_circuit_cache() -> None:
@@ -97,6 +182,59 @@ def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
     floor = spread if spread > 0 else max(float(r.max()), 1.0)
     level = np.ceil(np.log(np.maximum(r / floor, 1.0)) / np.log(GROUP_FACTOR)).astype(int)
     return [np.flatnonzero(level == g) for g in np.unique(level)]
+
+
+#: Points certified per chunk by :func:`misassigned` (its temporaries are ``chunk x k x d``).
+_CERTIFY_CHUNK = 4096
+
+
+def _exact_gap(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> Fraction:
+    """``|x - a|^2 - |x - b|^2`` in rational arithmetic on the float64 values (exact)."""
+    return sum((Fraction(p) - Fraction(q)) * (Fraction(p) + Fraction(q) - 2 * Fraction(r))
+               for p, q, r in zip(a.tolist(), b.tolist(), x.tolist()))
+
+
+def misassigned(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
+                labels: Int[np.ndarray, " n"]) -> Int[np.ndarray, " m"]:
+    """Rows of ``X`` whose label is not the exact nearest centroid: the lowest index among the centroids whose
+    squared distance, computed exactly from the float64 values, is the smallest.
+
+    Each label is compared with every other centroid ``j`` by ``|x - c_l|^2 - |x - c_j|^2 = (c_l - c_j) . (c_l
+    + c_j - 2x)``, which has no cancellation between the magnitudes of ``x`` and ``c`` (the expanded or the direct
+    form loses a far point's direction, or a near-bisector point's gap, to rounding). Computed in float64 it is
+    within ``(d + 8) u sum_m |c_l - c_j|_m (|c_l| + |c_j| + 2|x|)_m`` of the exact value (``u`` = 2**-53: one
+    rounding per difference and sum, ``d`` for the dot product); where the computed value is within twice that
+    of 0, the sign is taken from rational arithmetic (:class:`fractions.Fraction`) instead.
+    """
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    d, k, wrong = X.shape[1], C.shape[0], []
+    index = np.arange(k)
+    for start in range(0, len(X), _CERTIFY_CHUNK):
+        x, own = X[start:start + _CERTIFY_CHUNK], labels[start:start + _CERTIFY_CHUNK]
+        c_own = C[own]
+        U = c_own[:, None, :] - C[None, :, :]
+        V = c_own[:, None, :] + C[None, :, :] - 2.0 * x[:, None, :]
+        gap = np.einsum("njm,njm->nj", U, V)
+        W = np.abs(c_own)[:, None, :] + np.abs(C)[None, :, :] + 2.0 * np.abs(x)[:, None, :]
+        bound = 2.0 * (d + 8) * UNIT_ROUNDOFF * np.einsum("njm,njm->nj", np.abs(U), W)
+        other = index[None, :] != own[:, None]
+        bad = other & (gap > bound)  # the label's centroid is certainly farther than another
+        unsure = other & ~bad & ~(gap < -bound)
+        for i, j in zip(*np.nonzero(unsure)):
+            exact = _exact_gap(x[i], C[own[i]], C[j])
+            bad[i, j] = exact > 0 or (exact == 0 and j < own[i])
+        wrong.extend(start + np.flatnonzero(bad.any(axis=1)))
+    return np.asarray(wrong, dtype=np.int64)
+
+
+def exact_nearest(x: Float[np.ndarray, " d"], C: Float[np.ndarray, "k d"]) -> int:
+    """The exact nearest centroid of one point (lowest index on exact ties), in rational arithmetic."""
+    best = 0
+    for j in range(1, len(C)):
+        if _exact_gap(x, C[j], C[best]) < 0:
+            best = j
+    return best
 
 
 class CircuitMismatchWarning(UserWarning):
@@ -290,6 +428,16 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             if not result.report.verified:
                 raise ValueError(f"predict: the circuit could not resolve {len(group)} point(s) exactly: "
                                  + "; ".join(result.report.failures))
+            # The verifier excuses a label that float64 cannot tell from the nearest in the circuit's (unit)
+            # coordinates; predict promises the exact nearest centroid of the user's values, so it checks that.
+            wrong = misassigned(X[group], centres, result.labels)
+            if wrong.size:
+                row = int(group[wrong[0]])
+                raise ValueError(
+                    f"predict: the circuit cannot resolve {wrong.size} point(s) (first: row {row}, "
+                    f"labelled {int(result.labels[wrong[0]])}, nearest centroid "
+                    f"{exact_nearest(X[row], centres)}): float64 in the circuit's coordinates cannot separate "
+                    "their nearest centroids (points very far from the centroids, or very near a bisector)")
             labels[group] = result.labels
         return labels
 

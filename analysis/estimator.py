@@ -11,6 +11,7 @@ It lives in ``analysis/`` rather than ``circuits/`` because it verifies, and mod
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import no_type_check
 from collections import OrderedDict
@@ -134,17 +135,16 @@ def with_assign_knobs(template, sharpness: Sharpness):
                                                    sharpness=sharpness, dtype=dtype)
 
     def fork(module):
-        # A shallow copy whose own submodule and parameter tables can be changed without touching the original.
-        copy = module.__class__.__new__(module.__class__)
-        copy.__dict__.update(module.__dict__)
-        copy._modules, copy._parameters = dict(module._modules), dict(module._parameters)
-        copy.__dict__.pop("_structured_plan", None)
-        return copy
+        # A shallow copy with its own tables (submodules, parameters, buffers, hooks; HookedRootModule's name ->
+        # module maps): changing them leaves the original alone. The plan the structured path cached is dropped.
+        twin = module.__class__.__new__(module.__class__)
+        twin.__dict__.update({name: copy.copy(value) if isinstance(value, dict) else value
+                              for name, value in module.__dict__.items() if name != "_structured_plan"})
+        return twin
 
     model = fork(old)
     model._modules["blocks"] = layers = fork(old.blocks)
-    # HookedRootModule's name -> module table, with the new modules in place (its setup() walks every module).
-    model.mod_dict, model.hook_dict = dict(old.mod_dict), dict(old.hook_dict)
+    # HookedRootModule's name -> module table lists the new modules (its setup() would walk every module).
     model.mod_dict["blocks"] = layers
     for layer in template.layers_of(ASSIGN):
         layers._modules[str(layer)] = block = fork(old.blocks[layer])
@@ -269,8 +269,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
     (``score`` takes any weights). float32 data gives float32 ``cluster_centers_`` and ``transform``; the circuit
-    itself runs in ``dtype``. Built circuits are reused across fits and predictions with the same weights
-    (:func:`built_circuit`).
+    itself runs in ``dtype``. Built circuits are reused across fits and predictions with the same weights, and
+    Lloyd's circuits for new data of the same shape are derived from them (:func:`built_circuit`).
     """
 
     # scikit-learn's convention: __init__ stores its arguments and fit validates them (check_estimator sets wrong
@@ -417,8 +417,11 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
 
         Each point's label depends on the centroids alone, so points are run in groups of similar distance from
         the centroids (within a factor of 256): a far point then cannot coarsen what float64 resolves for the
-        others. Every group is verified against the nearest-centroid reference; a group the circuit cannot
-        resolve raises ``ValueError`` rather than returning a wrong label.
+        others. Every group is verified against the nearest-centroid reference, and every label is then checked to
+        be the exact nearest centroid of the point's float64 values, the lowest index among exactly equidistant
+        ones (:func:`misassigned`): the verifier excuses what float64 cannot order in the circuit's unit
+        coordinates, which for a point very far away or very near a bisector can be the wrong side. A group the
+        circuit cannot resolve raises ``ValueError`` rather than returning a wrong label.
         """
         X = self._checked(X)
         centres = self.cluster_centers_.astype(np.float64)

@@ -58,6 +58,10 @@ def test_derived_circuit_is_the_fresh_build(d, k, iterations, beta, tie_break, m
     # The template keeps its own weights and knobs.
     assert template.sharpness == Sharpness() and template.model.kmeans_circuit is template
     assert all(torch.equal(before[name], value) for name, value in template.model.state_dict().items())
+    # TransformerLens finds each model's own modules by name (hooks and caches go through these tables).
+    layer = f"blocks.{derived.layers_of('assign')[0]}.attn"
+    assert derived.model.mod_dict[layer] is derived.model.get_submodule(layer) is not template.model.mod_dict[layer]
+    assert template.model.mod_dict[layer] is template.model.get_submodule(layer)
 
 
 def test_derivation_refuses_other_knobs():

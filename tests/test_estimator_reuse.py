@@ -140,9 +140,13 @@ def test_predict_is_exact_on_ordinary_points(fitted):
 
 
 @pytest.mark.parametrize("factor", [1e17, 1e50, 1e150])
-def test_predict_far_points_are_exact_or_refused(fitted, factor):
-    """Issue 22: far points were all labelled 0 with no error."""
+@pytest.mark.parametrize("variant", ["lloyd", "damped:eta=0.5", "trimmed:radius=4"])
+def test_predict_far_points_are_exact_or_refused(fitted, factor, variant):
+    """Issue 22: far points were all labelled 0 with no error. The variants with Lloyd's distance head promise the
+    same; trimmed k-means labels a point beyond its fitted threshold -1 (these are all far beyond it)."""
     X, est = fitted
+    if variant != "lloyd":
+        est = CircuitKMeans(4, max_iter=5, random_state=0, variant=variant).fit(X)
     rng = np.random.default_rng(0)
     directions = rng.normal(size=(20, 3))
     scale = np.linalg.norm(X - X.mean(axis=0), axis=1).max()
@@ -154,6 +158,9 @@ def test_predict_far_points_are_exact_or_refused(fitted, factor):
     except ValueError as error:
         assert "cannot resolve" in str(error)
     else:
+        if variant.startswith("trimmed"):
+            assert ((P[:, None] - est.cluster_centers_[None]) ** 2).sum(axis=-1).min() > 1e20 * est.threshold_
+            expected = np.full(len(P), -1)
         np.testing.assert_array_equal(labels, expected)
 
 

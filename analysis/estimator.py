@@ -14,8 +14,11 @@ from __future__ import annotations
 import warnings
 from typing import no_type_check
 from collections import OrderedDict
+from fractions import Fraction
+from dataclasses import replace
 
 import numpy as np
+from jaxtyping import Float, Int
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -24,9 +27,12 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from analysis.capture import PATHS
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
-from circuits import reference
+from circuits import hook_names, reference
+from circuits.blocks import ASSIGN, assign_block
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import distinct_rows, initial_centroids
+from circuits.sharpness import UNIT_ROUNDOFF, Sharpness
+from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
 
 
@@ -59,16 +65,78 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     same weights runs the circuit already built. Fitted estimators share it: do not add permanent hooks to a
     fitted ``model_`` (use ``model.hooks(...)``). The most recently used circuits are kept, within
     :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
+
+    Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
+    ``beta``, ``tie_break`` and ``mask``): only its assign heads are rebuilt (:func:`with_assign_knobs`), which is
+    what a new fold or a new data set of the same shape needs.
     """
     key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
-        circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
-        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.model.parameters()))
+        template = None if options else _same_structure(key)
+        if template is not None:
+            circuit = with_assign_knobs(template, sharpness)
+        else:
+            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
+        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()))
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(size for _, size in _BUILT.values()) > CACHE_BYTES):
         _BUILT.popitem(last=False)
     return entry[0]
+
+
+#: The knobs that only Lloyd's assign head reads (:func:`circuits.blocks.assign_head`); ``beta_update`` is the
+#: update head's.
+ASSIGN_KNOBS = ("beta", "tie_break", "mask")
+
+
+def _structure(key: tuple) -> tuple:
+    """``key`` without the assign head's knobs: circuits equal under it differ in their assign heads alone."""
+    variant, d, k, iterations, sharpness, dtype, options = key
+    knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
+    return (variant, d, k, iterations, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
+
+
+def _same_structure(key: tuple):
+    """A cached Lloyd circuit (built from :data:`circuits.spec.LLOYD`) of ``key``'s structure, or ``None``."""
+    if key[4] is None:
+        return None
+    wanted = _structure(key)
+    for other, (circuit, _) in reversed(_BUILT.items()):
+        if other[4] is not None and _structure(other) == wanted and circuit.spec is LLOYD_SPEC \
+                and circuit.variant == "lloyd" and not circuit.hooks and circuit.weights is not None:
+            return circuit
+    return None
+
+
+def with_assign_knobs(template, sharpness: Sharpness):
+    """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``).
+
+    In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, so
+    the result is the circuit a fresh build with ``sharpness`` makes (tests/test_estimator_reuse.py compares every
+    parameter): the assign layers' ``W_Q``, ``W_K``, ``W_V``, ``W_O`` are rebuilt in a new state dict, every other
+    parameter tensor is ``template``'s, shared (read only: no path writes a circuit's weights). ``template`` keeps
+    its own weights; the derived circuit builds its ``HookedTransformer`` only if asked for it, like any other.
+    """
+    import torch
+
+    if {**template.sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)} != \
+            {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}:
+        raise ValueError("with_assign_knobs: the circuits differ in more than the assign head's knobs")
+    dtype, old = template.dtype, template.weights
+    assign = assign_block(template.layout, sharpness)
+    head = assign.head.padded(old.config.d_head)
+    matrices = {name: torch.as_tensor(getattr(head, name)[None], dtype=dtype) for name in head.MATRICES}
+    if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
+        # A knob too large for the dtype: the fresh build says so (WeightRangeError).
+        return get_variant(template.variant).build(template.layout.d, template.layout.k, template.iterations,
+                                                   sharpness=sharpness, dtype=dtype)
+    parameters = dict(old.parameters)
+    for layer in template.layers_of(ASSIGN):
+        for name, value in matrices.items():
+            parameters[hook_names.param(layer, "attn", name)] = value.to(old.config.device)
+    blocks = [assign if kind == ASSIGN else block for kind, block in zip(template.schedule, template.blocks)]
+    return replace(template, weights=replace(old, parameters=parameters), sharpness=sharpness, blocks=blocks)
 
 
 def clear_circuit_cache() -> None:
@@ -97,6 +165,59 @@ def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
     floor = spread if spread > 0 else max(float(r.max()), 1.0)
     level = np.ceil(np.log(np.maximum(r / floor, 1.0)) / np.log(GROUP_FACTOR)).astype(int)
     return [np.flatnonzero(level == g) for g in np.unique(level)]
+
+
+#: Points certified per chunk by :func:`misassigned` (its temporaries are ``chunk x k x d``).
+_CERTIFY_CHUNK = 4096
+
+
+def _exact_gap(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> Fraction:
+    """``|x - a|^2 - |x - b|^2`` in rational arithmetic on the float64 values (exact)."""
+    return sum((Fraction(p) - Fraction(q)) * (Fraction(p) + Fraction(q) - 2 * Fraction(r))
+               for p, q, r in zip(a.tolist(), b.tolist(), x.tolist()))
+
+
+def misassigned(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
+                labels: Int[np.ndarray, " n"]) -> Int[np.ndarray, " m"]:
+    """Rows of ``X`` whose label is not the exact nearest centroid: the lowest index among the centroids whose
+    squared distance, computed exactly from the float64 values, is the smallest.
+
+    Each label is compared with every other centroid ``j`` by ``|x - c_l|^2 - |x - c_j|^2 = (c_l - c_j) . (c_l
+    + c_j - 2x)``, which has no cancellation between the magnitudes of ``x`` and ``c`` (the expanded or the direct
+    form loses a far point's direction, or a near-bisector point's gap, to rounding). Computed in float64 it is
+    within ``(d + 8) u sum_m |c_l - c_j|_m (|c_l| + |c_j| + 2|x|)_m`` of the exact value (``u`` = 2**-53: one
+    rounding per difference and sum, ``d`` for the dot product); where the computed value is within twice that
+    of 0, the sign is taken from rational arithmetic (:class:`fractions.Fraction`) instead.
+    """
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    d, k, wrong = X.shape[1], C.shape[0], []
+    index = np.arange(k)
+    for start in range(0, len(X), _CERTIFY_CHUNK):
+        x, own = X[start:start + _CERTIFY_CHUNK], labels[start:start + _CERTIFY_CHUNK]
+        c_own = C[own]
+        U = c_own[:, None, :] - C[None, :, :]
+        V = c_own[:, None, :] + C[None, :, :] - 2.0 * x[:, None, :]
+        gap = np.einsum("njm,njm->nj", U, V)
+        W = np.abs(c_own)[:, None, :] + np.abs(C)[None, :, :] + 2.0 * np.abs(x)[:, None, :]
+        bound = 2.0 * (d + 8) * UNIT_ROUNDOFF * np.einsum("njm,njm->nj", np.abs(U), W)
+        other = index[None, :] != own[:, None]
+        bad = other & (gap > bound)  # the label's centroid is certainly farther than another
+        unsure = other & ~bad & ~(gap < -bound)
+        for i, j in zip(*np.nonzero(unsure)):
+            exact = _exact_gap(x[i], C[own[i]], C[j])
+            bad[i, j] = exact > 0 or (exact == 0 and j < own[i])
+        wrong.extend(start + np.flatnonzero(bad.any(axis=1)))
+    return np.asarray(wrong, dtype=np.int64)
+
+
+def exact_nearest(x: Float[np.ndarray, " d"], C: Float[np.ndarray, "k d"]) -> int:
+    """The exact nearest centroid of one point (lowest index on exact ties), in rational arithmetic."""
+    best = 0
+    for j in range(1, len(C)):
+        if _exact_gap(x, C[j], C[best]) < 0:
+            best = j
+    return best
 
 
 class CircuitMismatchWarning(UserWarning):
@@ -131,8 +252,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
     (``score`` takes any weights). float32 data gives float32 ``cluster_centers_`` and ``transform``; the circuit
-    itself runs in ``dtype``. Built circuits are reused across fits and predictions with the same weights
-    (:func:`built_circuit`).
+    itself runs in ``dtype``. Built circuits are reused across fits and predictions with the same weights, and
+    Lloyd's circuits for new data of the same shape are derived from them (:func:`built_circuit`).
     """
 
     # scikit-learn's convention: __init__ stores its arguments and fit validates them (check_estimator sets wrong
@@ -233,7 +354,6 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                 best = (C0, result, t, labels, centres, inertia)
         C0, result, t, labels, centres, inertia = best
         self.circuit_ = result.circuit
-        self.model_ = result.circuit.model
         self.capture_ = result.capture
         self.report_ = result.report
         self.resolution_ = result.resolution
@@ -260,7 +380,13 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
 
     #: The run a fit keeps for inspection; pickling leaves it out (its circuit holds hooks and variant functions that
     #: do not pickle). An unpickled estimator predicts, transforms and scores; refit it to look inside again.
-    _RUN_ATTRIBUTES = ("circuit_", "model_", "capture_", "report_")
+    _RUN_ATTRIBUTES = ("circuit_", "capture_", "report_")
+
+    @property
+    def model_(self):
+        """The fitted circuit's ``HookedTransformer``, built on first access (the fit itself runs the circuit's
+        weights on the structured path without it)."""
+        return self.circuit_.model
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -279,8 +405,11 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
 
         Each point's label depends on the centroids alone, so points are run in groups of similar distance from
         the centroids (within a factor of 256): a far point then cannot coarsen what float64 resolves for the
-        others. Every group is verified against the nearest-centroid reference; a group the circuit cannot
-        resolve raises ``ValueError`` rather than returning a wrong label.
+        others. Every group is verified against the nearest-centroid reference, and every label is then checked to
+        be the exact nearest centroid of the point's float64 values, the lowest index among exactly equidistant
+        ones (:func:`misassigned`): the verifier excuses what float64 cannot order in the circuit's unit
+        coordinates, which for a point very far away or very near a bisector can be the wrong side. A group the
+        circuit cannot resolve raises ``ValueError`` rather than returning a wrong label.
         """
         X = self._checked(X)
         centres = self.cluster_centers_.astype(np.float64)
@@ -290,6 +419,19 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             if not result.report.verified:
                 raise ValueError(f"predict: the circuit could not resolve {len(group)} point(s) exactly: "
                                  + "; ".join(result.report.failures))
+            # The verifier excuses a label that float64 cannot tell from the nearest in the circuit's (unit)
+            # coordinates; predict promises the exact nearest centroid of the user's values, so it checks that.
+            # Only a distance head promises the nearest centroid (Lloyd's and the variants that keep it; trimmed
+            # k-means' outliers, labelled -1, are the threshold's, which the verifier checks).
+            kept = np.flatnonzero(result.labels >= 0) if result.circuit.spec.distance_head else np.zeros(0, int)
+            wrong = kept[misassigned(X[group[kept]], centres, result.labels[kept])]
+            if wrong.size:
+                row = int(group[wrong[0]])
+                raise ValueError(
+                    f"predict: the circuit cannot resolve {wrong.size} point(s) (first: row {row}, "
+                    f"labelled {int(result.labels[wrong[0]])}, nearest centroid "
+                    f"{exact_nearest(X[row], centres)}): float64 in the circuit's coordinates cannot separate "
+                    "their nearest centroids (points very far from the centroids, or very near a bisector)")
             labels[group] = result.labels
         return labels
 

@@ -117,16 +117,21 @@ def test_refits_and_predictions_reuse_built_circuits(X, monkeypatch):
         return Counting()
 
     monkeypatch.setattr(estimator_module, "get_variant", counting)
+    derive = estimator_module.with_assign_knobs
+    derived = []
+    monkeypatch.setattr(estimator_module, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
     first = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
     again = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
-    assert len(builds) == 1 and again.circuit_ is first.circuit_
+    assert len(builds) == 1 and not derived and again.circuit_ is first.circuit_
     labels = first.predict(X[:50])
     groups = estimator_module._magnitude_groups(X[:50], first.cluster_centers_)
-    assert len(builds) == 1 + len(groups)  # one two-block predict circuit per group of points
-    assert all(args[2] == 0 for args in builds[1:])
+    # One two-block predict circuit per group of points: the first built, the others of the same structure
+    # derived from it (new assign heads).
+    assert len(builds) == 2 and len(derived) == len(groups) - 1
+    assert builds[1][2] == 0
     np.testing.assert_array_equal(first.predict(X[:50]), labels)
     np.testing.assert_array_equal(again.predict(X[:50]), labels)
-    assert len(builds) == 1 + len(groups)
+    assert len(builds) == 2 and len(derived) == len(groups) - 1
 
 
 def test_grid_search_over_k_matches_kmeans_choice(X):

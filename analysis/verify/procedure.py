@@ -277,7 +277,8 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
     # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
     failures.extend(cause_failures(mismatches, tie_break_abs, s))
-    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, str(circ.dtype).replace("torch.", "")))
+    # Ties are the reference's, float64's whatever the circuit's dtype (checks.resolution_window).
+    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, "float64"))
     final_labels = cap.assignments(T)[b]
     if spec.sink_logit is not None:
         outliers = np.flatnonzero(final_labels < 0)

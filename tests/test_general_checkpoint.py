@@ -130,3 +130,17 @@ def test_far_offset_data_is_reproduced_by_the_export_within_its_derived_toleranc
     assert doc["verified"] and doc["export_error"] <= doc["export_tolerance"]
     # The result is a clustering of the data in its own units: centroids near the data, not rounded to 5e3's ulp.
     assert np.abs(np.array(doc["centroids"]) - X.mean(axis=0)).max() < 2.0
+
+
+def test_the_headline_checkpoint_runs_d32_data_at_1e40():
+    """The issue's second case: the headline model (d = 32, k = 10, float32) on data at 1e40 gave NaN centroids
+    (exit 1). It must give 1e40 times its result on the same data at scale 1."""
+    from analysis.evaluate import cluster_with_checkpoint
+
+    headline = ROOT / "checkpoints" / "headline"
+    X, C0 = _blobs(5, 60, 32, 10)
+    base = cluster_with_checkpoint(str(headline), X, C0, 2)
+    big = cluster_with_checkpoint(str(headline), X * 1e40, C0 * 1e40, 2)
+    assert big["verified"] and np.isfinite(big["centroids"]).all()
+    np.testing.assert_allclose(np.array(big["centroids"]) / 1e40, base["centroids"], rtol=1e-5, atol=1e-4)
+    assert big["ratio_to_lloyd"] == pytest.approx(base["ratio_to_lloyd"], rel=1e-5)

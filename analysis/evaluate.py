@@ -292,15 +292,32 @@ def evaluate_dataset(model: RecurrentKMeans, name: str, steps: int = 20, inits: 
 
 
 # ----------------------------------------------------------------------------------------------- cluster --checkpoint
-#: Largest relative difference allowed between the exported HookedTransformer and the training-time forward pass.
-EXPORT_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+def export_tolerance(dtype: torch.dtype, n_tokens: int, d_model: int, steps: int, magnitude: float) -> float:
+    """Largest centroid difference, in unit coordinates (relative to the data scale), allowed between the exported
+    ``HookedTransformer`` and the training-time forward pass: both evaluate the same weights in ``dtype``, in a
+    different order of operations.
+
+    Derivation (first order, ``u = eps / 2`` the dtype's unit roundoff, ``M`` = ``magnitude`` the largest
+    ``|entry|`` of any residual of the run, ~1 in unit coordinates). A step writes each centroid coordinate from an
+    attention average over ``n_tokens`` values (weights summing to 1), each value a ``d_model``-term dot product
+    of the residual with the weights; Higham's bound for such sums gives one evaluation within
+    ``(n_tokens + d_model) u M`` of the exact step, so two evaluations differ by at most
+    ``(n_tokens + d_model) eps M``; over ``steps`` steps these add up. The bound assumes a step passes an input
+    difference on without amplifying it (an average is non-expansive in its values; the softmax's sensitivity
+    to the scores' rounding is not included): a run that amplifies more is reported as not reproduced, with the
+    measured difference. The comparison is made in unit coordinates and the centroids are decoded to the data's
+    units in float64, so the data's offset and scale (``|offset| / scale`` of 5e3 multiplied float32's decode
+    rounding to 1.1e-4 before) add nothing to it.
+    """
+    eps = float(torch.finfo(dtype).eps)
+    return eps * (n_tokens + d_model) * max(steps, 1) * max(magnitude, 1.0)
 
 
 def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iterations: int) -> dict:
     """Run a trained model as a real ``HookedTransformer`` on one problem and compare it with Lloyd's.
 
     ``verified`` says that the exported ``HookedTransformer`` reproduces the model's training-time forward pass
-    (largest centroid difference relative to the data scale within :data:`EXPORT_TOLERANCE`); the per-iteration
+    (largest centroid difference relative to the data scale within :func:`export_tolerance`); the per-iteration
     records compare with Lloyd's from the same initial centroids, which a trained model is meant to beat, not match.
     """
     from circuits.training.checkpoint import load_model
@@ -315,10 +332,14 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
         fast = model.run(enc.resid, iterations, n, keep=True)
     C = model.layout["C"]
     seq = enc.sequence
-    cents = np.stack([unit_to_task(r[:, seq.centroids, C], enc)[0].double().numpy() for r in hooked])
-    fast_cents = np.stack([unit_to_task(r[:, seq.centroids, C], enc)[0].double().numpy() for r in fast])
-    scale = float(enc.scaling.scale[0])
-    export_error = float(np.abs(cents - fast_cents).max() / scale)
+    # Decoded in float64: the model computes in unit coordinates, always within its dtype's range; float32's
+    # decode overflowed on data beyond 3.4e38 (NaN centroids) and rounded to |offset| eps on far-offset data.
+    cents = np.stack([unit_to_task(r[:, seq.centroids, C].double(), enc)[0].numpy() for r in hooked])
+    fast_cents = np.stack([unit_to_task(r[:, seq.centroids, C].double(), enc)[0].numpy() for r in fast])
+    export_error = float(max(float((h[:, seq.centroids, C] - f[:, seq.centroids, C]).abs().max())
+                             for h, f in zip(hooked, fast)))
+    tolerance = export_tolerance(model.dtype, seq.n_tokens, model.layout.d_model, iterations,
+                                 max(float(r.abs().max()) for r in fast))
     trace = reference.lloyd(X, C0, iterations)
     per_iteration = []
     for t in range(1, iterations + 1):
@@ -338,12 +359,13 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     return {
         "variant": f"trained:{checkpoint}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in labels], "centroids": final.tolist(),
-        "verified": bool(export_error <= EXPORT_TOLERANCE[model.dtype]),
+        "verified": bool(export_error <= tolerance),
         "per_iteration": per_iteration, "n": n, "d": int(X.shape[1]),
         "inertia": reference.objective(X, final), "lloyd_inertia": float(trace.objectives[-1]),
         "ratio_to_lloyd": reference.objective(X, final) / max(float(trace.objectives[-1]), 1e-300),
         "dtype": str(model.dtype).replace("torch.", ""),
         "export_error": export_error,
+        "export_tolerance": tolerance,
         "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"
                   " pass; per_iteration compares with Lloyd's from the same initial centroids (the reference),"
                   " which the model is not meant to match; min_margin is the smallest gap between a point's two"

@@ -86,15 +86,59 @@ class SweepGrid:
                     raise ValueError(f"scales must be positive, got {values}")
             elif any(int(v) != v or v < 1 for v in values):
                 raise ValueError(f"--{axis} values must be positive integers, got {values}")
+        self.check_range()
         for ks, ns in ((self.k, self.n), ((self.base["k"],), self.n), (self.k, (self.base["n"],))):
             if max(ks) > min(ns):
                 raise ValueError(f"k = {max(ks)} exceeds n = {min(ns)}: every cell needs k <= n")
         if self.seeds < 1 or self.iterations < 1:
             raise ValueError(f"need seeds >= 1 and iterations >= 1, got {self.seeds} and {self.iterations}")
 
+    def check_range(self) -> None:
+        """Refuse scales and stiffnesses whose arithmetic float64 cannot carry (see :func:`range_problem`)."""
+        reason = range_problem(max(self.betas), max(self.scale + (self.base["scale"],)),
+                               min(self.scale + (self.base["scale"],)), max(self.d + (self.base["d"],)),
+                               max(self.n + (self.base["n"],)))
+        if reason:
+            raise ValueError(reason)
+
     @property
     def n_problems(self) -> int:
         return sum(1 for _ in self.cells()) * len(self.betas) * self.seeds
+
+
+#: float64's largest finite value and the smallest normal one.
+FLOAT64_MAX = float(np.finfo(np.float64).max)
+FLOAT64_TINY = float(np.finfo(np.float64).tiny)
+
+
+def range_problem(beta_max: float, scale_max: float, scale_min: float, d_max: int, n_max: int) -> str | None:
+    """Why float64 cannot run some cell of a grid with these extremes, or ``None``.
+
+    The data lie in ``[0, scale]^d``, so a squared distance is at most ``d scale^2`` and the k-means objective,
+    a sum of ``n`` of them, at most ``n d scale^2``: it must stay finite (else the gap is NaN). The soft
+    algorithm's stiffness acts on user squared distances; the circuit's unit frame multiplies it by the squared
+    encoder radius ``S^2 <= d scale^2``, and that unit stiffness must stay within the soft head's
+    :data:`circuits.variants.soft.MAX_STIFFNESS` (its scores, up to 4 times it, must stay finite). At the small end, squared distances of order ``scale^2`` must be normal
+    float64 numbers with all their digits, ``scale^2 >= tiny / eps``: below that they round to subnormals or 0
+    and every objective (and gap) is 0, which would read as "the circuit is Lloyd's".
+    """
+    from circuits.variants.soft import MAX_STIFFNESS
+
+    eps = float(np.finfo(np.float64).eps)
+    if math.log10(n_max * d_max) + 2 * math.log10(scale_max) >= math.log10(FLOAT64_MAX):
+        return (f"scale {scale_max:g} is too large for float64: the k-means objective of {n_max} points in"
+                f" [0, {scale_max:g}]^{d_max} reaches n d scale^2 = 1e{math.log10(n_max * d_max) + 2 * math.log10(scale_max):.1f}"
+                f" > {FLOAT64_MAX:.3g}")
+    peak = math.log10(beta_max) + math.log10(d_max) + 2 * math.log10(scale_max)
+    if peak > math.log10(MAX_STIFFNESS):
+        return (f"beta {beta_max:g} at scale {scale_max:g} (d = {d_max}) needs a unit-frame stiffness up to"
+                f" beta d scale^2 = 1e{peak:.1f} > {MAX_STIFFNESS:g}, whose scores overflow float64; lower the betas"
+                f" or the scale")
+    if 2 * math.log10(scale_min) < math.log10(FLOAT64_TINY / eps):
+        return (f"scale {scale_min:g} is too small for float64: squared distances of order scale^2 ="
+                f" 1e{2 * math.log10(scale_min):.1f} fall below {FLOAT64_TINY / eps:.3g} (the smallest normal float64"
+                f" over its precision), so objectives and gaps would round to 0")
+    return None
 
 
 GRIDS: dict[str, SweepGrid] = {
@@ -343,12 +387,30 @@ def trend_checks(rows: list[SweepRow]) -> list[TrendCheck]:
     return checks
 
 
-def summary_lines(rows: list[SweepRow], checks: list[TrendCheck], max_listed: int = 20) -> list[str]:
-    """What the sweep found, for people: one verdict per claim and every comparison that goes the wrong way."""
+def finding_undetermined(rows: list[SweepRow], missing: int = 0) -> str | None:
+    """Why the rows cannot decide the paper's finding, or ``None``: a run whose objectives or gap are not finite
+    numbers, or cells that failed (a comparison that was never made cannot agree)."""
+    broken = [r for r in rows if not all(math.isfinite(v) for v in (r.objective_soft, r.objective_lloyd, r.gap))]
+    why = []
+    if broken:
+        r = broken[0]
+        why.append(f"{len(broken)} run(s) with a non-finite objective or gap (e.g. {r.grid} d={r.d} k={r.k} n={r.n}"
+                   f" scale={r.scale:g} beta={r.beta:g}: gap {r.gap})")
+    if missing:
+        why.append(f"{missing} cell(s) failed and are missing")
+    return "; ".join(why) or None
+
+
+def summary_lines(rows: list[SweepRow], checks: list[TrendCheck], max_listed: int = 20, missing: int = 0) -> list[str]:
+    """What the sweep found, for people: one verdict per claim and every comparison that goes the wrong way.
+    ``missing``: cells that failed; with any, or with a non-finite run, the finding is UNDETERMINED, never YES."""
     lines = []
     total = sum(c.comparisons for c in checks)
     agree = total - sum(len(c.violations) for c in checks)
-    if all(c.holds for c in checks):
+    undetermined = finding_undetermined(rows, missing)
+    if undetermined:
+        lines.append(f"reproduces the paper's qualitative finding: UNDETERMINED ({undetermined})")
+    elif all(c.holds for c in checks):
         lines.append(f"reproduces the paper's qualitative finding: YES ({agree}/{total} neighbouring comparisons agree)")
     else:
         seeds = len({r.seed for r in rows})

@@ -76,3 +76,71 @@ def test_docs_tables_are_the_benchmark_files():
         table = "\n".join(bench.shape_table(json.loads((ev / f"{name}.json").read_text()), title))
         assert table in docs, name
     assert "\n".join(bench.dataset_table(json.loads((ev / "datasets.json").read_text()))) in docs
+
+
+# ------------------------------------------------------------------------------ data the float32 model must carry
+def _blobs(seed: int, n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n, n_features=d, centers=k, random_state=seed)
+    return X, X[:k].copy()
+
+
+@pytest.mark.parametrize("magnitude", [1e38, 1e100, 1e150, 1e-40])
+def test_the_float32_checkpoint_runs_data_beyond_float32s_range(magnitude):
+    """The model computes in unit coordinates; decoded in float32 its centroids overflowed (NaN, exit 1) on data past
+    3.4e38 and vanished below 1e-38. Scaled data must give the scaled result of the unscaled data: the same
+    clustering (ratio to numpy Lloyd's from the same initial centroids) and finite centroids."""
+    from analysis.evaluate import cluster_with_checkpoint
+
+    X, C0 = _blobs(3, 60, 3, 3)
+    base = cluster_with_checkpoint(str(GENERAL), X, C0, 3)
+    big = cluster_with_checkpoint(str(GENERAL), X * magnitude, C0 * magnitude, 3)
+    assert big["verified"] and np.isfinite(big["centroids"]).all()
+    np.testing.assert_allclose(np.array(big["centroids"]) / magnitude, base["centroids"], rtol=1e-5, atol=1e-5)
+    assert big["labels"] == base["labels"]
+    assert big["ratio_to_lloyd"] == pytest.approx(base["ratio_to_lloyd"], rel=1e-5)
+    # Lloyd's side is numpy's float64 run on the scaled data (independent of the model).
+    assert big["lloyd_inertia"] == pytest.approx(float(reference_objective(X * magnitude, C0 * magnitude)), rel=1e-9)
+
+
+def reference_objective(X, C0):
+    from circuits import reference
+
+    return reference.lloyd(X, C0, 3).objectives[-1]
+
+
+def test_far_offset_data_is_reproduced_by_the_export_within_its_derived_tolerance():
+    """Raw-unit data 5e3 from the origin with a spread of 0.3: float32's decode rounded at |offset| eps = 3e-4 of
+    the data scale, so the export check failed (1.1e-4 > 1e-4) for a correct model. Compared in unit coordinates,
+    within the tolerance ``eps (n_tokens + d_model) T M`` (analysis.evaluate.export_tolerance)."""
+    import torch
+
+    from analysis.evaluate import cluster_with_checkpoint, export_tolerance
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(120, 8)) * 0.3 + 5e3
+    C0 = X[:3].copy()
+    doc = cluster_with_checkpoint(str(GENERAL), X, C0, 5)
+    model, _ = load_model(GENERAL)
+    n_tokens = 1 + 120 + 3
+    assert doc["export_tolerance"] >= export_tolerance(torch.float32, n_tokens, model.layout.d_model, 5, 1.0)
+    assert doc["export_tolerance"] == pytest.approx(
+        float(torch.finfo(torch.float32).eps) * (n_tokens + model.layout.d_model) * 5, rel=0.1)
+    assert doc["verified"] and doc["export_error"] <= doc["export_tolerance"]
+    # The result is a clustering of the data in its own units: centroids near the data, not rounded to 5e3's ulp.
+    assert np.abs(np.array(doc["centroids"]) - X.mean(axis=0)).max() < 2.0
+
+
+def test_the_headline_checkpoint_runs_d32_data_at_1e40():
+    """The issue's second case: the headline model (d = 32, k = 10, float32) on data at 1e40 gave NaN centroids
+    (exit 1). It must give 1e40 times its result on the same data at scale 1."""
+    from analysis.evaluate import cluster_with_checkpoint
+
+    headline = ROOT / "checkpoints" / "headline"
+    X, C0 = _blobs(5, 60, 32, 10)
+    base = cluster_with_checkpoint(str(headline), X, C0, 2)
+    big = cluster_with_checkpoint(str(headline), X * 1e40, C0 * 1e40, 2)
+    assert big["verified"] and np.isfinite(big["centroids"]).all()
+    np.testing.assert_allclose(np.array(big["centroids"]) / 1e40, base["centroids"], rtol=1e-5, atol=1e-4)
+    assert big["ratio_to_lloyd"] == pytest.approx(base["ratio_to_lloyd"], rel=1e-5)

@@ -82,6 +82,21 @@ def test_both_runs_share_one_unit_scaling():
     np.testing.assert_array_equal(clean.resid[0, seq.point(len(X))], clean.resid[0, seq.bos])
 
 
+@pytest.mark.parametrize("build", [lambda R: add_outlier(X, C0, at=X.mean(axis=0) + R * np.eye(X.shape[1])[0]),
+                                   lambda R: move_centroid(X, C0, 0, to=X.mean(axis=0) + R * np.eye(X.shape[1])[0])])
+def test_pairs_float64_cannot_compute_are_refused_at_the_limit(build):
+    """Just inside the stated radius the corrupted problem's numpy Lloyd's run is finite; beyond it the pair is
+    refused (squared distances summed over the points overflow float64)."""
+    probe = build(1.0)
+    limit = 0.5 * np.sqrt(np.finfo(np.float64).max / probe.n_points)
+    inside = build(0.9 * limit)
+    trace = reference.lloyd(inside.X_corrupted, inside.C0_corrupted, 2)
+    assert np.isfinite(trace.final_centroids).all() and np.isfinite(trace.objectives).all()
+    for R in (1.1 * limit, 1e300):
+        with pytest.raises(ValueError, match="overflow float64"):
+            build(R)
+
+
 def test_placeholder_is_inert_and_unpatched_runs_verify():
     """The clean run with its placeholder equals the clean problem without it at every shared token and layer,
     and both unpatched runs verify against the reference; the clean labels are the reference's on the clean data."""

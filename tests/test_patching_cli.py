@@ -87,6 +87,10 @@ BAD = [
     (["--corruption", "move-centroid", "--read", 99], "--read 99"),
     (["--corruption", "move-centroid", "--sweeps", "layer-position,everything"], "unknown sweep everything"),
     (["--corruption", "move-centroid", "--k", 0], "--k must be at least 1"),
+    # Positions float64 cannot square and sum: the runs went on with NaN centroids (exit 1).
+    (["--corruption", "add-outlier", "--to", "1e300,1e300,1e300,1e300"], "overflow float64"),
+    (["--corruption", "add-outlier", "--outlier-distance", "1e300"], "overflow float64"),
+    (["--corruption", "move-centroid", "--to", "1e300,0,0,0"], "overflow float64"),
 ]
 
 
@@ -95,7 +99,7 @@ def bad_argv(args, out):
     return [*base, *map(str, args), "--out", str(out)]
 
 
-@pytest.mark.parametrize("args, message", [BAD[0], BAD[4]])
+@pytest.mark.parametrize("args, message", [BAD[0], BAD[4], BAD[-2]])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     res = cli(*bad_argv(args, tmp_path / "o"), cwd=tmp_path)
     assert res.returncode == 2

@@ -1,9 +1,11 @@
 """The finite-temperature sweep: its problems, its runners, its verdict on the paper's claims, its command."""
 
 import csv
+import math
 import io
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -101,3 +103,45 @@ def test_bad_grids_exit_2_in_one_line(tmp_path, args, message):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and message in res.stderr and res.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", [("--scale", "1e300"), ("--betas", "1e308"), ("--scale", "1e-300"),
+                                    ("--scale", "1e150")])
+def test_scales_and_stiffnesses_float64_cannot_carry_are_refused_in_one_line(tmp_path, option):
+    """Objectives of n d scale^2 past float64's range were NaN rows under a "YES" verdict; stiffnesses whose unit
+    frame overflows failed every cell; squared distances below the normal range made every gap 0."""
+    out = tmp_path / "sw"
+    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", *option, "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "float64" in res.stderr, res.stderr
+    assert not out.exists() and res.stdout == ""
+
+
+def test_the_range_check_admits_only_runs_with_finite_results():
+    """Just inside the limits (scale 1e150 with a small stiffness, scale 1e-140) every run is finite, in the
+    numpy reference and the circuit alike, and the gaps are those of the same problem at scale 1."""
+    grid = sweep.SweepGrid(betas=(1e-300, 1e-299), d=(2,), k=(2,), n=(16,), scale=(1e150,),
+                           base={"d": 2, "k": 2, "n": 16, "scale": 1e150}, seeds=1, iterations=3)
+    grid.validate()
+    assert sweep.range_problem(1e-299, 1e151, 1e151, 2, 16) is None
+    assert sweep.range_problem(1.0, 1e160, 1e160, 2, 16) is not None
+    assert sweep.range_problem(1.0, 1e-140, 1e-140, 2, 16) is None
+    assert sweep.range_problem(1.0, 1e-150, 1e-150, 2, 16) is not None
+    for scale, beta in ((1e150, 1e-299), (1e-140, 1e279)):
+        cell = (("k", "scale"), {"d": 2, "k": 2, "n": 16, "scale": scale})
+        rows = sweep.sweep_cell((replace(grid, betas=(beta,), scale=(scale,)), sweep.circuit_runner), cell)
+        unit = sweep.sweep_cell((replace(grid, betas=(beta * scale**2,), scale=(1.0,)), sweep.reference_runner),
+                                (("k", "scale"), {"d": 2, "k": 2, "n": 16, "scale": 1.0}))
+        for r, u in zip(rows, unit):
+            assert math.isfinite(r.gap) and math.isfinite(r.objective_soft) and r.objective_lloyd > 0
+            assert r.gap == pytest.approx(u.gap, rel=1e-6, abs=1e-9)
+
+
+def test_a_non_finite_run_or_a_failed_cell_never_reads_as_the_finding():
+    good = [_row("k-scale", k, s, b, 0.1 * k / (s * b)) for k in (2, 4) for s in (1.0, 10.0) for b in (1.0, 10.0)]
+    assert sweep.summary_lines(good, sweep.trend_checks(good))[0].startswith(
+        "reproduces the paper's qualitative finding: YES")
+    nan = good[:-1] + [_row("k-scale", 4, 10.0, 10.0, math.nan)]
+    assert "UNDETERMINED" in sweep.summary_lines(nan, sweep.trend_checks(nan))[0]
+    assert "UNDETERMINED" in sweep.summary_lines(good, sweep.trend_checks(good), missing=2)[0]

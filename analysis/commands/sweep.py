@@ -75,6 +75,6 @@ def run(args: argparse.Namespace) -> int:
         write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, settings)})
         print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
               f" wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
-        for line in sweep.summary_lines(rows, checks):
+        for line in sweep.summary_lines(rows, checks, missing=len(outcome.failures)):
             print(line)
     return engine.report_failures(outcome.failures)

@@ -60,6 +60,30 @@ class PatchingPair:
             raise ValueError(f"initial centroids differ in shape: {self.C0_clean.shape} vs {self.C0_corrupted.shape}")
         if self.X_clean.shape[1] != self.X_corrupted.shape[1] or self.C0_clean.shape[1] != self.X_clean.shape[1]:
             raise ValueError("clean and corrupted problems have different dimensions")
+        self._check_range()
+
+    def _check_range(self) -> None:
+        """Both runs must be computable in float64 in the one scaling they share.
+
+        Every point and initial centroid of either run lies within the shared radius ``R`` of the clean mean, so
+        a squared distance is at most ``(2 R)^2`` and a k-means objective, a sum of ``n`` of them, at most
+        ``n (2 R)^2``: that must stay below float64's largest value, else the reference's objectives and the
+        circuit's ``N = |c|^2`` slots overflow and the run goes on with NaN centroids. A corruption farther out
+        (``--to 1e300,...``, ``--outlier-distance 1e300``) is refused with the farthest position that fits.
+        """
+        fmax = float(np.finfo(np.float64).max)
+        offset = self.X_clean.mean(axis=0)
+        every = np.concatenate([self.X_clean, self.X_corrupted, self.C0_clean, self.C0_corrupted])
+        with np.errstate(over="ignore", invalid="ignore"):
+            spread = every - offset
+            biggest = float(np.abs(spread).max())
+            radius = biggest * float(np.linalg.norm(spread / biggest, axis=1).max()) if biggest > 0 else 0.0
+        limit = 0.5 * float(np.sqrt(fmax / self.n_points))
+        if not radius <= limit:
+            raise ValueError(f"the corrupted problem reaches {radius:.3g} from the mean of the"
+                             f" clean points; squared distances up to (2 R)^2 summed over {self.n_points} points"
+                             f" overflow float64 (largest {fmax:.3g}) beyond R = {limit:.3g}: keep every point and"
+                             f" centroid within that")
 
     @property
     def n_points(self) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from analysis.capture import Capture
-from analysis.verify.report import Check, Mismatch, MismatchKind, Tie
+from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
 from circuits import reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
@@ -61,18 +61,58 @@ def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale:
 
 
 def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
-    """``(C, D) -> E``: the tie window of problem ``b`` (:func:`distance_uncertainty`)."""
+    """``(C, D) -> E``: the tie window of problem ``b`` (:func:`distance_uncertainty`), float64's whatever the
+    circuit's dtype: the reference is Lloyd's algorithm in float64, and a tie is only what *it* cannot order (a
+    float32 circuit is held to that reference; what float32 cannot resolve is :func:`circuit_window`'s)."""
     X, offset = enc.X[b], enc.scaling.offset[b]
+    return lambda C, D: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+
+
+def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``C -> E``: how far a circuit of a coarser dtype than float64 holds each squared distance from the one of
+    its inputs' exact values (:func:`distance_uncertainty` at its unit roundoff); ``None`` for float64."""
     u = float(torch.finfo(circ.dtype).eps) / 2
-    return lambda C, D: distance_uncertainty(X, C, D, offset, u)
+    if u <= UNIT_ROUNDOFF:
+        return None
+    X, offset = enc.X[b], enc.scaling.offset[b]
+    return lambda C: distance_uncertainty(X, C, reference.sq_distances(X, C), offset, u)
 
 
 def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray]:
-    """``C -> E_circuit``: the circuit's own score rounding for problem ``b`` (:func:`circuit_uncertainty`)."""
+    """``C -> E_circuit``: how far the circuit's own score for point ``i`` and centroid ``j`` may be from the exact
+    squared distance, in squared user units, for problem ``b``: its score rounding (:func:`circuit_uncertainty`,
+    ``gamma`` at the circuit dtype's unit roundoff) plus, where the circuit computes in a coarser dtype than
+    float64, the representation of points and centroids in that dtype (:func:`distance_uncertainty` at its
+    unit roundoff: a float32 circuit holds its inputs and its centroids rounded to float32)."""
     X, offset, s = enc.X[b], enc.scaling.offset[b], float(enc.scaling.scale[b])
     u = float(torch.finfo(circ.dtype).eps) / 2
     gamma = score_rounding(circ.layout.d, circ.layout.d_model) * u / UNIT_ROUNDOFF
-    return lambda C: circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break)
+
+    coarse = circuit_input_window(circ, enc, b)
+
+    def window(C: np.ndarray) -> np.ndarray:
+        E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break)
+        return E if coarse is None else E + coarse(C)
+
+    return window
+
+
+def unresolved_decisions(D: np.ndarray, got: np.ndarray, tie_break_abs: float, E_circuit: np.ndarray, layer: int,
+                         iteration: int) -> list[Unresolved]:
+    """Points whose assignment the circuit's dtype cannot decide: its two best candidates, by the cost the circuit
+    minimises (``D_ij + t j``, ``t`` its tie-break in squared user units), are closer than their rounding
+    windows ``E_circuit`` together. Such a label is whatever the rounding made it; it cannot be certified to be
+    the reference's even where it happens to equal it. (An exact float64 tie that the tie-break sends to the
+    lower index is decided, as long as ``t`` exceeds the rounding.)"""
+    if D.shape[1] < 2:
+        return []
+    V = D + tie_break_abs * np.arange(D.shape[1])[None, :]
+    two = np.argsort(V, axis=1, kind="stable")[:, :2]
+    rows = np.arange(len(V))
+    gap = V[rows, two[:, 1]] - V[rows, two[:, 0]]
+    window = E_circuit[rows, two[:, 0]] + E_circuit[rows, two[:, 1]]
+    return [Unresolved(int(i), layer, iteration, [int(two[i, 0]), int(two[i, 1])], int(got[i]), float(gap[i]),
+                       float(window[i])) for i in np.flatnonzero(gap <= window)]
 
 
 def by_distance(circ: KMeansCircuit) -> bool:
@@ -170,7 +210,8 @@ def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: floa
     (the encoding's resolution) could not order."""
     out = []
     for cause, what in CAUSES.items():
-        hit = [m for m in mismatches if m.cause == cause]
+        # A point can fail the step-wise and the trajectory check at the same iteration: count it once.
+        hit = list({(m.point, m.iteration): m for m in mismatches if m.cause == cause}.values())
         if hit:
             worst = max(hit, key=lambda m: m.gap)
             out.append(f"{len(hit)} assignment(s) with gaps float64 resolves {what.format(tie_break=tie_break_abs)}"
@@ -179,6 +220,18 @@ def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: floa
                        f" the circuit resolves; pass a smaller --tie-break with a larger --beta, or cluster the far"
                        f" points separately")
     return out
+
+
+def resolution_failures(unresolved: list[Unresolved], dtype: str) -> list[str]:
+    """One failure (cause ``resolution``) naming the assignments the circuit's dtype could not decide."""
+    if not unresolved:
+        return []
+    worst = max(unresolved, key=lambda u: u.window - u.gap)
+    points = len({u.point for u in unresolved})
+    return [f"resolution: {len(unresolved)} assignment(s) ({points} point(s)) lie within {dtype}'s resolution window:"
+            f" the two nearest centroids' costs differ by less than {dtype} rounds them to (e.g. point {worst.point}"
+            f" at iteration {worst.iteration}: gap {worst.gap:.3g} <= window {worst.window:.3g} squared user units),"
+            f" so the label is rounding's choice, not certified to be Lloyd's; run with --dtype float64"]
 
 
 def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str],

@@ -27,7 +27,12 @@ relative error ``2 delta`` of every weight); swapped update patterns within
 1-Lipschitz in l2, passes on at most ``sqrt(n)``-fold). Soft trajectories amplify rounding like any float64
 run of soft k-means does, so their centroids are compared with a noise floor: the gap between two float64 runs of
 the reference itself (user frame and unit frame), times ``FLOOR_FACTOR``; the step-wise checks stay the
-certificate. A float32 circuit is an approximation by construction and is reported as ``exact = False``.
+certificate. A float32 circuit is an approximation by construction and is reported as ``exact = False``; it is
+held to the same float64 reference (a tie is only what float64 cannot order), and every assignment it makes is
+checked against float32's resolution window (:func:`analysis.verify.checks.unresolved_decisions`): a point whose
+two best candidates are closer than float32's rounding of their scores and of its inputs is *unresolved*, and
+fails the run with cause ``resolution`` even where its label happens to equal the reference's. So VERIFIED means
+the same for float32 as for float64: the labels are the reference's, and float32 decided each of them.
 """
 
 from __future__ import annotations
@@ -41,15 +46,14 @@ from analysis.capture import Capture, capture
 from analysis.verify.checks import (
     FLOOR_FACTOR, assign_certificate, by_distance, check_costs, circuit_converged, circuit_n_iter, make_reference,
     max_stiffness, noise_floor, resolution_window, cause_failures, circuit_window, trajectory_verdict,
-    update_weight_error,
-    widest_tie_window,
+    circuit_input_window, resolution_failures, unresolved_decisions, update_weight_error, widest_tie_window,
 )
 from analysis.verify.report import (
-    Check, IterationRecord, Mismatch, MismatchKind, Tie, VerificationReport, tolerances,
+    Check, IterationRecord, Mismatch, MismatchKind, Tie, Unresolved, VerificationReport, tolerances,
 )
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import one_hot
+from circuits.reference import one_hot, sq_distances
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
@@ -144,11 +148,23 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         return 1.0
 
     own_rounding = circuit_window(circ, enc, b) if distance else None
+    # float64's knobs are derived so that its tie-break exceeds its rounding (circuits/sharpness.py); a coarser
+    # dtype's cannot be (float32's tie-break is capped), so each of its decisions is checked for resolution.
+    check_resolution = distance and circ.dtype != torch.float64
+    unresolved: list[Unresolved] = []
+
+    coarse = circuit_input_window(circ, enc, b) if distance else None
 
     def check_hard(C, got, margins, layer, t, state, kind, expected=None):
         cost = ref.costs(X, C, t)
+        E = ref.cost_uncertainty(cost, C)
+        if kind == Check.STEP and coarse is not None and E is not None:
+            # A block's decoded input carries the circuit dtype's rounding of the true centroids (float32's), so
+            # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
+            E = E.copy()
+            E[:, : C.shape[0]] += coarse(C)
         return check_costs(cost, got, margins, layer, t, tol.tie_window, bias_scale(state), kind, expected,
-                           E=ref.cost_uncertainty(cost, C), tie_break_abs=tie_break_abs,
+                           E=E, tie_break_abs=tie_break_abs,
                            E_circuit=own_rounding(C) if own_rounding is not None else None)
 
     # -- step-wise --------------------------------------------------------------------------------------------
@@ -166,6 +182,9 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
                 ties.extend(tied)
                 a_err = float(np.abs(Y - one_hot(lc.post.labels[b], Y.shape[1])).max())
                 step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in found), len(tied), a_err)
+                if check_resolution:
+                    unresolved.extend(unresolved_decisions(sq_distances(X, C_in), lc.post.labels[b], tie_break_abs,
+                                                           own_rounding(C_in), lc.layer, t))
             else:
                 R_ref = ref.assign(X, C_in, t)
                 a_err = float(np.abs(Y - R_ref).max())
@@ -208,7 +227,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     n_step_errors = sum(m.kind == MismatchKind.ERROR for m in mismatches)
     if n_step_errors:
         failures.append(f"{n_step_errors} assignment(s) differ from the reference's beyond the tie window")
-    failures.extend(cause_failures(mismatches, tie_break_abs, s))
+    failures.extend(resolution_failures(unresolved, str(circ.dtype).replace("torch.", "")))
 
     # -- trajectory -------------------------------------------------------------------------------------------
     floor = None if hard else noise_floor(spec, enc, b, T, trace)
@@ -255,7 +274,11 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
             proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
         ))
     trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=hard)
-    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, str(circ.dtype).replace("torch.", "")))
+    # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
+    # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
+    failures.extend(cause_failures(mismatches, tie_break_abs, s))
+    # Ties are the reference's, float64's whatever the circuit's dtype (checks.resolution_window).
+    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, "float64"))
     final_labels = cap.assignments(T)[b]
     if spec.sink_logit is not None:
         outliers = np.flatnonzero(final_labels < 0)
@@ -277,7 +300,10 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     exact = circ.dtype == torch.float64
     if not exact:
         what = "Lloyd's algorithm" if _is_lloyd(circ) else spec.name
-        notes.append(f"{circ.dtype} cannot hold beta * score exactly: this run is an approximation of {what}")
+        dtype_name = str(circ.dtype).replace("torch.", "")
+        notes.append(f"{dtype_name} cannot hold beta * score exactly: this run is an approximation of {what}, held"
+                     f" to its float64 reference" + (f"; every assignment was checked against {dtype_name}'s"
+                                                      " resolution window" if check_resolution else ""))
     final_margin, final_leak = all_assign[T]
     return VerificationReport(
         variant=circ.variant,
@@ -302,6 +328,7 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         variant_params=circ.params,
         reference=_reference_text(circ, ref),
         sharpness_bound=sharpness_bound,
+        unresolved=unresolved,
     )
 
 

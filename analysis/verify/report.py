@@ -66,6 +66,20 @@ class Tie:
 
 
 @dataclass
+class Unresolved:
+    """A point whose assignment the circuit's dtype cannot decide (float32): the two best candidates' costs
+    ``D + t j`` differ by ``gap``, within the circuit's rounding ``window`` (squared user units)."""
+
+    point: int
+    layer: int
+    iteration: int
+    candidates: list[int]
+    chosen: int
+    gap: float
+    window: float
+
+
+@dataclass
 class IterationRecord:
     """Iteration ``t``: assign to the centroids of ``t - 1``, then update to those of ``t``."""
 
@@ -140,6 +154,9 @@ class VerificationReport:
     reference: str = "Lloyd's k-means (circuits.reference.lloyd)"
     #: Per-layer proven bounds on |softmax - hardmax| and their effect (``analysis.proof.bound.SharpnessBound``).
     sharpness_bound: object = None
+    #: Assignments the circuit's dtype cannot decide (checked for float32 circuits; each fails the run with cause
+    #: ``resolution``).
+    unresolved: list[Unresolved] = field(default_factory=list)
 
     @property
     def tie_mismatches(self) -> list[Mismatch]:
@@ -163,6 +180,7 @@ class VerificationReport:
         out["n_ties"] = len(self.ties)
         out["n_tie_mismatches"] = len(self.tie_mismatches)
         out["n_errors"] = len(self.errors)
+        out["n_unresolved"] = len(self.unresolved)
         return _finite(out)
 
     def summary(self) -> str:

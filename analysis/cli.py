@@ -93,7 +93,8 @@ def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         value = getattr(args, action.dest, None)
         flag = action.option_strings[0] if action.option_strings else action.dest
         if action.type is int and isinstance(value, int) and not -INT_MAX <= value <= INT_MAX:
-            raise InputError(f"{flag} {value} is out of range: integers here are at most 2**63 - 1 in size")
+            raise InputError(f"{flag} {value} is out of range: counts and indices here are at most 2**63 - 1 in"
+                             " size, more than any memory holds")
         if action.type is float and isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{flag} must be a finite number, got {value}")
 

@@ -297,7 +297,7 @@ def test_a_data_path_that_is_no_file_says_what_it_is(tmp_path, capsys, kind):
      "--tie-break: not used by variant 'annealed'"),
     (["prove", "--d", 2, "--k", 2, "--variant", "soft", "--beta", 5, "--tie-break", 1e-9],
      "--beta and --tie-break: not used by variant 'soft'"),
-    (["train", "--d", 2, "--k", 3, "--steps", 1, "--lr", "inf", "--out", "{tmp}/t"], "--lr must be positive and finite"),
+    (["train", "--d", 2, "--k", 3, "--steps", 1, "--lr", "inf", "--out", "{tmp}/t"], "--lr must be a finite number"),
     (["train", "--d", 2, "--k", 3, "--steps", 1, "--growth", "inf", "--out", "{tmp}/t"], "--growth"),
 ])
 def test_bad_options_are_one_line(tmp_path, capsys, argv, needle):

@@ -161,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
 
     import math
-    import shutil
     import time
 
     import torch

@@ -515,3 +515,12 @@ def test_no_bad_value_of_any_option_is_a_crash(command, data, checkpoint, tmp_pa
         outs = [argv[i + 1] for i, a in enumerate(argv) if a == "--out"]
         assert not any(os.path.lexists(out) for out in outs if out.strip()), (argv, err)
         assert os.listdir(tmp) == [], (argv, os.listdir(tmp))
+
+
+def test_patch_names_its_default_out_after_the_data_and_checks_that_name_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / ("d" * 245 + ".csv")  # a name the file system takes; patching-NAME-move-point is longer
+    np.savetxt(data, np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]), delimiter=",")
+    usage_error(capsys, ["patch", "--data", data, "--k", 2, "--iterations", 1, "--corruption", "move-point"],
+                "--out (default, from the data's name): the name")
+    assert os.listdir(tmp_path) == [data.name]

@@ -193,14 +193,14 @@ def check_iterations(iterations: int, d: int, k: int, what: str = "--iterations"
     need = (2 * iterations + 2) * d_model**2 * 8
     have = physical_memory() or 2**63
     if need > have:
-        raise InputError(f"{what} {iterations} with d={d}, k={k} is too large: the circuit's {2 * iterations + 2} blocks need at least"
-                         f" {need / 2**30:.3g} GiB for their weights alone, more than this machine's"
-                         f" {have / 2**30:.3g} GiB of memory")
+        raise InputError(f"{what} {iterations} with d={d}, k={k} is too large: the circuit's {2 * iterations + 2}"
+                         f" blocks need at least {need / 2**30:.3g} GiB for their weights alone, more than this"
+                         f" machine's {have / 2**30:.3g} GiB of memory")
 
 
 #: The most Lloyd iterations a constructed circuit runs: 2 T + 2 layers, each a transformer block run in Python
-#: (about 0.06 s each on 30 points, 2 cores), so the limit's circuit runs for minutes, and Lloyd's has long
-#: converged on any data before it.
+#: (about 0.06 s each on 30 points, 2 cores), so the limit's circuit runs for minutes; Lloyd's usually converges
+#: in tens of iterations.
 MAX_ITERATIONS = 1000
 
 
@@ -209,7 +209,7 @@ def check_work(iterations: int, d: int, k: int, what: str = "--iterations") -> N
     check_iterations(iterations, d, k, what)
     if iterations > MAX_ITERATIONS:
         raise InputError(f"{what} {iterations} is more than this tool runs: at most {MAX_ITERATIONS} iterations"
-                         f" ({2 * MAX_ITERATIONS + 2} layers; Lloyd's converges long before)")
+                         f" ({2 * MAX_ITERATIONS + 2} layers, minutes of work; Lloyd's usually converges in tens)")
 
 
 def validate_problem(X: np.ndarray, k: int) -> None:

@@ -70,7 +70,8 @@ def check(engine: str, address: str | None) -> None:
             import grpc  # noqa: F401 -- what Ray Client needs beyond Ray itself
         except ImportError:
             raise InputError(f"--address {address}: Ray Client (ray://) needs Ray's client extra, which is not"
-                             " installed: pip install 'ray[client]' (or give the head's HOST:PORT without ray://)") from None
+                             " installed: pip install 'ray[client]' (or give the head's HOST:PORT without ray://)"
+                             ) from None
     host, port = match["host"].strip("[]"), int(match["port"])
     try:
         with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as conn:
@@ -81,7 +82,8 @@ def check(engine: str, address: str | None) -> None:
     if not speaks_grpc:
         # Ray would retry for minutes ("Failed to connect to GCS"), printing warnings.
         raise InputError(f"--address {address}: something listens at {host}:{port}, but not a Ray cluster (it does"
-                         f" not answer as a gRPC server within {PROBE_TIMEOUT_S:g} s); check the port of `ray start --head`")
+                         f" not answer as a gRPC server within {PROBE_TIMEOUT_S:g} s); check the port of"
+                         " `ray start --head`")
 
 
 #: The HTTP/2 connection preface and an empty SETTINGS frame: what a gRPC client (Ray's) sends first.

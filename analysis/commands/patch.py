@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     read = parse_read(args.read, schedule_length(problem.iterations))
     if args.out is None:
         # Named after the data file: a long file name can make it longer than a name may be.
-        check_path_length(default_out(problem.source, args.corruption), "--out (default, from the data's name)", out=True)
+        check_path_length(default_out(problem.source, args.corruption), "--out (default, from the data's name)",
+                          out=True)
     out = check_out_dir(args.out if args.out is not None else default_out(problem.source, args.corruption),
                         ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)

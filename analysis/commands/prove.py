@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=1, metavar="T",
                         help="Lloyd iterations of the model to build (default 1: layers U A U A); every layer is checked")
     parser.add_argument("--examples", type=int, default=1, metavar="E",
-                        help="random problems run in exact arithmetic with hardmax as evidence (default 1; 0 skips; at most"
-                             f" {MAX_EXAMPLES})")
+                        help="random problems run in exact arithmetic with hardmax as evidence (default 1; 0 skips;"
+                             f" at most {MAX_EXAMPLES})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
     knobs = parser.add_argument_group("exactness knobs", "see circuits/sharpness.py for the safe ranges")
     knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default 1e14)")

@@ -107,7 +107,8 @@ def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existe
         cause = (f"the initial model's validation is already NaN or infinite: its weights overflow --dtype {args.dtype}"
                  " (lower --beta, --growth or --beta-update, or use --dtype float64)")
     else:
-        cause = f"training diverged at step {stop.step} (loss or validation NaN or infinite; lower --lr, now {args.lr:g})"
+        cause = (f"training diverged at step {stop.step} (loss or validation NaN or infinite; lower --lr, now"
+                 f" {args.lr:g})")
     if args.resume or stop.trained:
         return f"{cause}; stopped there: {args.out!r} keeps the best validated weights in model.safetensors"
     if out.exists():

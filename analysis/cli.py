@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import pkgutil
 import sys
 import traceback
@@ -77,8 +78,38 @@ def keep_freed_memory() -> None:
         pass
 
 
+#: The largest integer an option may take: numpy's int64, which every count and index ends up in.
+INT_MAX = 2**63 - 1
+
+
+def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject an integer option no array can hold and a float option that is NaN or infinite, for every command.
+
+    Each command checks its own ranges; these two classes would otherwise reach numpy or torch first (an
+    ``OverflowError`` or "Maximum allowed dimension exceeded" is a traceback, not a message).
+    """
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    for action in sub._actions:
+        value = getattr(args, action.dest, None)
+        flag = action.option_strings[0] if action.option_strings else action.dest
+        if action.type is int and isinstance(value, int) and not -INT_MAX <= value <= INT_MAX:
+            raise InputError(f"{flag} {value} is out of range: counts and indices here are at most 2**63 - 1 in"
+                             " size, more than any memory holds")
+        if action.type is float and isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{flag} must be a finite number, got {value}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from analysis.commands._output import check_path_options
+
+        check_numbers(parser, args)
+        check_path_options(args)
+    except InputError as exc:
+        print(f"kmeans-circuits {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     keep_freed_memory()
     # TransformerLens 3.x warns at every HookedTransformer build; our models are built on purpose.
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)

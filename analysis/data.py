@@ -46,6 +46,11 @@ def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: in
     if name == "blobs":
         if n < 1 or d < 1 or centers < 1:
             raise InputError(f"blobs needs --n, --d and --centers >= 1, got n={n}, d={d}, centers={centers}")
+        # The points and the blob centres, float64: beyond memory, numpy fails with a ValueError, not a message.
+        need, have = (n + centers) * d * 8, physical_memory() or 2**63
+        if need > have:
+            raise InputError(f"blobs of n={n} points and {centers} centres in d={d} dimensions need"
+                             f" {need / 2**30:.3g} GiB, more than this machine's {have / 2**30:.3g} GiB of memory")
         X, y = datasets.make_blobs(n_samples=n, n_features=d, centers=centers, random_state=seed)
         return Dataset("blobs", np.asarray(X, dtype=np.float64), y)
     bunch = getattr(datasets, f"load_{name}")()
@@ -106,7 +111,10 @@ def load_points(path: str | Path, what: str = "data") -> np.ndarray:
             raise InputError(f"{what} file {path.name}: cannot be read as .npy ({type(exc).__name__})") from None
         if arr.dtype.kind not in "biuf":
             raise InputError(f"{what} file {path.name}: array of dtype {arr.dtype} is not numeric")
-        arr = np.asarray(arr, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # A longdouble or a huge integer beyond float64 becomes inf, which the finiteness check names in one
+            # line; numpy's RuntimeWarning would come first.
+            arr = np.asarray(arr, dtype=np.float64)
         if arr.ndim == 1:
             arr = arr[:, None]
         if arr.ndim != 2:
@@ -221,9 +229,23 @@ def check_iterations(iterations: int, d: int, k: int, what: str = "--iterations"
     need = (2 * iterations + 2) * d_model**2 * 8
     have = physical_memory() or 2**63
     if need > have:
-        raise InputError(f"{what} {iterations} is too many: the circuit's {2 * iterations + 2} blocks need at least"
-                         f" {need / 2**30:.3g} GiB for their weights alone, more than this machine's"
-                         f" {have / 2**30:.3g} GiB of memory")
+        raise InputError(f"{what} {iterations} with d={d}, k={k} is too large: the circuit's {2 * iterations + 2}"
+                         f" blocks need at least {need / 2**30:.3g} GiB for their weights alone, more than this"
+                         f" machine's {have / 2**30:.3g} GiB of memory")
+
+
+#: The most Lloyd iterations a constructed circuit runs: 2 T + 2 layers, each a transformer block run in Python
+#: (about 0.06 s each on 30 points, 2 cores), so the limit's circuit runs for minutes; Lloyd's usually converges
+#: in tens of iterations.
+MAX_ITERATIONS = 1000
+
+
+def check_work(iterations: int, d: int, k: int, what: str = "--iterations") -> None:
+    """:func:`check_iterations`, and at most :data:`MAX_ITERATIONS`: beyond it a run would take hours, not fail."""
+    check_iterations(iterations, d, k, what)
+    if iterations > MAX_ITERATIONS:
+        raise InputError(f"{what} {iterations} is more than this tool runs: at most {MAX_ITERATIONS} iterations"
+                         f" ({2 * MAX_ITERATIONS + 2} layers, minutes of work; Lloyd's usually converges in tens)")
 
 
 def validate_problem(X: np.ndarray, k: int) -> None:

@@ -65,12 +65,46 @@ def check(engine: str, address: str | None) -> None:
     match = _ADDRESS.match(address)
     if not match or not 0 < int(match["port"]) < 65536:
         raise InputError(f"--address must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+    if match["client"]:
+        try:
+            import grpc  # noqa: F401 -- what Ray Client needs beyond Ray itself
+        except ImportError:
+            raise InputError(f"--address {address}: Ray Client (ray://) needs Ray's client extra, which is not"
+                             " installed: pip install 'ray[client]' (or give the head's HOST:PORT without ray://)"
+                             ) from None
     host, port = match["host"].strip("[]"), int(match["port"])
     try:
-        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as conn:
+            speaks_grpc = answers_http2(conn)
     except OSError as exc:
         raise InputError(f"--address {address}: no Ray cluster answers at {host}:{port}"
                          f" ({exc.strerror or exc or 'timed out'}); start one with `ray start --head`") from None
+    if not speaks_grpc:
+        # Ray would retry for minutes ("Failed to connect to GCS"), printing warnings.
+        raise InputError(f"--address {address}: something listens at {host}:{port}, but not a Ray cluster (it does"
+                         f" not answer as a gRPC server within {PROBE_TIMEOUT_S:g} s); check the port of"
+                         " `ray start --head`")
+
+
+#: The HTTP/2 connection preface and an empty SETTINGS frame: what a gRPC client (Ray's) sends first.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def answers_http2(conn: socket.socket) -> bool:
+    """Whether the server on ``conn`` answers the HTTP/2 preface with a SETTINGS frame, as every gRPC server (a Ray
+    head's GCS, a Ray Client server) does first; an HTTP/1 server, or one sending anything else, does not."""
+    try:
+        conn.sendall(_HTTP2_PREFACE)
+        header = b""
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:  # a timeout or a reset: no gRPC answer
+        return False
+    frame_type, stream = header[3], int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+    return frame_type == 4 and stream == 0
 
 
 @dataclass
@@ -139,6 +173,38 @@ def local_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: Ray's start-up waits, raised for a loaded machine (set in the environment Ray's processes inherit; a value
+#: already there wins). The raylet gives its agents ``agent_register_timeout_ms`` to report their ports (15 s by
+#: default; a loaded machine with a cold page cache takes longer, and the raylet then aborts).
+STARTUP_ENV = {"RAY_agent_register_timeout_ms": "120000", "RAY_raylet_start_wait_time_s": "120"}
+#: Attempts at starting a local instance: the second finds Ray's modules in the page cache.
+START_ATTEMPTS = 2
+
+
+def start_local(num_cpus: int | None = None) -> None:
+    """Start a local Ray instance (no dashboard), patient with a loaded machine, trying twice; an instance that
+    will not start is an :class:`InputError` naming the environment (exit 2), not a bug."""
+    import logging
+
+    import ray
+
+    for name, value in STARTUP_ENV.items():
+        os.environ.setdefault(name, value)
+    problem = ""
+    for _ in range(START_ATTEMPTS):
+        try:
+            # "local" even when RAY_ADDRESS is set: no --address means a fresh instance on this machine.
+            ray.init(address="local", num_cpus=num_cpus or local_cpus(), include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
+            return
+        except Exception as exc:  # noqa: BLE001 -- Ray raises a bare Exception ("node timed out during startup")
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            ray.shutdown()
+    raise InputError(f"--engine ray: a local Ray instance did not start after {START_ATTEMPTS} attempts ({problem});"
+                     " this machine may be overloaded or Ray's temporary folder unwritable (see"
+                     " /tmp/ray/session_latest/logs); try again, or use --engine serial")
+
+
 def _join(address: str | None) -> bool:
     """Start or join Ray; True if this call started it (and so must stop it). An instance already running in this
     process (a notebook, the tests) is used as it is."""
@@ -148,13 +214,11 @@ def _join(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
+    if address is None:
+        start_local()
+        return True
     try:
-        if address is None:
-            # "local" even when RAY_ADDRESS is set: no --address means a fresh instance on this machine.
-            ray.init(address="local", num_cpus=local_cpus(), include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
         raise InputError(f"--address {address}: {str(exc).splitlines()[0]}") from None
     return True

@@ -25,10 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--grid", "tiny", "--d", "2", "--k", "2,3", "--n", "12", "--scale", "0.5,5", "--iterations", "4"]
 
 
+#: The only reason a Ray test may skip: the optional extra is not installed.
+NO_RAY = 'Ray is not installed (the optional extra: pip install -e ".[distributed]")'
+
+
 @pytest.fixture(scope="module")
 def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray = pytest.importorskip("ray", reason=NO_RAY)
+    # As the commands start it: patient with a loaded machine, tried twice (a failure is an error, not a skip).
+    engine.start_local(num_cpus=2)
     yield ray
     ray.shutdown()
 
@@ -263,3 +268,114 @@ def test_ray_cells_see_their_own_seeds_not_the_workers(local_ray):
     assert all(np.array_equal([r.objective_soft for r in a], [r.objective_soft for r in b])
                for a, b in zip(forward, backward))
     assert forward == [sweep.sweep_cell(job, cell) for cell in cells]
+
+
+# ------------------------------------------------------------------------------------------------ start-up and addresses
+class FakeRay:
+    """``ray`` for :func:`engine.start_local`: ``init`` fails ``failures`` times, then starts."""
+
+    def __init__(self, failures: int):
+        self.failures, self.inits, self.shutdowns = failures, [], 0
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        if len(self.inits) <= self.failures:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+@pytest.mark.parametrize("failures", [0, 1])
+def test_a_local_start_that_times_out_once_is_tried_again_with_longer_waits(failures, monkeypatch):
+    fake = FakeRay(failures)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_agent_register_timeout_ms", raising=False)
+    monkeypatch.setenv("RAY_raylet_start_wait_time_s", "7")  # the user's own setting wins
+    engine.start_local(num_cpus=2)
+    assert len(fake.inits) == failures + 1 and fake.shutdowns == failures
+    assert fake.inits[-1]["address"] == "local" and fake.inits[-1]["num_cpus"] == 2
+    assert os.environ["RAY_agent_register_timeout_ms"] == "120000"  # Ray's own default is 15 s
+    assert os.environ["RAY_raylet_start_wait_time_s"] == "7"
+
+
+def test_a_local_ray_that_never_starts_is_an_environment_error_in_one_line(tmp_path, capsys, monkeypatch):
+    fake = FakeRay(failures=2)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    fake.is_initialized = lambda: False
+    line = one_line_error(capsys, "sweep", "--grid", "tiny", "--runner", "reference", "--out", tmp_path / "out",
+                          "--engine", "ray")
+    assert "did not start after 2 attempts" in line and "node timed out during startup" in line
+    assert "--engine serial" in line and len(fake.inits) == 2
+    assert not (tmp_path / "out").exists()
+
+
+class Server:
+    """A TCP server on 127.0.0.1 that answers each connection with ``reply`` (HTTP/1, junk, an HTTP/2 SETTINGS
+    frame) and then closes it, on a thread."""
+
+    def __init__(self, reply: bytes):
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(64)
+                    conn.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+HTTP1 = b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+JUNK = bytes(range(256)) * 4
+#: What a gRPC server sends first: a SETTINGS frame (type 4) on stream 0, here empty.
+SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("reply, grpc", [(HTTP1, False), (JUNK, False), (b"", False), (SETTINGS, True),
+                                         (bytes([0, 0, 0, 4, 0, 0, 0, 0, 1]), False)])
+def test_only_a_server_that_answers_as_grpc_is_taken_for_a_ray_head(reply, grpc):
+    server = Server(reply)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+            assert engine.answers_http2(conn) is grpc
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("reply", [HTTP1, JUNK])
+def test_an_address_where_something_else_listens_is_refused_at_once(reply, tmp_path, capsys):
+    pytest.importorskip("ray", reason=NO_RAY)
+    server = Server(reply)
+    try:
+        line = one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "out", "--engine", "ray",
+                              "--address", f"127.0.0.1:{server.port}")
+    finally:
+        server.close()
+    assert f"something listens at 127.0.0.1:{server.port}, but not a Ray cluster" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_ray_client_without_its_extra_is_exit_2_with_the_install_command(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ray", reason=NO_RAY)
+    monkeypatch.setitem(sys.modules, "grpc", None)  # `import grpc` now raises ImportError
+    line = one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "out", "--engine", "ray",
+                          "--address", f"ray://127.0.0.1:{closed_port()}")
+    assert "pip install 'ray[client]'" in line
+    assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from circuits import reference
 from circuits.training.checkpoint import read_log
 
 CLI = [sys.executable, "-m", "analysis.cli"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, timeout=600):
@@ -118,3 +120,46 @@ def test_a_corrupt_checkpoint_is_a_usage_error(checkpoint, tmp_path):
     shutil.copytree(checkpoint, bad)
     (bad / "model.safetensors").write_bytes(b"not a safetensors file")
     assert_usage_error(cli("evaluate", "--checkpoint", bad, "--tasks", 1, "--datasets", "none"), "safetensors")
+
+
+# ------------------------------------------------------------------------------------------------ issue 22
+TINY = ["train", "--d", 2, "--k", 2, "--n", 8, "--steps", 2, "--batch", 1, "--val-tasks", 2, "--iterations", 2,
+        "--eval-iterations", 2, "--val-every", 1, "--device", "cpu"]
+
+
+@pytest.mark.parametrize("knob, needle", [
+    (["--beta", "1e300"], "the initial model's validation is already NaN"),
+    (["--growth", "1e300"], "the initial model's validation is already NaN"),
+    (["--lr", "1e308"], "training diverged at step 1"),
+    (["--lr", "1e308", "--val-every", 50], "training diverged at step 2"),  # the loss, before any validation
+])
+def test_a_run_that_overflows_or_diverges_is_one_line_and_leaves_nothing(knob, needle, tmp_path, capsys, monkeypatch):
+    from analysis.cli import main
+
+    code = main([str(a) for a in TINY + knob + ["--out", tmp_path / "t"]])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "nothing written" in err, err
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_run_validated_rarely_still_says_where_it_is(tmp_path, capsys, monkeypatch):
+    from analysis.cli import main
+    from analysis.commands import train
+
+    monkeypatch.setattr(train, "QUIET_LINE_S", 0.0)  # a line at every step instead of every 30 s
+    # Later options win: 3 steps, validated only at the end.
+    assert main([str(a) for a in TINY + ["--steps", 3, "--val-every", 10, "--out", tmp_path / "t"]]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all("(next validation at step 3)" in line for line in lines[:2]), lines
+    assert lines[0].startswith("step 1/3 loss")
+    assert lines[2].startswith("step 3/3 loss") and "val_ratio" in lines[2]  # the validation at the last step
+
+
+def test_all_equal_points_are_as_good_as_lloyds_not_ratio_0(tmp_path, capsys):
+    from analysis.cli import main
+
+    np.savetxt(tmp_path / "same.csv", np.full((6, 2), 3.5), delimiter=",")
+    assert main(["cluster", "--data", str(tmp_path / "same.csv"), "--k", "1", "--iterations", "2",
+                 "--checkpoint", str(ROOT / "checkpoints" / "general"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inertia"] == doc["lloyd_inertia"] == 0.0 and doc["ratio_to_lloyd"] == 1.0

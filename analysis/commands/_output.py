@@ -17,6 +17,51 @@ from analysis.data import InputError
 from circuits.files import umask_mode, write_text_atomic
 
 
+#: The options of any command that name a file or a folder: their lengths are checked before the command runs.
+PATH_OPTIONS = ("data", "init", "checkpoint", "out")
+#: What a temporary sibling adds to ``--out``'s last component (``.NAME.tmp-`` and eight random characters).
+TEMP_NAME_EXTRA = len("..tmp-") + 8
+#: Room left under the path-length limit for the files written inside ``--out`` and its temporary sibling.
+OUT_PATH_SPARE = 128
+
+
+def _system_limit(name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(".", name))
+    except (OSError, ValueError, AttributeError):
+        return default
+
+
+def check_path_length(text: str, flag: str, out: bool = False) -> None:
+    """Reject a path with a component or a total longer than the file system takes (``ENAMETOOLONG``).
+
+    ``out``: the path is written, through a temporary sibling of its last component and files inside it, so it
+    must leave room for those too.
+    """
+    raw = os.fsencode(text)
+    name_max = _system_limit("PC_NAME_MAX", 255)
+    path_max = _system_limit("PC_PATH_MAX", 4096)
+    spare = OUT_PATH_SPARE if out else 0
+    if len(raw) + spare >= path_max:
+        raise InputError(f"{flag}: the path is {len(raw)} bytes long; the file system takes at most"
+                         f" {path_max - 1 - spare} here")
+    parts = raw.rstrip(b"/").split(b"/")
+    for i, part in enumerate(parts):
+        limit = name_max - (TEMP_NAME_EXTRA if out and i == len(parts) - 1 else 0)
+        if len(part) > limit:
+            shown = os.fsdecode(part)
+            raise InputError(f"{flag}: the name {shown[:24]!r}... is {len(part)} bytes long; the file system takes"
+                             f" at most {limit} bytes per name here")
+
+
+def check_path_options(args) -> None:
+    """:func:`check_path_length` for every path option a command has (``PATH_OPTIONS``), before it runs."""
+    for name in PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_path_length(value, "--" + name, out=name == "out")
+
+
 def _nonempty(out: str) -> Path:
     # Path("") is ".": an empty --out would silently write into the current folder.
     if not str(out):

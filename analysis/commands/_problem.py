@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.data import (
-    DATASETS, InputError, check_iterations, load_dataset, load_points, resolve_init, validate_problem,
+    DATASETS, MAX_ITERATIONS, InputError, check_work, load_dataset, load_points, resolve_init, validate_problem,
 )
 
 
@@ -46,7 +46,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--dataset", metavar="NAME", help=f"bundled dataset: {', '.join(DATASETS)}")
     src.add_argument("--data", metavar="FILE", help=".csv (numeric, header optional) or .npy, one row per point")
     parser.add_argument("--k", type=int, required=True, help="number of clusters")
-    parser.add_argument("--iterations", type=int, default=10, metavar="T", help="Lloyd iterations (default 10)")
+    parser.add_argument("--iterations", type=int, default=10, metavar="T",
+                        help=f"Lloyd iterations (default 10, at most {MAX_ITERATIONS})")
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")
@@ -109,6 +110,11 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
 
     if iterations < 0:
         raise InputError(f"--iterations must be >= 0, got {iterations}")
+    name, colon, rest = spec.partition(":")
+    if colon and not all(item.strip() for item in rest.split(",")):
+        # "soft:" or "soft:beta=1," reads as a parameter left out, not as the defaults.
+        raise InputError(f"--variant {spec!r}: an empty parameter after {name}:; give {name} alone for the defaults,"
+                         f" or KEY=VALUE pairs separated by commas")
     try:
         name = check_variant(spec, iterations)
     except VariantError as exc:
@@ -132,7 +138,9 @@ def load_problem(args: argparse.Namespace) -> Problem:
     else:
         X, y, source = load_points(args.data), None, args.data
     validate_problem(X, args.k)
-    check_iterations(args.iterations, X.shape[1], args.k)
+    check_work(args.iterations, X.shape[1], args.k)
+    if getattr(args, "construction", None) == "swap" and args.iterations < 1:
+        raise InputError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
 

@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from analysis.commands._output import check_out_dir, write_output_dir
+from analysis.commands._output import check_out_dir, check_path_length, write_output_dir
 from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
 from analysis.data import InputError
 from circuits.blocks import n_layers as schedule_length
@@ -122,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
     pair = make_pair_from(args, problem)
     sweeps = parse_sweeps(args.sweeps)
     read = parse_read(args.read, schedule_length(problem.iterations))
+    if args.out is None:
+        # Named after the data file: a long file name can make it longer than a name may be.
+        check_path_length(default_out(problem.source, args.corruption), "--out (default, from the data's name)",
+                          out=True)
     out = check_out_dir(args.out if args.out is not None else default_out(problem.source, args.corruption),
                         ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)

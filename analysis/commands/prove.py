@@ -14,6 +14,10 @@ import json
 from analysis.commands._problem import variant_help
 from analysis.data import InputError
 
+#: The most random problems ``--examples`` runs: each is run in exact rational arithmetic, so the limit takes
+#: minutes (a billion would take years).
+MAX_EXAMPLES = 1000
+
 NAME = "prove"
 HELP = "prove the circuit exact: check every obligation symbolically on the model's weights, then the theorem"
 
@@ -25,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=1, metavar="T",
                         help="Lloyd iterations of the model to build (default 1: layers U A U A); every layer is checked")
     parser.add_argument("--examples", type=int, default=1, metavar="E",
-                        help="random problems run in exact arithmetic with hardmax as evidence (default 1; 0 skips)")
+                        help="random problems run in exact arithmetic with hardmax as evidence (default 1; 0 skips;"
+                             f" at most {MAX_EXAMPLES})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
     knobs = parser.add_argument_group("exactness knobs", "see circuits/sharpness.py for the safe ranges")
     knobs.add_argument("--beta", type=float, default=None, help="assignment sharpness (default 1e14)")
@@ -35,13 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.commands._problem import check_variant_arg, sharpness_from
+    from analysis.data import check_work
     from circuits.variants import get_variant
 
     if args.d < 1 or args.k < 1:
         raise InputError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
-    if args.examples < 0:
-        raise InputError(f"--examples must be >= 0, got {args.examples}")
+    if not 0 <= args.examples <= MAX_EXAMPLES:
+        raise InputError(f"--examples must be in [0, {MAX_EXAMPLES}], got {args.examples}: each example is a whole"
+                         f" problem in exact arithmetic (about 0.2 s for d=2, k=3; more for larger ones)")
     name = check_variant_arg(args.variant, args.iterations, args)
+    check_work(args.iterations, args.d, args.k)
     sharpness = sharpness_from(args)
 
     from analysis.proof.prover import OBLIGATION_SETS, NoObligations, prove_circuit, without_obligations

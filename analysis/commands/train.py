@@ -99,6 +99,27 @@ def validate(args: argparse.Namespace) -> None:
             raise InputError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
 
 
+def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existed: bool) -> str:
+    """What to say when training stopped on a NaN; a new run that never validated a trained model is removed."""
+    import shutil
+
+    if stop.best is None:
+        cause = (f"the initial model's validation is already NaN or infinite: its weights overflow --dtype {args.dtype}"
+                 " (lower --beta, --growth or --beta-update, or use --dtype float64)")
+    else:
+        cause = (f"training diverged at step {stop.step} (loss or validation NaN or infinite; lower --lr, now"
+                 f" {args.lr:g})")
+    if args.resume or stop.trained:
+        return f"{cause}; stopped there: {args.out!r} keeps the best validated weights in model.safetensors"
+    if out.exists():
+        if existed:  # an empty folder given by the user: empty it again
+            for entry in out.iterdir():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        else:
+            shutil.rmtree(out)
+    return f"{cause}; nothing written"
+
+
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="where torch computes (default: cuda when available, else cpu)")
@@ -115,6 +136,22 @@ def resolve_device(name: str | None) -> str:
     return name
 
 
+#: Without a terminal (a log file), a line at least this often between validations, so a run is never silent.
+QUIET_LINE_S = 30.0
+
+
+class Diverged(Exception):
+    """The loss or the validation ratio became NaN or infinite at ``step``; ``best`` is the best validation so far."""
+
+    def __init__(self, step: int, best: float | None, trained: bool):
+        super().__init__(step)
+        self.step, self.best, self.trained = step, best, trained
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 def run(args: argparse.Namespace) -> int:
     validate(args)
     out = check_out_dir(args.out)
@@ -123,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume and out.exists() and any(out.iterdir()):
         raise InputError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
     cfg = config_from(args)
+
+    import math
+    import time
 
     import torch
     from tqdm.auto import tqdm
@@ -133,24 +173,40 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    existed = out.exists()
     bar = tqdm(total=cfg.steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
+    seen = {"trained": False, "line": time.monotonic()}
 
     def progress(step: int, total: int, info: dict) -> None:
         bar.n = step
         val = info["val_ratio"]
-        bar.set_postfix(loss=f"{info['loss']:.4f}", val_ratio=f"{val:.4f}" if val is not None else "-", refresh=False)
+        bar.set_postfix(loss=_fmt(info["loss"]), val_ratio=_fmt(val), refresh=False)
         bar.refresh()
         rec = info.get("validated")
+        if not math.isfinite(info["loss"]) or val is None or not math.isfinite(val):
+            # Checked before the line is printed: the error is then the only line about this step.
+            raise Diverged(step, info["best"], seen["trained"])
+        if rec is not None:
+            seen["trained"] = True
         if bar.disable and rec is not None:
             # No terminal (a log file): one line per validation instead of a bar.
             print(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
                   f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
-                  f" (best {info['best']:.4f}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr, flush=True)
+                  f" (best {_fmt(info['best'])}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr,
+                  flush=True)
+            seen["line"] = time.monotonic()
+        elif bar.disable and time.monotonic() - seen["line"] >= QUIET_LINE_S:
+            following = min(total, (step // cfg.val_every + 1) * cfg.val_every)
+            print(f"step {step}/{total} loss {info['loss']:.4f} (next validation at step {following})",
+                  file=sys.stderr, flush=True)
+            seen["line"] = time.monotonic()
 
     try:
         last = train(out, cfg, resume=args.resume, progress=progress, device=device)
     except (CheckpointError, ValueError) as exc:
         raise InputError(str(exc)) from None
+    except Diverged as stop:
+        raise InputError(diverged_message(args, out, stop, existed)) from None
     finally:
         bar.close()
     if args.json:

@@ -385,7 +385,9 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
     records: list[LayerRecord] = []
-    states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem (a copy)
+    # Feature-major (d_model, pos), one per problem: always a copy (``contiguous()`` would return a feature-major
+    # input itself, which the in-place recording then overwrites).
+    states = [r.T.clone(memory_format=torch.contiguous_format) for r in resid]
     keep, keep_mid = recording.on_record is None, recording.mid
     in_place = not keep and not recording.pre
 

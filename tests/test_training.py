@@ -211,3 +211,21 @@ def test_resuming_continues_exactly(tmp_path):
     assert set(whole) == set(split)
     for name in whole:
         assert torch.equal(whole[name], split[name]), name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(arrays(np.int64, n, elements=st.integers(0, 4)),
+                                                      arrays(np.int64, n, elements=st.integers(0, 6)))))
+def test_agreement_scores_are_scikit_learns(pair):
+    """The evaluation's ARI and NMI (from contingency tables, without scikit-learn's per-call checks) are
+    scikit-learn's: on random labelings, single blocks, singletons and equal partitions."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    from analysis.evaluate import agreement_scores
+
+    truth, labels = pair
+    for t, lab in ((truth, labels), (truth, truth), (truth, 3 * truth + 1), (np.zeros_like(truth), labels),
+                   (np.arange(len(truth)), labels)):
+        ari, nmi = agreement_scores(lab[None], t[None])
+        assert ari == pytest.approx(adjusted_rand_score(t, lab), rel=0, abs=1e-12)
+        assert nmi == pytest.approx(normalized_mutual_info_score(t, lab), rel=0, abs=1e-12)

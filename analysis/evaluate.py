@@ -332,17 +332,36 @@ def evaluate_dataset(model: RecurrentKMeans, name: str, steps: int = 20, inits: 
 EXPORT_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
 
 
+def run_export(ht, model: RecurrentKMeans, enc, iterations: int, n: int) -> tuple[list[torch.Tensor], str]:
+    """The exported ``HookedTransformer`` on one encoded problem, every step: on the masked path
+    (:mod:`circuits.training.masked`: the same weights, the point x point block proved to weigh exactly 0 and
+    skipped, ``O(n k)``), or densely where that proof fails; and which path ran."""
+    from circuits.structured import StructuredPathUnavailable
+    from circuits.training.model import run_hooked
+
+    try:
+        return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True, n=n), "masked"
+    except StructuredPathUnavailable as exc:
+        from analysis.capture import DENSE_MAX_TOKENS
+
+        if enc.resid.shape[1] > DENSE_MAX_TOKENS:
+            from circuits.training.schema import CheckpointError
+
+            raise CheckpointError(f"{exc}; and {enc.resid.shape[1]} tokens is above the dense forward's limit of"
+                                  f" {DENSE_MAX_TOKENS}") from None
+        return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True), "dense"
+
+
 def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iterations: int) -> dict:
     """Run a trained model as a real ``HookedTransformer`` on one problem and compare it with Lloyd's.
 
     ``verified`` says that the exported ``HookedTransformer`` reproduces the model's training-time forward pass
     (largest centroid difference relative to the data scale within :data:`EXPORT_TOLERANCE`); the per-iteration
     records compare with Lloyd's from the same initial centroids, which a trained model is meant to beat, not match.
+    The exported model runs on the masked path where its point x point block provably weighs 0 (:func:`run_export`).
     """
-    from circuits.training.checkpoint import load_model
-    from circuits.training.model import run_hooked
-
     from analysis.patching.experiment import torch_threads
+    from circuits.training.checkpoint import load_model
 
     model, config = load_model(checkpoint)
     enc = model.encode(X, C0)
@@ -351,7 +370,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     # One problem's products are small: torch's intra-op threads only wait on each other (on the loaded 2-core
     # machine, 400 points: 14 s of wall for the export's forward with two threads, under 1 s with one).
     with torch_threads(1), torch.no_grad():
-        hooked = run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True)
+        hooked, export_path = run_export(ht, model, enc, iterations, n)
         fast = model.run(enc.resid, iterations, n, keep=True)
     C = model.layout["C"]
     seq = enc.sequence
@@ -383,7 +402,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
         "inertia": reference.objective(X, final), "lloyd_inertia": float(trace.objectives[-1]),
         "ratio_to_lloyd": reference.objective(X, final) / max(float(trace.objectives[-1]), 1e-300),
         "dtype": str(model.dtype).replace("torch.", ""),
-        "export_error": export_error,
+        "export_error": export_error, "export_path": export_path,
         "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"
                   " pass; per_iteration compares with Lloyd's from the same initial centroids (the reference),"
                   " which the model is not meant to match; min_margin is the smallest gap between a point's two"

@@ -180,3 +180,20 @@ def test_bad_shapes_are_refused():
         circuit(1, 2).run(np.zeros((4, 2)), np.zeros((2, 2)))
     with pytest.raises(ValueError):
         circuit(1, 2).run(np.array([[0.0], [np.nan]]), np.zeros((2, 1)))
+
+
+def test_auto_path_falls_back_to_the_dense_forward_where_the_structured_path_refuses(monkeypatch):
+    import circuits.structured as structured
+
+    def refuse(*args, **kwargs):
+        raise structured.StructuredPathUnavailable("300 distinct queries and 300 distinct keys")
+
+    monkeypatch.setattr(structured, "structured_forward", refuse)
+    circ, (X, C0) = circuit(1, 2), SWAP_WINS
+    run = circ.run(X, C0)
+    assert run.path == "dense" and "300 distinct queries" in run.path_note
+    np.testing.assert_allclose(run.centroids[1], [[10.5], [0.5]], rtol=1e-14)
+    with pytest.raises(structured.StructuredPathUnavailable):
+        circ.run(X, C0, path="structured")
+    with pytest.raises(ValueError, match="path must be one of"):
+        circ.run(X, C0, path="sparse")

@@ -104,13 +104,49 @@ def merged_pairs(X: np.ndarray, C: np.ndarray, fraction: float = 0.01) -> float:
     return float(np.mean(out))
 
 
-def agreement_scores(labels: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
-    """Mean ARI and NMI over tasks."""
-    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+def contingency(truth: Int[np.ndarray, " n"], labels: Int[np.ndarray, " n"]) -> Int[np.ndarray, "classes clusters"]:
+    """Points per (true class, cluster), over the classes and clusters present."""
+    _, t = np.unique(truth, return_inverse=True)
+    _, c = np.unique(labels, return_inverse=True)
+    rows, cols = int(t.max()) + 1, int(c.max()) + 1
+    return np.bincount(t.ravel() * cols + c.ravel(), minlength=rows * cols).reshape(rows, cols)
 
-    ari = [adjusted_rand_score(t, l) for t, l in zip(truth, labels)]
-    nmi = [normalized_mutual_info_score(t, l) for t, l in zip(truth, labels)]
-    return float(np.mean(ari)), float(np.mean(nmi))
+
+def adjusted_rand(table: Int[np.ndarray, "classes clusters"]) -> float:
+    """Hubert and Arabie's adjusted Rand index from the contingency table, by pair counts (integers, exact): 1.0
+    when the two partitions are the same, as scikit-learn's ``adjusted_rand_score``."""
+    n = int(table.sum())
+    same_both = int((table**2).sum()) - n  # ordered pairs of distinct points together in both
+    same_class = int((table.sum(axis=1) ** 2).sum()) - n
+    same_cluster = int((table.sum(axis=0) ** 2).sum()) - n
+    only_class, only_cluster = same_class - same_both, same_cluster - same_both
+    neither = n * n - n - same_both - only_class - only_cluster
+    if only_class == 0 and only_cluster == 0:
+        return 1.0
+    return 2.0 * (same_both * neither - only_class * only_cluster) / (
+        same_class * (only_class + neither) + same_cluster * (only_cluster + neither))
+
+
+def normalized_mutual_info(table: Int[np.ndarray, "classes clusters"]) -> float:
+    """Mutual information over the arithmetic mean of the two entropies (natural log), as scikit-learn's
+    ``normalized_mutual_info_score``: 1.0 when both are one block, 0.0 when the information is 0."""
+    if table.shape == (1, 1):
+        return 1.0
+    p = table / table.sum()
+    pi, pj = p.sum(axis=1), p.sum(axis=0)
+    nz = table > 0
+    mi = float((p[nz] * (np.log(p[nz]) - np.log(np.outer(pi, pj)[nz]))).sum())
+    if len(pi) == 1 or len(pj) == 1 or mi <= 0:
+        return 0.0
+    entropy = lambda q: float(-(q * np.log(q)).sum())  # noqa: E731  (every class and cluster present: q > 0)
+    return mi / ((entropy(pi) + entropy(pj)) / 2)
+
+
+def agreement_scores(labels: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """Mean ARI and NMI over tasks. Computed here from each task's contingency table: scikit-learn's functions
+    check and convert their inputs on every call, which was most of a general evaluation's time (tested equal)."""
+    tables = [contingency(t, l) for t, l in zip(truth, labels)]
+    return float(np.mean([adjusted_rand(c) for c in tables])), float(np.mean([normalized_mutual_info(c) for c in tables]))
 
 
 @dataclass
@@ -313,22 +349,45 @@ def export_tolerance(dtype: torch.dtype, n_tokens: int, d_model: int, steps: int
     return eps * (n_tokens + d_model) * max(steps, 1) * max(magnitude, 1.0)
 
 
+def run_export(ht, model: RecurrentKMeans, enc, iterations: int, n: int) -> tuple[list[torch.Tensor], str]:
+    """The exported ``HookedTransformer`` on one encoded problem, every step: on the masked path
+    (:mod:`circuits.training.masked`: the same weights, the point x point block proved to weigh exactly 0 and
+    skipped, ``O(n k)``), or densely where that proof fails; and which path ran."""
+    from circuits.structured import StructuredPathUnavailable
+    from circuits.training.model import run_hooked
+
+    try:
+        return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True, n=n), "masked"
+    except StructuredPathUnavailable as exc:
+        from analysis.capture import DENSE_MAX_TOKENS
+
+        if enc.resid.shape[1] > DENSE_MAX_TOKENS:
+            from circuits.training.schema import CheckpointError
+
+            raise CheckpointError(f"{exc}; and {enc.resid.shape[1]} tokens is above the dense forward's limit of"
+                                  f" {DENSE_MAX_TOKENS}") from None
+        return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True), "dense"
+
+
 def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iterations: int) -> dict:
     """Run a trained model as a real ``HookedTransformer`` on one problem and compare it with Lloyd's.
 
     ``verified`` says that the exported ``HookedTransformer`` reproduces the model's training-time forward pass
     (largest centroid difference relative to the data scale within :func:`export_tolerance`); the per-iteration
     records compare with Lloyd's from the same initial centroids, which a trained model is meant to beat, not match.
+    The exported model runs on the masked path where its point x point block provably weighs 0 (:func:`run_export`).
     """
+    from analysis.patching.experiment import torch_threads
     from circuits.training.checkpoint import load_model
-    from circuits.training.model import run_hooked
 
     model, config = load_model(checkpoint)
     enc = model.encode(X, C0)
     n = X.shape[0]
     ht = model.hooked_transformer()
-    hooked = run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True)
-    with torch.no_grad():
+    # One problem's products are small: torch's intra-op threads only wait on each other (on the loaded 2-core
+    # machine, 400 points: 14 s of wall for the export's forward with two threads, under 1 s with one).
+    with torch_threads(1), torch.no_grad():
+        hooked, export_path = run_export(ht, model, enc, iterations, n)
         fast = model.run(enc.resid, iterations, n, keep=True)
     C = model.layout["C"]
     seq = enc.sequence
@@ -366,8 +425,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
         "ratio_to_lloyd": (1.0 if reference.objective(X, final) == float(trace.objectives[-1]) == 0.0 else
                            reference.objective(X, final) / max(float(trace.objectives[-1]), 1e-300)),
         "dtype": str(model.dtype).replace("torch.", ""),
-        "export_error": export_error,
-        "export_tolerance": tolerance,
+        "export_error": export_error, "export_tolerance": tolerance, "export_path": export_path,
         "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"
                   " pass; per_iteration compares with Lloyd's from the same initial centroids (the reference),"
                   " which the model is not meant to match; min_margin is the smallest gap between a point's two"

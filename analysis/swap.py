@@ -63,12 +63,54 @@ def spread(X: Float[np.ndarray, "n d"]) -> float:
     return float(np.abs(X - X.mean(axis=0)).max()) or 1.0
 
 
-def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> dict:
-    """Run the construction on one problem; the ``cluster --json`` document (see the module docstring)."""
+class SwapPathUnavailable(ValueError):
+    """The requested execution path cannot run this problem (the message says why)."""
+
+
+def _too_many(n: int, k: int) -> str:
+    from analysis.capture import DENSE_MAX_TOKENS
+    from circuits.swap.layout import SwapSequence
+
+    tokens = SwapSequence(n, k).n_tokens
+    return (f"{tokens} tokens is above the dense forward's limit of {DENSE_MAX_TOKENS} (a few (tokens)^2 float64"
+            " matrices per layer)")
+
+
+def path_for(n: int, k: int, path: str = "auto") -> str:
+    """The path to ask :meth:`SwapCircuit.run` for: ``path``, except structured only when the problem's tokens are
+    above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is refused (:class:`SwapPathUnavailable`)."""
+    from analysis.capture import DENSE_MAX_TOKENS
+    from circuits.swap.layout import SwapSequence
+
+    if SwapSequence(n, k).n_tokens <= DENSE_MAX_TOKENS:
+        return path
+    if path == "dense":
+        raise SwapPathUnavailable(f"--path dense: {_too_many(n, k)}")
+    return "structured"
+
+
+def run_on_path(circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], path: str):
+    """``circ.run`` on ``path`` as :func:`path_for` says; a refusal of the structured path where the dense one may
+    not run is :class:`SwapPathUnavailable`."""
+    from circuits.structured import StructuredPathUnavailable
+
+    asked = path_for(X.shape[0], C0.shape[0], path)
+    try:
+        return circ.run(X, C0, path=asked)
+    except StructuredPathUnavailable as exc:
+        more = f"; and {_too_many(X.shape[0], C0.shape[0])}" if asked != path else ""
+        raise SwapPathUnavailable(f"{exc}{more}") from None
+
+
+def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+                      path: str = "auto") -> dict:
+    """Run the construction on one problem on ``path`` (:func:`run_on_path`); the ``cluster --json`` document
+    (see the module docstring)."""
     from circuits.swap.reference import safeguarded_swap
 
+    path_for(X.shape[0], C0.shape[0], path)  # refuse before building
     circ = circuit_for([(X, C0)], iterations)
-    run = circ.run(X, C0)
+    run = run_on_path(circ, X, C0, path)
     tie_break = circ.user_tie_break(X, C0)
     scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
     ref = safeguarded_swap(X, C0, iterations, circ.knobs.select_margin)
@@ -105,7 +147,7 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
         "verified": not problems, "problems": problems, "per_iteration": per_iteration,
         "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
         "ratio_to_lloyd": inertia / max(lloyd_inertia, 1e-300), "knobs": circ.knobs.to_dict(),
-        "tie_break_user_units": tie_break, "layers": circ.model.cfg.n_layers,
+        "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
         "notes": ["construction: 'verified' means the transformer equals its numpy reference (circuits/swap/"
                   "reference.py, no tie-break) at every step: the same candidate kept and centroids within "
                   f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"

@@ -149,7 +149,7 @@ def check_problems(Xs, C0s, label: str) -> float:
     checks = [transformer_check(x, c, circuit) for x, c in zip(Xs, C0s)]
     obj, cen = max(c[0] for c in checks), max(c[1] for c in checks)
     same = sum(c[2] for c in checks)
-    print(f"    transformer {label}: {circuit.model.cfg.n_layers} layers, d_model {circuit.layout.d_model};"
+    print(f"    transformer {label}: {circuit.n_layers} layers, d_model {circuit.layout.d_model};"
           f" max rel. objective diff {obj:.2e}, max centroid diff / data size {cen:.2e}, same choices on"
           f" {same}/{len(checks)} tasks ({time.perf_counter() - start:.0f} s)", flush=True)
     return obj

@@ -192,7 +192,7 @@ class AttentionPlan:
 @dataclass
 class MLPPlan:
     """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as restricted maps (gate and linear
-    side by side: one pass over the residual)."""
+    side by side: one pass over the residual), on the units that write something."""
 
     gate_linear: RestrictedMap
     d_mlp: int
@@ -201,10 +201,13 @@ class MLPPlan:
 
     @classmethod
     def of(cls, mlp) -> "MLPPlan":
-        W = torch.cat([mlp.W_gate, mlp.W_in], dim=1)
-        b_in = mlp.b_in.detach()[:, None]
-        return cls(RestrictedMap.of(W, all_outputs=True), mlp.W_gate.shape[1], b_in if bool((b_in != 0).any()) else None,
-                   RestrictedMap.of(mlp.W_out, mlp.b_out))
+        # Only the units whose W_out row is nonzero: any other unit adds exactly 0 (its hidden value is finite), and
+        # a block padded to the model's widest MLP has many of them.
+        units = torch.nonzero((mlp.W_out.detach() != 0).any(dim=1)).flatten()
+        W = torch.cat([mlp.W_gate.detach()[:, units], mlp.W_in.detach()[:, units]], dim=1)
+        b_in = mlp.b_in.detach()[units][:, None]
+        return cls(RestrictedMap.of(W, all_outputs=True), int(units.numel()),
+                   b_in if bool((b_in != 0).any()) else None, RestrictedMap.of(mlp.W_out.detach()[units], mlp.b_out))
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         gate, linear = self.gate_linear.apply(xT).split(self.d_mlp, dim=0)
@@ -390,7 +393,9 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
     records: list[LayerRecord] = []
-    states = [r.T.contiguous() for r in resid]  # feature-major (d_model, pos), one per problem (a copy)
+    # Feature-major (d_model, pos), one per problem: always a copy (``contiguous()`` would return a feature-major
+    # input itself, which the in-place recording then overwrites).
+    states = [r.T.clone(memory_format=torch.contiguous_format) for r in resid]
     keep, keep_mid = recording.on_record is None, recording.mid
     in_place = not keep and not recording.pre
 

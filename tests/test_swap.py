@@ -124,12 +124,37 @@ def test_transformer_equals_reference_on_iris():
     assert_matches_reference(X, C0, steps=3)
 
 
+@pytest.mark.parametrize("init,index", GENERAL[:1] + GENERAL[3:4])
+def test_structured_path_is_the_dense_forward_at_every_block(init, index):
+    """The structured path (the step model ``steps`` times, grouped attention) and the stacked HookedTransformer's
+    dense forward hold the same residual stream after every block of every step, and read the same run."""
+    batch = general_tasks(3, 20, 4, 4, 0, TEST, index, init=init)
+    for X, C0 in zip(batch.X, batch.C0):
+        circ = circuit(X.shape[1], C0.shape[0])
+        resid, _, _ = circ.encode(X, C0)
+        dense, structured = (circ.residuals(resid, path, STEP_BLOCKS) for path in ("dense", "structured"))
+        assert dense.keys() == structured.keys() and len(dense) == circ.n_layers == circ.model.cfg.n_layers
+        for key, value in dense.items():
+            # Unit-scaled stream (points and centroids in the unit ball): only the summation order differs.
+            torch.testing.assert_close(structured[key], value, rtol=0, atol=1e-12, msg=str(key))
+        fast, slow = circ.run(X, C0), circ.run(X, C0, path="dense")
+        assert (fast.path, slow.path) == ("structured", "dense") and fast.choices == slow.choices
+        np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
+
+
 def test_steps_share_weights_and_leave_every_staging_slot_empty():
     X, C0 = SWAP_WINS
     circ = circuit(1, 2)
     model, per = circ.model, len(STEP_BLOCKS)
     for name, param in model.blocks[0].named_parameters():
         assert torch.equal(param, dict(model.blocks[per].named_parameters())[name])
+    # The structured path runs the step model once per step: its blocks are every step's blocks.
+    for t in range(circ.steps):
+        for layer, block in enumerate(circ.step_model.blocks):
+            stacked = dict(model.blocks[t * per + layer].named_parameters())
+            for name, param in block.named_parameters():
+                assert torch.equal(param, stacked[name])
+    assert torch.equal(circ.step_model.unembed.W_U, model.unembed.W_U)
     resid, seq, _ = circ.encode(X, C0)
     assert isinstance(seq, SwapSequence) and seq.n_tokens == 1 + 4 + 3 * 2
     ends = [hook_names.resid_post(circ.layer(t, "select")) for t in range(circ.steps)]
@@ -155,3 +180,20 @@ def test_bad_shapes_are_refused():
         circuit(1, 2).run(np.zeros((4, 2)), np.zeros((2, 2)))
     with pytest.raises(ValueError):
         circuit(1, 2).run(np.array([[0.0], [np.nan]]), np.zeros((2, 1)))
+
+
+def test_auto_path_falls_back_to_the_dense_forward_where_the_structured_path_refuses(monkeypatch):
+    import circuits.structured as structured
+
+    def refuse(*args, **kwargs):
+        raise structured.StructuredPathUnavailable("300 distinct queries and 300 distinct keys")
+
+    monkeypatch.setattr(structured, "structured_forward", refuse)
+    circ, (X, C0) = circuit(1, 2), SWAP_WINS
+    run = circ.run(X, C0)
+    assert run.path == "dense" and "300 distinct queries" in run.path_note
+    np.testing.assert_allclose(run.centroids[1], [[10.5], [0.5]], rtol=1e-14)
+    with pytest.raises(structured.StructuredPathUnavailable):
+        circ.run(X, C0, path="structured")
+    with pytest.raises(ValueError, match="path must be one of"):
+        circ.run(X, C0, path="sparse")

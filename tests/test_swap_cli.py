@@ -95,13 +95,34 @@ def test_cluster_iris_writes_its_files_all_or_none(tmp_path, capsys):
         [r["choice"] for r in doc["per_iteration"]]
 
 
+def test_cluster_paths_agree_and_above_the_dense_limit_only_the_structured_path_runs(capsys, monkeypatch):
+    """Both execution paths give the same verified result; above the dense forward's token limit (lowered here to
+    iris's size) auto runs the structured path and --path dense is refused in one line."""
+    argv = ["cluster", "--dataset", "iris", "--k", 3, "--iterations", 3, "--construction", "swap", "--json"]
+    docs = {}
+    for path in ("auto", "dense"):
+        code, out, _ = run(capsys, *argv, "--path", path)
+        docs[path] = json.loads(out)
+        assert code == 0 and docs[path]["verified"]
+    assert (docs["auto"]["path"], docs["dense"]["path"]) == ("structured", "dense")
+    np.testing.assert_allclose(docs["auto"]["centroids"], docs["dense"]["centroids"], rtol=0, atol=1e-12 * 8)
+    import analysis.capture
+
+    monkeypatch.setattr(analysis.capture, "DENSE_MAX_TOKENS", 100)
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and json.loads(out)["path"] == "structured"
+    assert json.loads(out)["centroids"] == docs["auto"]["centroids"]
+    code, out, err = run(capsys, *argv, "--path", "dense")
+    assert code == 2 and out == "" and "160 tokens is above the dense forward's limit of 100" in err
+
+
 @pytest.mark.parametrize("extra,needle", [
     (("--k", 1), "needs --k >= 2"),
     (("--k", 3, "--dtype", "float32"), "exact only in float64"),
     (("--k", 3, "--variant", "soft"), "--variant and the exactness knobs do not apply"),
     (("--k", 3, "--tie-break", "1e-9"), "--variant and the exactness knobs do not apply"),
     (("--k", 3, "--checkpoint", "checkpoints/general"), "not allowed with argument"),
-    (("--k", 3, "--n", 12_000, "--d", 2, "--centers", 3), "above its limit of 12000"),
+    (("--k", 3, "--n", 12_000, "--d", 2, "--centers", 3, "--path", "dense"), "above the dense forward's limit of 12000"),
 ])
 def test_cluster_construction_bad_input_is_one_line_exit_2(extra, needle, capsys):
     dataset = "blobs" if "--n" in extra else "iris"

@@ -211,3 +211,60 @@ def test_resuming_continues_exactly(tmp_path):
     assert set(whole) == set(split)
     for name in whole:
         assert torch.equal(whole[name], split[name]), name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(arrays(np.int64, n, elements=st.integers(0, 4)),
+                                                      arrays(np.int64, n, elements=st.integers(0, 6)))))
+def test_agreement_scores_are_scikit_learns(pair):
+    """The evaluation's ARI and NMI (from contingency tables, without scikit-learn's per-call checks) are
+    scikit-learn's: on random labelings, single blocks, singletons and equal partitions."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    from analysis.evaluate import agreement_scores
+
+    truth, labels = pair
+    for t, lab in ((truth, labels), (truth, truth), (truth, 3 * truth + 1), (np.zeros_like(truth), labels),
+                   (np.arange(len(truth)), labels)):
+        ari, nmi = agreement_scores(lab[None], t[None])
+        assert ari == pytest.approx(adjusted_rand_score(t, lab), rel=0, abs=1e-12)
+        assert nmi == pytest.approx(normalized_mutual_info_score(t, lab), rel=0, abs=1e-12)
+
+
+@pytest.mark.parametrize("init", ["exact", "random"])
+def test_masked_export_path_is_the_dense_hooked_transformer(init):
+    """The exported HookedTransformer on the masked path (point x point block proved to weigh 0 and skipped) holds
+    the dense forward's residual stream at every step, for weights moved everywhere (masked dimensions too)."""
+    from circuits.training.model import run_hooked
+
+    model = RecurrentKMeans(ModelConfig(3, 4, init, seed=1), dtype=torch.float64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
+    tasks = make_tasks(2, 15, 3, 4, seed=4)
+    enc, ht = model.encode(tasks.X, tasks.C0), model.hooked_transformer()
+    dense = run_hooked(ht, model.layout, enc.resid, 3, True, keep=True)
+    masked = run_hooked(ht, model.layout, enc.resid, 3, True, keep=True, n=15)
+    for a, b in zip(dense, masked):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+def test_masked_export_path_refuses_an_unmasked_model_and_cluster_falls_back_to_dense(monkeypatch):
+    """Without the structural channel a point query's point keys are not provably 0: the masked path refuses,
+    saying which query, and the export runs densely (still the parity check against the training forward)."""
+    from analysis.evaluate import run_export
+    from circuits.structured import StructuredPathUnavailable
+    from circuits.training.model import run_hooked
+
+    model = RecurrentKMeans(ModelConfig(3, 4, "exact", seed=1), dtype=torch.float64)
+    tasks = make_tasks(1, 15, 3, 4, seed=4)
+    enc, ht = model.encode(tasks.X, tasks.C0), model.hooked_transformer()
+    assert run_export(ht, model, enc, 2, 15)[1] == "masked"
+    with torch.no_grad():
+        for block in ht.blocks:
+            block.attn.W_Q[0, :, -1] = 0.0  # the structural channel is the head's last column
+    with pytest.raises(StructuredPathUnavailable, match="not provably masked"):
+        run_hooked(ht, model.layout, enc.resid, 2, True, n=15)
+    hooked, path = run_export(ht, model, enc, 2, 15)
+    assert path == "dense"
+    torch.testing.assert_close(hooked[-1], run_hooked(ht, model.layout, enc.resid, 2, True)[-1], rtol=0, atol=0)

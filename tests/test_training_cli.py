@@ -71,7 +71,7 @@ def test_cluster_with_a_checkpoint_runs_the_hooked_transformer(checkpoint, tmp_p
               "--checkpoint", checkpoint, "--json", "--out", tmp_path / "out")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["verified"] is True and doc["export_error"] < 1e-4
+    assert doc["verified"] is True and doc["export_error"] < 1e-4 and doc["export_path"] == "masked"
     assert len(doc["labels"]) == 40 and np.array(doc["centroids"]).shape == (3, 2)
     assert [r["iteration"] for r in doc["per_iteration"]] == [1, 2, 3, 4]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["centroids.csv", "evaluation.json", "labels.csv"]

@@ -175,17 +175,14 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
         raise InputError("--construction swap needs --k >= 2")
     if args.dtype != "float64":
         raise InputError("--construction swap is exact only in float64: --dtype float32 does not apply")
-    from analysis.capture import DENSE_MAX_TOKENS
-
-    tokens = 1 + problem.X.shape[0] + 3 * problem.k  # BOS, the points, three groups of centroid tokens
-    if tokens > DENSE_MAX_TOKENS:
-        raise InputError(f"--construction swap runs the dense HookedTransformer only: {tokens} tokens is above its"
-                         f" limit of {DENSE_MAX_TOKENS} (a few (tokens)^2 float64 matrices per layer)")
     from analysis.commands._progress import Stages
-    from analysis.swap import cluster_with_swap
+    from analysis.swap import SwapPathUnavailable, cluster_with_swap
 
     with Stages(NAME, ["swap circuit"]):
-        doc = cluster_with_swap(problem.X, problem.C0, problem.iterations)
+        try:
+            doc = cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
+        except SwapPathUnavailable as exc:
+            raise InputError(f"--construction swap: {exc}") from None
     d = doc["d"]
     if out is not None:
         write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)
@@ -193,7 +190,8 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
         print(json.dumps(doc))
         return 0 if doc["verified"] else 1
     print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, safeguarded-swap construction"
-          f" ({doc['layers']} layers), {problem.iterations} steps")
+          f" ({doc['layers']} layers), {problem.iterations} steps, {doc['path']} path"
+          + (f" ({doc['path_note']})" if doc["path_note"] else ""))
     print(" step  kept        objective  reference objective  Lloyd's objective  labels = reference's"
           "  min margin  choice gap")
     for rec in doc["per_iteration"]:

@@ -1,19 +1,26 @@
 """Build the safeguarded-swap circuit as a ``HookedTransformer`` and run it on a problem, in the user's units.
 
-``build_swap_circuit(d, k, steps)`` stacks ``steps`` copies of the step's blocks (:mod:`circuits.swap.stages`,
-the same weights in every step) into a :class:`~circuits.model.CircuitTransformer` through
-:func:`circuits.build.build_model` (the Lloyd circuit's config: one head per block, gated ReLU MLP, no
-normalisation, bidirectional attention, every parameter loaded strictly and checked). :meth:`SwapCircuit.run`
+``build_swap_circuit(d, k, steps)`` builds the step's blocks (:mod:`circuits.swap.stages`, the same weights in
+every step) through :func:`circuits.build.build_model` (the Lloyd circuit's config: one head per block, gated ReLU
+MLP, no normalisation, bidirectional attention, every parameter loaded strictly and checked): ``step_model``, the
+14 blocks of one step, and ``model``, ``steps`` copies of them stacked (built on first use). :meth:`SwapCircuit.run`
 encodes a problem with the Lloyd circuit's unit scaling (:func:`circuits.encoding.fit_unit_scaling`, centred on the
-median, :data:`CENTRE`), runs the
-model once and reads, from the residual stream, the centroids after each step, the candidate each step kept and
-the objective of every iterate (the circuit's own averages over points, scaled back to the user's units).
+median, :data:`CENTRE`), runs the circuit once and reads, from the residual stream, the centroids after each step,
+the candidate each step kept and the objective of every iterate (the circuit's own averages over points, scaled
+back to the user's units).
+
+Two execution paths compute the same residual stream. ``dense``: ``model.run_with_cache``, the stacked
+``HookedTransformer`` with its ``(tokens)^2`` attention patterns. ``structured``: the step model ``steps`` times
+in a row through :func:`circuits.structured.structured_forward` (grouped attention on identical queries or keys,
+found and verified on the run's own vectors; restricted linear maps), which never forms a pattern over points x
+points. Since every step has the same weights, running the step model ``steps`` times *is* running the stacked
+model, block for block; the tests hold the two paths' residual streams together at every layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -46,15 +53,41 @@ class SwapRun(SwapTrajectory):
     stream, plus every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference)."""
 
     candidate_objectives: Float[np.ndarray, "steps 3"]
+    #: The execution path that ran it (``"structured"`` or ``"dense"``) and, when ``auto`` fell back, why.
+    path: str = "dense"
+    path_note: str = ""
+
+
+#: The execution paths of :meth:`SwapCircuit.run`: ``auto`` is structured, dense where the structured path refuses.
+PATHS = ("auto", "structured", "dense")
+#: The blocks whose residual stream the run reads: the start's objective, the choice, the kept centroids.
+READ_BLOCKS = ("removal", "choose", "select")
 
 
 @dataclass
 class SwapCircuit:
-    model: CircuitTransformer
+    step_model: CircuitTransformer
     layout: ResidualLayout
     knobs: SwapKnobs
     steps: int
     schedule: list[str] = field(default_factory=list)
+    #: The step's blocks and the unembedding, from which :attr:`model` is stacked.
+    blocks: list = field(default_factory=list, repr=False)
+    W_U: np.ndarray | None = field(default=None, repr=False)
+    _model: CircuitTransformer | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> CircuitTransformer:
+        """The whole circuit, ``steps`` copies of the step's blocks in one ``HookedTransformer`` (built on first use:
+        the structured path runs :attr:`step_model` instead)."""
+        if self._model is None:
+            self._model = build_model(self.blocks * self.steps, self.W_U, self.layout,
+                                      dtype=self.step_model.cfg.dtype, device=self.step_model.cfg.device)
+        return self._model
+
+    @property
+    def n_layers(self) -> int:
+        return self.steps * len(STEP_BLOCKS)
 
     def layer(self, step: int, block: str) -> int:
         """The layer of ``block`` (a name of :data:`STEP_BLOCKS`) in step ``step`` (0-based)."""
@@ -96,17 +129,69 @@ class SwapCircuit:
             if name != "proposal":  # the proposal group is written by each step before it is read
                 resid[0, pos, lay["C"]] = uc
                 resid[0, pos, lay["N"]] = (uc**2).sum(axis=1)[:, None]
-        return torch.as_tensor(resid, dtype=self.model.cfg.dtype, device=self.model.cfg.device), seq, scaling
+        cfg = self.step_model.cfg
+        return torch.as_tensor(resid, dtype=cfg.dtype, device=cfg.device), seq, scaling
 
-    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> SwapRun:
-        resid, seq, scaling = self.encode(X, C0)
-        hooks = set()
+    def residuals(self, resid: Float[torch.Tensor, "1 pos d_model"], path: Literal["structured", "dense"],
+                  blocks: tuple[str, ...] = READ_BLOCKS) -> dict[tuple[int, str], Float[torch.Tensor, "1 pos d_model"]]:
+        """The residual stream after each of ``blocks`` (names of :data:`STEP_BLOCKS`) of every step, by
+        ``(step, block)``, on ``path``; the structured path raises
+        :class:`~circuits.structured.StructuredPathUnavailable` when it cannot run the problem exactly (it says
+        why)."""
+        if path == "dense":
+            names = {hook_names.resid_post(self.layer(t, b)): (t, b) for t in range(self.steps) for b in blocks}
+            with torch.no_grad():
+                _, cache = self.model.run_with_cache(resid, names_filter=lambda name: name in names)
+            return {key: cache[name] for name, key in names.items()}
+        # The structured path's products are small (d_model x tokens): torch's intra-op threads only wait on each
+        # other, and on a busy machine ruinously (400 points, 20 steps, 2 shared cores under load: 0.45 s of CPU
+        # with one thread, 12.7 s with two). One thread, restored afterwards.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._structured_residuals(resid, blocks)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _structured_residuals(self, resid: Float[torch.Tensor, "1 pos d_model"], blocks: tuple[str, ...]
+                              ) -> dict[tuple[int, str], Float[torch.Tensor, "1 pos d_model"]]:
+        from circuits.structured import Recording, structured_forward
+
+        out: dict[tuple[int, str], torch.Tensor] = {}
+        end = STEP_BLOCKS[-1]
         for t in range(self.steps):
-            hooks |= {hook_names.resid_post(self.layer(t, b)) for b in ("removal", "choose", "select")}
-        with torch.no_grad():
-            _, cache = self.model.run_with_cache(resid, names_filter=lambda name: name in hooks)
+            step: dict[str, torch.Tensor] = {}
+
+            def take(layer: int, record, step: dict = step) -> None:
+                if STEP_BLOCKS[layer] in blocks or STEP_BLOCKS[layer] == end:
+                    step[STEP_BLOCKS[layer]] = record.resid_post.clone()
+
+            # In place (pre=False): the stream is updated block by block and each block read is copied as it ends;
+            # the step's last block's stream enters the next step.
+            structured_forward(self.step_model, resid, recording=Recording(take, pre=False))
+            out.update({(t, block): step[block] for block in blocks})
+            resid = step[end]
+        return out
+
+    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], path: str = "auto") -> SwapRun:
+        """The circuit on one problem, on ``path`` (:data:`PATHS`)."""
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        resid, seq, scaling = self.encode(X, C0)
+        used, note = ("dense", "") if path == "dense" else ("structured", "")
+        if used == "structured":
+            from circuits.structured import StructuredPathUnavailable
+
+            try:
+                cache = self.residuals(resid, "structured")
+            except StructuredPathUnavailable as exc:
+                if path == "structured":
+                    raise
+                used, note = "dense", f"structured path unavailable: {exc}"
+        if used == "dense":
+            cache = self.residuals(resid, "dense")
         n, s2 = seq.n, float(scaling.scale[0]) ** 2
-        at = lambda t, b: cache[hook_names.resid_post(self.layer(t, b))]  # noqa: E731
+        at = lambda t, b: cache[t, b]  # noqa: E731
         centroids, lloyd = [as_batch(C0, "C0")[0]], [as_batch(C0, "C0")[0]]
         choices, objectives, candidates = [], [], []
         for t in range(self.steps):
@@ -124,7 +209,7 @@ class SwapCircuit:
         chosen_obj = candidates[np.arange(self.steps), [c for c in map(_rank, choices)]]
         # Lloyd's chain's objectives are the circuit's "reference" candidate's (step 0: the start, shared by all).
         return SwapRun(np.stack(centroids), choices, np.array([*objectives[:1], *chosen_obj]), np.stack(lloyd),
-                       np.array([*objectives[:1], *candidates[:, 2]]), candidates)
+                       np.array([*objectives[:1], *candidates[:, 2]]), candidates, used, note)
 
 
 def _rank(choice: str) -> int:
@@ -150,5 +235,5 @@ def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_br
     blocks = step_blocks(layout, knobs)
     # W_U reads CHOICE: the logits at any token are the kept candidate (lloyd, swap, reference).
     W_U = np.stack([dense(layout, {("CHOICE", r): 1.0}) for r in range(3)], axis=1)
-    model = build_model(blocks * steps, W_U, layout, dtype=dtype, device=device)
-    return SwapCircuit(model, layout, knobs, steps, [b.kind for b in blocks] * steps)
+    step_model = build_model(blocks, W_U, layout, dtype=dtype, device=device)
+    return SwapCircuit(step_model, layout, knobs, steps, [b.kind for b in blocks] * steps, blocks, W_U)

@@ -1,9 +1,13 @@
-"""Shared fixtures: built circuits are cached per (d, k, iterations, dtype), since tests reuse a few shapes."""
+"""Shared fixtures (built circuits are cached per (d, k, iterations, dtype), since tests reuse a few shapes), and the
+suite's layers: each test's marker (fast, slow, subprocess, browser, ray, notebooks), assigned at collection."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,3 +80,247 @@ def assert_forward_is_the_hooked_transformers(model, tasks, steps: int = 3) -> N
     hooked = run_hooked(model.hooked_transformer(), model.layout, enc.resid, steps, True, keep=True)
     for a, b in zip(fast, hooked):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------ the suite's layers
+# Every test is in exactly one layer, a marker registered in pyproject.toml: `python -m pytest -q -m fast` runs the
+# unit tests alone (minutes); `python -m pytest -q`, the CI command, runs every layer. Where a new test goes and how
+# it is classified: docs/contributing.md.
+
+#: What starts other processes, by how much it costs, most first: a test that does several is in the first.
+OUT_OF_PROCESS = ("notebooks", "browser", "ray", "subprocess")
+#: The in-process layers: unit tests of circuits/ and analysis/ (fast), and the long ones kept out of `-m fast`.
+IN_PROCESS = ("fast", "slow")
+LAYERS = (*IN_PROCESS, *OUT_OF_PROCESS)
+
+#: The layer of each test file's in-process tests (those it does not move out, below). A test file that is not
+#: listed fails collection: a new file is classified when it is added.
+FILE_LAYERS = {
+    "test_adversarial.py": "fast",
+    "test_architecture.py": "fast",
+    "test_bad_input.py": "fast",
+    "test_build_capture.py": "fast",
+    "test_certificate.py": "fast",
+    "test_circuit_model.py": "fast",
+    "test_cli.py": "fast",
+    "test_docs.py": "fast",
+    "test_drift.py": "fast",
+    "test_engine.py": "fast",
+    "test_estimator.py": "fast",
+    "test_estimator_parity.py": "fast",
+    "test_exactness_contract.py": "fast",
+    "test_general_checkpoint.py": "fast",
+    "test_hard_inputs.py": "fast",
+    "test_headline.py": "fast",
+    "test_hypothesis.py": "fast",
+    "test_layout.py": "fast",
+    "test_notebooks.py": "notebooks",  # runs them in a Jupyter kernel; checks the committed files
+    "test_patching.py": "fast",
+    "test_patching_cli.py": "fast",
+    "test_patching_predictions.py": "fast",
+    "test_progress.py": "fast",
+    "test_prove.py": "fast",
+    "test_prove_algebra.py": "fast",
+    "test_prove_bound.py": "fast",
+    "test_prove_mutations.py": "fast",
+    "test_prove_variants.py": "fast",
+    "test_readme.py": "fast",
+    "test_reference.py": "fast",
+    "test_report.py": "fast",
+    "test_report_browser.py": "browser",  # every test here opens a page in Chromium
+    "test_report_inputs.py": "fast",
+    "test_sklearn_oracle.py": "fast",
+    "test_structured.py": "fast",
+    "test_swap.py": "fast",
+    "test_swap_cli.py": "fast",
+    "test_sweep.py": "fast",
+    "test_tiny.py": "fast",
+    "test_training.py": "fast",
+    "test_training_cli.py": "fast",
+    "test_training_general.py": "fast",
+    "test_training_general_cli.py": "fast",
+    "test_variants.py": "fast",
+    "test_variants_references.py": "fast",
+    "test_views.py": "fast",
+    "test_weights.py": "fast",
+}
+#: In-process tests too long for `-m fast` (file::function, every parametrization): each took 10 s or more in a run
+#: of `-m fast --durations=0` on the shared, loaded 2-core machine, or 2.5 s or more in a second run on a lighter
+#: load (docs/performance.md, "Notebooks and the test suite").
+SLOW = frozenset({
+    "test_adversarial.py::test_checkpoint_weight_that_overflows_with_its_scale_is_exit_2",
+    "test_certificate.py::test_leak_bound_bounds_the_pattern_and_the_assignment",
+    "test_drift.py::test_analysis_of_an_untrained_model",
+    "test_drift.py::test_drift_report_is_self_contained",
+    "test_estimator.py::test_paths_agree_and_large_data_takes_the_structured_path",
+    "test_estimator_parity.py::test_check_estimator_fails_only_where_documented",
+    "test_estimator_parity.py::test_n_init_auto_follows_kmeans",
+    "test_estimator_parity.py::test_tol_stops_where_kmeans_stops_and_the_circuit_runs_every_layer",
+    "test_exactness_contract.py::test_did_not_converge_is_said",
+    "test_exactness_contract.py::test_verdict_and_labels_agree",
+    "test_general_checkpoint.py::test_at_or_below_lloyds_after_the_last_step_on_average",
+    "test_general_checkpoint.py::test_mean_objective_does_not_rise_beyond_the_evaluations_tie_tolerance",
+    "test_hard_inputs.py::test_five_thousand_points",
+    "test_hypothesis.py::test_circuit_equals_reference_at_every_layer",
+    "test_hypothesis.py::test_units_do_not_matter",
+    "test_progress.py::test_evaluate_and_drift_report_each_stage",
+    "test_prove.py::test_every_obligation_is_proved",
+    "test_prove.py::test_sixty_four_dimensions_sixteen_centroids",
+    "test_prove_algebra.py::test_fourier_motzkin_agrees_with_linear_programming",
+    "test_prove_algebra.py::test_piecewise_prover_agrees_with_exact_evaluation",
+    "test_prove_bound.py::test_bound_holds_on_datasets",
+    "test_prove_bound.py::test_bound_holds_on_hard_inputs",
+    "test_prove_bound.py::test_bound_holds_on_hypothesis_problems",
+    "test_prove_bound.py::test_variant_bound_holds_on_hypothesis_problems",
+    "test_prove_bound.py::test_variant_bound_holds_on_iris",
+    "test_prove_bound.py::test_variant_bound_is_far_from_zero_where_the_softmax_is_soft",
+    "test_prove_mutations.py::test_every_named_obligation_can_be_broken_by_one_entry",
+    "test_prove_mutations.py::test_single_entry_mutations_are_caught_and_named",
+    "test_prove_mutations.py::test_unembedding_mutations",
+    "test_prove_variants.py::test_damped_is_proved",
+    "test_prove_variants.py::test_damped_norm_is_exact_iff_one_minus_eta_is_a_float",
+    "test_prove_variants.py::test_trimmed_is_proved_with_outliers_in_the_examples",
+    "test_readme.py::test_python_examples_run",
+    "test_report.py::test_sections_can_be_added_placed_and_registered",
+    "test_report_inputs.py::test_every_input_gives_the_report_of_the_run",
+    "test_sklearn_oracle.py::test_blobs_many_iterations_match_sklearn",
+    "test_sklearn_oracle.py::test_bundled_dataset_matches_sklearn",
+    "test_structured.py::test_every_variant_equals_the_dense_forward",
+    "test_swap.py::test_transformer_equals_reference_on_general_tasks",
+    "test_swap_cli.py::test_evaluate_construction_measures_it_like_a_general_checkpoint",
+    "test_sweep.py::test_circuit_runner_equals_the_soft_reference",
+    "test_training.py::test_resuming_continues_exactly",
+    "test_training.py::test_training_on_a_fixed_seed_is_reproducible",
+    "test_training_general.py::test_construction_support_trains_only_the_weights_the_construction_sets",
+    "test_training_general.py::test_general_training_writes_a_v2_checkpoint_that_loads_and_runs_smaller_shapes",
+    "test_variants.py::test_annealed_equals_reference_at_every_layer",
+    "test_variants.py::test_damped_equals_reference_at_every_layer",
+    "test_variants.py::test_gumbel_equals_reference_draw_for_draw",
+    "test_variants.py::test_sparse_equals_reference_at_every_layer",
+    "test_variants.py::test_trimmed_equals_reference_at_every_layer",
+    "test_variants_references.py::test_gumbel_picks_members_with_softmax_frequencies",
+})
+
+#: What moves a test out of process, found in its code: these names, reached from the test function through the
+#: module's own functions and fixtures (code only: a docstring that mentions a subprocess moves nothing).
+BROWSER_NAMES = frozenset({"check_page", "Chromium"})
+SUBPROCESS_NAMES = frozenset({"subprocess", "Popen"})
+#: The module fixture that starts a local Ray instance (tests/test_engine.py); a test that takes it, or is
+#: parametrized with "ray" (and takes it through request.getfixturevalue), is in the ray layer.
+RAY_FIXTURE = "local_ray"
+
+
+@functools.lru_cache(maxsize=None)
+def _module_functions(path: str) -> dict[str, tuple[frozenset[str], tuple[str, ...]]]:
+    """Each module-level function of a test file: the names its code uses, and the names of its arguments."""
+    out = {}
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            used |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            used |= {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and n.value.isidentifier()}  # request.getfixturevalue("local_ray")
+            out[node.name] = (frozenset(used), tuple(a.arg for a in node.args.args))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_helpers(path: str) -> dict[str, str]:
+    """Names a test file imports from another test file (``from test_cli import cli``): name -> that file."""
+    here = Path(path).parent
+    return {alias.asname or alias.name: str(here / f"{node.module}.py")
+            for node in ast.parse(Path(path).read_text()).body
+            if isinstance(node, ast.ImportFrom) and node.module and (here / f"{node.module}.py").is_file()
+            for alias in node.names}
+
+
+def _reached_names(path: str, function: str) -> frozenset[str]:
+    """The names used by ``function`` and by every function or fixture it reaches (calls or takes), in its module
+    or imported from another test file."""
+    seen, todo, names = set(), [(path, function)], set()
+    while todo:
+        where, name = todo.pop()
+        if (where, name) in seen:
+            continue
+        seen.add((where, name))
+        if name in _imported_helpers(where):
+            todo.append((_imported_helpers(where)[name], name))
+            continue
+        if name not in _module_functions(where):
+            continue
+        used, args = _module_functions(where)[name]
+        names |= used
+        todo.extend((where, n) for n in (*used, *args))
+    return frozenset(names)
+
+
+def _layer(item) -> str:
+    """The layer of one test, from its file and its code (see FILE_LAYERS, SLOW and the names above)."""
+    path = Path(str(item.fspath))
+    if path.name not in FILE_LAYERS:
+        raise pytest.UsageError(f"{path.name} is in no test layer: add it to FILE_LAYERS in tests/conftest.py "
+                                "(docs/contributing.md says which layer)")
+    file_layer = FILE_LAYERS[path.name]
+    if file_layer in OUT_OF_PROCESS:
+        return file_layer
+    reached = _reached_names(str(path), item.originalname)
+    params = getattr(item, "callspec", None)
+    if reached & BROWSER_NAMES:
+        return "browser"
+    if RAY_FIXTURE in item.fixturenames or (params is not None and "ray" in params.params.values()):
+        return "ray"
+    if reached & SUBPROCESS_NAMES:
+        return "subprocess"
+    return "slow" if f"{path.name}::{item.originalname}" in SLOW else file_layer
+
+
+LAYER = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers this adds
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    stale = [entry for entry in SLOW if not (here / entry.partition("::")[0]).is_file()
+             or entry.partition("::")[2] not in _module_functions(str(here / entry.partition("::")[0]))]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py: SLOW names tests that do not exist: {sorted(stale)}")
+    for item in items:
+        given = {m.name for m in item.iter_markers() if m.name in LAYERS}
+        if len(given) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked with several test layers {sorted(given)}: one only")
+        layer = given.pop() if given else _layer(item)
+        if not item.get_closest_marker(layer):
+            item.add_marker(getattr(pytest.mark, layer))
+        item.stash[LAYER] = layer
+
+
+#: Programs an in-process test may still start: ctypes.util.find_library asks these where a library is (the
+#: command line's keep_freed_memory looks up libc), which starts no layer's machinery.
+LIBRARY_LOOKUP = frozenset({"ldconfig", "gcc", "cc", "objdump", "ld"})
+
+
+@pytest.fixture(autouse=True)
+def _in_process_layers_start_no_process(request, monkeypatch):
+    """A test of an in-process layer that starts a process (a subprocess, a kernel, Chromium, Ray) fails, so that
+    `-m fast` means what it says however the test was classified."""
+    layer = request.node.stash.get(LAYER, None)
+    if layer in IN_PROCESS:
+        message = (f"{request.node.nodeid} is in the {layer!r} test layer, which runs in this process, but starts "
+                   "another process: it belongs in another layer (tests/conftest.py, docs/contributing.md)")
+
+        def refuse(*args, **kwargs):
+            raise AssertionError(message)
+
+        execute_child = subprocess.Popen._execute_child
+
+        def execute_lookup_only(popen, args, executable, *rest, **kwargs):
+            program = executable or (args.split()[0] if isinstance(args, (str, bytes)) else args[0])
+            if os.path.basename(os.fsdecode(program)) not in LIBRARY_LOOKUP:
+                raise AssertionError(f"{message} ({program})")
+            return execute_child(popen, args, executable, *rest, **kwargs)
+
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_lookup_only)
+        for name in ("fork", "forkpty"):  # multiprocessing; subprocess is guarded above
+            if hasattr(os, name):
+                monkeypatch.setattr(os, name, refuse)
+    yield

@@ -1,9 +1,13 @@
-"""Every notebook in ``notebooks/`` runs top to bottom, and is committed without outputs.
+"""Every notebook in ``notebooks/`` runs top to bottom, is committed without outputs, and stays light once run.
 
 Notebooks run with nbclient on the kernel named ``python3``. So that the kernel is the Python running the tests
 (the project's virtual environment, not whatever ``python`` is first on ``PATH``), a ``python3`` kernel spec
 pointing at ``sys.executable`` is registered in a temporary ``JUPYTER_PATH``, which Jupyter searches first; a
 test checks that the kernel really runs in this environment. New notebooks are picked up by the glob.
+
+Executed, a notebook holds plotly.js once (the "notebook" renderer's offline initialisation, so that exported HTML
+draws without a network) and each figure as plotly's MIME type (what JupyterLab draws) with a small HTML fallback:
+every figure used to embed its own 4.8 MB copy of plotly.js (01_exact_circuit ran to 40.5 MB).
 """
 
 import json
@@ -20,6 +24,8 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: Per cell. Notebooks are meant to run in well under a minute; this only stops a hung kernel.
 CELL_TIMEOUT = 600
+#: An executed notebook's size budget, in bytes: plotly.js once (4.8 MB) and the figures.
+MAX_EXECUTED_BYTES = 6_000_000
 
 sys.path.insert(0, str(NOTEBOOK_DIR))
 from strip_outputs import problems as unstripped  # noqa: E402
@@ -55,6 +61,21 @@ def execute(nb, kernel_name: str):
     return nb
 
 
+@pytest.fixture(scope="module")
+def executed(kernel):
+    """Each notebook run once for the module's tests (a run takes tens of seconds): path -> executed notebook."""
+    runs = {}
+
+    def run(path: Path):
+        if path not in runs:
+            nb = nbformat.read(path, as_version=4)
+            assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+            runs[path] = execute(nb, kernel)  # raises CellExecutionError, with the cell and its traceback
+        return runs[path]
+
+    return run
+
+
 def test_the_kernel_runs_in_this_environment(kernel):
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell("import sys, analysis, circuits\nprint(sys.prefix)"))
@@ -68,14 +89,36 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, kernel):
-    nb = nbformat.read(path, as_version=4)
-    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
-    execute(nb, kernel)  # raises CellExecutionError, with the cell and its traceback, if any cell fails
+def test_notebook_runs_top_to_bottom(path, executed):
+    nb = executed(path)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.execution_count is not None for c in code)
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert errors == []
+
+
+def plotly_js_copies(text: str) -> int:
+    """How many copies of plotly.js ``text`` embeds (each begins with its banner comment)."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    banner = f"plotly.js v{get_plotlyjs_version()}"
+    assert banner in get_plotlyjs()[:200]  # the banner this counts is the bundle's own first lines
+    return text.count(banner)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_executed_notebook_holds_plotly_js_once_and_stays_small(path, executed):
+    """Executed, a notebook is at most MAX_EXECUTED_BYTES, holds plotly.js at most once (embedded: exported HTML
+    draws offline, not from a CDN), and gives every figure plotly's MIME type, which JupyterLab draws."""
+    nb = executed(path)
+    text = nbformat.writes(nb)
+    size = len(text.encode())
+    assert size <= MAX_EXECUTED_BYTES, f"{path.name} runs to {size / 1e6:.1f} MB"
+    figures = [o.data for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if "plotly-graph-div" in o.get("data", {}).get("text/html", "")]
+    assert plotly_js_copies(text) == (1 if figures else 0), path.name
+    assert 'src="https://cdn.plot.ly' not in text
+    assert all("application/vnd.plotly.v1+json" in data for data in figures), path.name
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

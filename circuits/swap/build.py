@@ -1,9 +1,10 @@
 """Build the safeguarded-swap circuit as a ``HookedTransformer`` and run it on a problem, in the user's units.
 
 ``build_swap_circuit(d, k, steps)`` builds the step's blocks (:mod:`circuits.swap.stages`, the same weights in
-every step) through :func:`circuits.build.build_model` (the Lloyd circuit's config: one head per block, gated ReLU
-MLP, no normalisation, bidirectional attention, every parameter loaded strictly and checked): ``step_model``, the
-14 blocks of one step, and ``model``, ``steps`` copies of them stacked (built on first use). :meth:`SwapCircuit.run`
+every step) with the Lloyd circuit's config (one head per block, gated ReLU MLP, no normalisation, bidirectional
+attention, every parameter checked finite): ``step_model``, the 14 blocks of one step as plain torch modules
+(:mod:`circuits.plain`, no TransformerLens), and ``model``, ``steps`` copies of them stacked in a
+``HookedTransformer`` (:func:`circuits.build.build_model`, loaded strictly; built on first use). :meth:`SwapCircuit.run`
 encodes a problem with the Lloyd circuit's unit scaling (:func:`circuits.encoding.fit_unit_scaling`, centred on the
 median, :data:`CENTRE`), runs the circuit once and reads, from the residual stream, the centroids after each step,
 the candidate each step kept and the objective of every iterate (the circuit's own averages over points, scaled
@@ -27,9 +28,10 @@ import torch
 from jaxtyping import Float
 
 from circuits import hook_names
-from circuits.build import build_model
+from circuits.build import CircuitWeights, build_model
 from circuits.encoding import as_batch, fit_unit_scaling, read
 from circuits.layout import ResidualLayout
+from circuits.plain import PlainTransformer
 from circuits.sharpness import Sharpness
 from circuits.swap.knobs import SwapKnobs
 from circuits.swap.layout import CANDIDATE_GROUPS, GROUPS, SwapSequence, swap_layout
@@ -66,7 +68,8 @@ READ_BLOCKS = ("removal", "choose", "select")
 
 @dataclass
 class SwapCircuit:
-    step_model: CircuitTransformer
+    #: The 14 blocks of one step as plain torch modules (:class:`circuits.plain.PlainTransformer`).
+    step_model: PlainTransformer
     layout: ResidualLayout
     knobs: SwapKnobs
     steps: int
@@ -235,5 +238,7 @@ def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_br
     blocks = step_blocks(layout, knobs)
     # W_U reads CHOICE: the logits at any token are the kept candidate (lloyd, swap, reference).
     W_U = np.stack([dense(layout, {("CHOICE", r): 1.0}) for r in range(3)], axis=1)
-    step_model = build_model(blocks, W_U, layout, dtype=dtype, device=device)
+    # The step model runs on the structured path only: plain torch modules of the step's state dict, so a swap run
+    # imports no TransformerLens (seconds) unless the dense path asks for the stacked model.
+    step_model = CircuitWeights.from_blocks(blocks, W_U, layout, dtype=dtype, device=device).plain()
     return SwapCircuit(step_model, layout, knobs, steps, [b.kind for b in blocks] * steps, blocks, W_U)

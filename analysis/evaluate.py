@@ -421,9 +421,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
         "verified": bool(export_error <= tolerance),
         "per_iteration": per_iteration, "n": n, "d": int(X.shape[1]),
         "inertia": reference.objective(X, final), "lloyd_inertia": float(trace.objectives[-1]),
-        # All points equal: both objectives are 0, and the model is as good as Lloyd's (0/0 is not 0).
-        "ratio_to_lloyd": (1.0 if reference.objective(X, final) == float(trace.objectives[-1]) == 0.0 else
-                           reference.objective(X, final) / max(float(trace.objectives[-1]), 1e-300)),
+        "ratio_to_lloyd": reference.objective_ratio(reference.objective(X, final), float(trace.objectives[-1])),
         "dtype": str(model.dtype).replace("torch.", ""),
         "export_error": export_error, "export_tolerance": tolerance, "export_path": export_path,
         "notes": ["trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward"

@@ -146,7 +146,7 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
         "labels": [int(v) for v in reference.sq_distances(X, final).argmin(1)], "centroids": final.tolist(),
         "verified": not problems, "problems": problems, "per_iteration": per_iteration,
         "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
-        "ratio_to_lloyd": inertia / max(lloyd_inertia, 1e-300), "knobs": circ.knobs.to_dict(),
+        "ratio_to_lloyd": reference.objective_ratio(inertia, lloyd_inertia), "knobs": circ.knobs.to_dict(),
         "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
         "notes": ["construction: 'verified' means the transformer equals its numpy reference (circuits/swap/"
                   "reference.py, no tie-break) at every step: the same candidate kept and centroids within "

@@ -75,6 +75,14 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
     return float(D[np.arange(len(inside)), labels[inside]].sum())
 
 
+def objective_ratio(objective: float, baseline: float) -> float:
+    """``objective / baseline`` (e.g. a model's objective over Lloyd's), where two zero objectives (all points on
+    their centroids, e.g. all points equal) are equally good: ratio 1, not 0/0."""
+    if objective == baseline == 0.0:
+        return 1.0
+    return objective / max(baseline, 1e-300)
+
+
 def gaps(D: Float[np.ndarray, "n k"]) -> Float[np.ndarray, " n"]:
     """Second-smallest minus smallest squared distance per point (inf when k == 1)."""
     if D.shape[1] < 2:

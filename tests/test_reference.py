@@ -50,3 +50,12 @@ def test_reference_matches_sklearn_lloyd(seed):
         np.testing.assert_allclose(tr.final_centroids, km.cluster_centers_, rtol=0, atol=1e-12)
         np.testing.assert_array_equal(tr.labels, km.labels_)
         assert tr.n_iter == km.n_iter_
+
+
+def test_objective_ratio_counts_two_zero_objectives_as_equal():
+    from circuits.reference import objective_ratio
+
+    assert objective_ratio(0.0, 0.0) == 1.0  # all points on their centroids in both runs: as good, not 0/0
+    assert objective_ratio(3.0, 4.0) == 0.75
+    assert objective_ratio(0.0, 2.0) == 0.0
+    assert objective_ratio(1.0, 0.0) > 1e299  # worse than a perfect baseline: huge, never a division error

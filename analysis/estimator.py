@@ -14,11 +14,9 @@ from __future__ import annotations
 import warnings
 from typing import no_type_check
 from collections import OrderedDict
-from fractions import Fraction
 from dataclasses import replace
 
 import numpy as np
-from jaxtyping import Float, Int
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -26,12 +24,13 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from analysis.capture import PATHS
 from analysis.data import check_iterations, check_magnitude, check_spread
+from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
 from circuits.blocks import ASSIGN, assign_block
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import distinct_rows, initial_centroids
-from circuits.sharpness import UNIT_ROUNDOFF, Sharpness
+from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
 
@@ -165,59 +164,6 @@ def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
     floor = spread if spread > 0 else max(float(r.max()), 1.0)
     level = np.ceil(np.log(np.maximum(r / floor, 1.0)) / np.log(GROUP_FACTOR)).astype(int)
     return [np.flatnonzero(level == g) for g in np.unique(level)]
-
-
-#: Points certified per chunk by :func:`misassigned` (its temporaries are ``chunk x k x d``).
-_CERTIFY_CHUNK = 4096
-
-
-def _exact_gap(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> Fraction:
-    """``|x - a|^2 - |x - b|^2`` in rational arithmetic on the float64 values (exact)."""
-    return sum((Fraction(p) - Fraction(q)) * (Fraction(p) + Fraction(q) - 2 * Fraction(r))
-               for p, q, r in zip(a.tolist(), b.tolist(), x.tolist()))
-
-
-def misassigned(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
-                labels: Int[np.ndarray, " n"]) -> Int[np.ndarray, " m"]:
-    """Rows of ``X`` whose label is not the exact nearest centroid: the lowest index among the centroids whose
-    squared distance, computed exactly from the float64 values, is the smallest.
-
-    Each label is compared with every other centroid ``j`` by ``|x - c_l|^2 - |x - c_j|^2 = (c_l - c_j) . (c_l
-    + c_j - 2x)``, which has no cancellation between the magnitudes of ``x`` and ``c`` (the expanded or the direct
-    form loses a far point's direction, or a near-bisector point's gap, to rounding). Computed in float64 it is
-    within ``(d + 8) u sum_m |c_l - c_j|_m (|c_l| + |c_j| + 2|x|)_m`` of the exact value (``u`` = 2**-53: one
-    rounding per difference and sum, ``d`` for the dot product); where the computed value is within twice that
-    of 0, the sign is taken from rational arithmetic (:class:`fractions.Fraction`) instead.
-    """
-    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
-    labels = np.asarray(labels, dtype=np.int64)
-    d, k, wrong = X.shape[1], C.shape[0], []
-    index = np.arange(k)
-    for start in range(0, len(X), _CERTIFY_CHUNK):
-        x, own = X[start:start + _CERTIFY_CHUNK], labels[start:start + _CERTIFY_CHUNK]
-        c_own = C[own]
-        U = c_own[:, None, :] - C[None, :, :]
-        V = c_own[:, None, :] + C[None, :, :] - 2.0 * x[:, None, :]
-        gap = np.einsum("njm,njm->nj", U, V)
-        W = np.abs(c_own)[:, None, :] + np.abs(C)[None, :, :] + 2.0 * np.abs(x)[:, None, :]
-        bound = 2.0 * (d + 8) * UNIT_ROUNDOFF * np.einsum("njm,njm->nj", np.abs(U), W)
-        other = index[None, :] != own[:, None]
-        bad = other & (gap > bound)  # the label's centroid is certainly farther than another
-        unsure = other & ~bad & ~(gap < -bound)
-        for i, j in zip(*np.nonzero(unsure)):
-            exact = _exact_gap(x[i], C[own[i]], C[j])
-            bad[i, j] = exact > 0 or (exact == 0 and j < own[i])
-        wrong.extend(start + np.flatnonzero(bad.any(axis=1)))
-    return np.asarray(wrong, dtype=np.int64)
-
-
-def exact_nearest(x: Float[np.ndarray, " d"], C: Float[np.ndarray, "k d"]) -> int:
-    """The exact nearest centroid of one point (lowest index on exact ties), in rational arithmetic."""
-    best = 0
-    for j in range(1, len(C)):
-        if _exact_gap(x, C[j], C[best]) < 0:
-            best = j
-    return best
 
 
 class CircuitMismatchWarning(UserWarning):

@@ -324,8 +324,7 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
 
 
 def _sink_logits(circ, kind: str) -> float | None:
-    """The attention-sink logit of the ``kind`` layers, read from the model's weights (``None`` without sinks);
-    ``runnable``: the weights the structured path runs, without building the HookedTransformer for them."""
+    """The sink logit of the ``kind`` layers (``None`` without sinks), read from the weights the structured path runs."""
     if not getattr(circ.runnable.cfg, "use_attention_sinks", False):
         return None
     values = {float(circ.runnable.blocks[layer].attn.sinks.detach().reshape(-1)[0]) for layer in circ.layers_of(kind)}

@@ -6,7 +6,7 @@
   extend it (:func:`register_section`, :meth:`Report.add_section`).
 * :mod:`~analysis.report.drift` — what training changed (:func:`drift_report`).
 
-The patching page (:mod:`analysis.patching.report`) and the sweep page (:func:`analysis.sweep.sweep_html`) are
+The patching page (:mod:`analysis.patching.report`) and the sweep page (:func:`analysis.sweep.figures.sweep_html`) are
 drawn by the same engine.
 
 Names are imported on first use, so that the engine (plotly only) stays cheap for pages that need no circuit.

@@ -1,31 +1,4 @@
-"""The paper's finite-temperature sweep: how far the soft k-means circuit lands from Lloyd's.
-
-For each stiffness ``beta`` (the paper's "temperature" ``gamma`` in ``softmax(-gamma |x - c|^2)``: *larger* is
-sharper) and each cell of four grids (k x scale, d x k, n x k, n x d; the other parameters at their base values),
-:func:`run_sweep` draws problems as in the paper's experiments: ``k`` Gaussian components with means uniform in
-``[0, 1]^d`` and per-dimension standard deviation 0.1, ``n`` points min-max scaled to ``[0, 1]^d`` and then
-multiplied by ``scale`` (data in ``[0, scale]^d``); ``k`` distinct data points as the initial centroids, the same
-for both algorithms; ``iterations`` (10) steps of each. The gap is the relative excess k-means objective of the
-soft circuit's final centroids (each point to its nearest centroid) over Lloyd's final centroids,
-``(J_soft - J_lloyd) / J_lloyd``: relative, because the objective itself grows as ``scale^2``.
-
-``beta`` acts on the user's squared distances, exactly as in the paper: a runner that works in the encoder's
-unit frame (data divided by a radius ``S``) multiplies it by ``S^2``.
-
-A *runner* executes the soft algorithm on a batch: ``runner(X, C0, beta, iterations) -> final centroids`` with
-``X`` of shape ``(batch, n, d)``. :func:`circuit_runner` runs the soft ``HookedTransformer`` (dense);
-:func:`structured_runner` the same weights on the structured execution path (needed for the ``full`` grid, which
-goes to a million points); :func:`reference_runner` the numpy reference. Lloyd's side is the numpy
-reference :func:`circuits.reference.lloyd`, which the exact circuit equals (verified elsewhere); every row also
-records how far the runner's centroids are from the soft numpy reference, so the sweep doubles as a check of
-the circuit at every grid point.
-
-Each grid cell (all its stiffnesses and seeds) is one unit of work, :func:`sweep_cell`: :func:`sweep_cells` runs
-them on the serial engine or on Ray (:mod:`analysis.engine`) and gets the same rows either way.
-
-:func:`trend_checks` states whether the paper's qualitative finding holds (the gap shrinks as the stiffness and
-the data scale grow, and grows with ``k``) and lists every comparison where it does not.
-"""
+"""The sweep's grid, runners, rows and finding; :mod:`analysis.sweep` says what the sweep is and re-exports them."""
 
 from __future__ import annotations
 
@@ -37,6 +10,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from jaxtyping import Float
+
+from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem  # noqa: F401 (part of this API)
 
 #: Relative gaps below this are rounding: the soft circuit has become Lloyd's to float64 precision.
 GAP_FLOOR = 1e-12
@@ -104,41 +79,6 @@ class SweepGrid:
     @property
     def n_problems(self) -> int:
         return sum(1 for _ in self.cells()) * len(self.betas) * self.seeds
-
-
-#: float64's largest finite value and the smallest normal one.
-FLOAT64_MAX = float(np.finfo(np.float64).max)
-FLOAT64_TINY = float(np.finfo(np.float64).tiny)
-
-
-def range_problem(beta_max: float, scale_max: float, scale_min: float, d_max: int, n_max: int) -> str | None:
-    """Why float64 cannot run some cell of a grid with these extremes, or ``None``.
-
-    The data lie in ``[0, scale]^d``, so a squared distance is at most ``d scale^2`` and the k-means objective,
-    a sum of ``n`` of them, at most ``n d scale^2``: it must stay finite (else the gap is NaN). The soft
-    algorithm's stiffness acts on user squared distances; the circuit's unit frame multiplies it by the squared
-    encoder radius ``S^2 <= d scale^2``, and that unit stiffness must stay within the soft head's
-    :data:`circuits.variants.soft.MAX_STIFFNESS` (its scores, up to 4 times it, must stay finite). At the small end, squared distances of order ``scale^2`` must be normal
-    float64 numbers with all their digits, ``scale^2 >= tiny / eps``: below that they round to subnormals or 0
-    and every objective (and gap) is 0, which would read as "the circuit is Lloyd's".
-    """
-    from circuits.variants.soft import MAX_STIFFNESS
-
-    eps = float(np.finfo(np.float64).eps)
-    if math.log10(n_max * d_max) + 2 * math.log10(scale_max) >= math.log10(FLOAT64_MAX):
-        return (f"scale {scale_max:g} is too large for float64: the k-means objective of {n_max} points in"
-                f" [0, {scale_max:g}]^{d_max} reaches n d scale^2 = 1e{math.log10(n_max * d_max) + 2 * math.log10(scale_max):.1f}"
-                f" > {FLOAT64_MAX:.3g}")
-    peak = math.log10(beta_max) + math.log10(d_max) + 2 * math.log10(scale_max)
-    if peak > math.log10(MAX_STIFFNESS):
-        return (f"beta {beta_max:g} at scale {scale_max:g} (d = {d_max}) needs a unit-frame stiffness up to"
-                f" beta d scale^2 = 1e{peak:.1f} > {MAX_STIFFNESS:g}, whose scores overflow float64; lower the betas"
-                f" or the scale")
-    if 2 * math.log10(scale_min) < math.log10(FLOAT64_TINY / eps):
-        return (f"scale {scale_min:g} is too small for float64: squared distances of order scale^2 ="
-                f" 1e{2 * math.log10(scale_min):.1f} fall below {FLOAT64_TINY / eps:.3g} (the smallest normal float64"
-                f" over its precision), so objectives and gaps would round to 0")
-    return None
 
 
 GRIDS: dict[str, SweepGrid] = {
@@ -440,63 +380,6 @@ def rows_csv(rows: list[SweepRow]) -> str:
     for r in rows:
         writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in asdict(r).items()})
     return buf.getvalue()
-
-
-def heatmaps(rows: list[SweepRow], title: str = ""):
-    """A plotly figure: one heatmap of log10 |gap| per (grid pair, beta); rows of the figure are the pairs."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    agg = aggregate(rows)
-    betas = sorted({r.beta for r in rows})
-    pairs = [p for p in PAIRS if any(r.grid == f"{p[0]}-{p[1]}" for r in rows)]
-    fields = ("grid", "d", "k", "n", "scale")
-    fig = make_subplots(rows=len(pairs), cols=len(betas), horizontal_spacing=0.06, vertical_spacing=0.08,
-                        subplot_titles=[f"{y} vs {x}, beta = {b:g}" for y, x in pairs for b in betas])
-    zmin = math.log10(GAP_FLOOR)
-    zmax = max([log_gap(g) for g in agg.values()] + [zmin + 1])
-    for i, (y, x) in enumerate(pairs, start=1):
-        grid_name = f"{y}-{x}"
-        keys = [key for key in agg if key[0] == grid_name]
-        ys = sorted({key[fields.index(y)] for key in keys})
-        xs = sorted({key[fields.index(x)] for key in keys})
-        for j, beta in enumerate(betas, start=1):
-            z = [[None] * len(xs) for _ in ys]
-            text = [[""] * len(xs) for _ in ys]
-            for key in keys:
-                if key[5] != beta:
-                    continue
-                a, b = ys.index(key[fields.index(y)]), xs.index(key[fields.index(x)])
-                z[a][b] = log_gap(agg[key])
-                text[a][b] = f"{agg[key]:.2g}"
-            fig.add_trace(go.Heatmap(
-                z=z, x=[f"{v:g}" for v in xs], y=[f"{v:g}" for v in ys], text=text, texttemplate="%{text}",
-                zmin=zmin, zmax=zmax, colorscale="Viridis", showscale=(i == 1 and j == len(betas)),
-                colorbar=dict(title="log10 gap"),
-                hovertemplate=f"{y}=%{{y}}<br>{x}=%{{x}}<br>log10 gap=%{{z:.2f}}<br>gap=%{{text}}<extra>beta {beta:g}</extra>",
-            ), row=i, col=j)
-            fig.update_xaxes(title_text=x, type="category", row=i, col=j)
-            fig.update_yaxes(title_text=y, type="category", row=i, col=j)
-    fig.update_layout(height=300 * len(pairs) + 120, width=360 * len(betas) + 140,
-                      title=title or "Soft k-means circuit: log10 relative objective gap to Lloyd's (floor 1e-12)")
-    return fig
-
-
-def sweep_html(rows: list[SweepRow], checks: list[TrendCheck], grid: SweepGrid, runner_name: str) -> str:
-    """One self-contained page of the document engine (plotly.js embedded): the heatmaps and the verdict."""
-    import html
-
-    from analysis.report.document import page
-
-    summary = "\n".join(summary_lines(rows, checks, max_listed=200))
-    settings = html.escape(
-        f"runner: {runner_name}; betas {list(grid.betas)}; d {list(grid.d)}; k {list(grid.k)}; n {list(grid.n)};"
-        f" scale {list(grid.scale)}; base {grid.base}; {grid.seeds} seed(s) per cell; {grid.iterations} iterations;"
-        f" {len(rows)} runs")
-    intro = (f"<p>{settings}</p><p>gap = (J_soft - J_lloyd) / J_lloyd of the final centroids (each point to its"
-             " nearest centroid); cells show the mean |gap| over seeds.</p>"
-             f"<pre>{html.escape(summary)}</pre>")
-    return page("Finite-temperature sweep: soft k-means circuit vs Lloyd's", intro, [heatmaps(rows)])
 
 
 def grid_from(name: str = "default", **overrides) -> SweepGrid:

@@ -47,7 +47,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--data", metavar="FILE", help=".csv (numeric, header optional) or .npy, one row per point")
     parser.add_argument("--k", type=int, required=True, help="number of clusters")
     parser.add_argument("--iterations", type=int, default=10, metavar="T",
-                        help=f"Lloyd iterations (default 10, at most {MAX_ITERATIONS})")
+                        help=f"Lloyd iterations, at most {MAX_ITERATIONS} (default 10)")
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")

@@ -298,8 +298,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 #: Programs an in-process test may still start: ctypes.util.find_library asks these where a library is (the
-#: command line's keep_freed_memory looks up libc), which starts no layer's machinery.
-LIBRARY_LOOKUP = frozenset({"ldconfig", "gcc", "cc", "objdump", "ld"})
+#: command line's keep_freed_memory looks up libc), and joblib (under scikit-learn's KMeans) counts physical cores
+#: with `cat` or `lscpu` once per process; neither starts any layer's machinery.
+LIBRARY_LOOKUP = frozenset({"ldconfig", "gcc", "cc", "objdump", "ld", "cat", "lscpu"})
 
 
 @pytest.fixture(autouse=True)

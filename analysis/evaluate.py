@@ -394,7 +394,6 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     # Decoded in float64: the model computes in unit coordinates, always within its dtype's range; float32's
     # decode overflowed on data beyond 3.4e38 (NaN centroids) and rounded to |offset| eps on far-offset data.
     cents = np.stack([unit_to_task(r[:, seq.centroids, C].double(), enc)[0].numpy() for r in hooked])
-    fast_cents = np.stack([unit_to_task(r[:, seq.centroids, C].double(), enc)[0].numpy() for r in fast])
     export_error = float(max(float((h[:, seq.centroids, C] - f[:, seq.centroids, C]).abs().max())
                              for h, f in zip(hooked, fast)))
     tolerance = export_tolerance(model.dtype, seq.n_tokens, model.layout.d_model, iterations,

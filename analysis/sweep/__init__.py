@@ -28,7 +28,6 @@ the data scale grow, and grows with ``k``) and lists every comparison where it d
 """
 
 from analysis.sweep.core import *  # noqa: F401,F403 (the sweep's API: grid, runners, rows, finding)
-from analysis.sweep.core import GRIDS, RUNNERS  # noqa: F401 (named: tests and engines change these tables)
 from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem  # noqa: F401
 
 

@@ -52,7 +52,11 @@ def mixture(rng: np.random.Generator, n: int, d: int, m: int) -> tuple[np.ndarra
 
 def general_tasks(batch: int, n: int, d_max: int, k_max: int, seed: int = 0, stream: int = 0, index: int = 0,
                   shape: tuple[int, int] | None = None, init: str | None = None) -> TaskBatch:
-    """Batch ``index`` of stream ``stream``: ``batch`` tasks of one shape (drawn, or ``shape = (d, k)``)."""
+    """Batch ``index`` of stream ``stream``: ``batch`` tasks of one shape (drawn, or ``shape = (d, k)``).
+
+    The flat signature is the API the training loop, evaluation and benchmarks call; each task's problem is
+    :data:`GENERAL_MIXTURE`'s. Draws, in order: the shape, the initialisation (when ``init`` is None), per task
+    the number of components and the problem, then the initial centroids."""
     rng = np.random.default_rng([seed, stream, index, GENERAL_SALT])
     d, k = draw_shape(rng, d_max, k_max)
     if shape is not None:

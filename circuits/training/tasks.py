@@ -75,7 +75,8 @@ def make_tasks(batch: int, n: int, d: int, k: int, seed: int = 0, stream: int = 
 
 def task_stream(batch: int, n: int, d: int, k: int, count: int, seed: int, stream: int, family: str = "gaussian",
                 init: str = "random") -> TaskBatch:
-    """``count`` tasks of one stream, generated in batches of ``batch`` and concatenated."""
+    """``count`` tasks of one stream, generated in batches of ``batch`` and concatenated (the flat signature is
+    the documented API, as :func:`make_tasks`'s)."""
     parts = [make_tasks(min(batch, count - start), n, d, k, seed, stream, i, family, init)
              for i, start in enumerate(range(0, count, batch))]
     return TaskBatch(np.concatenate([p.X for p in parts]), np.concatenate([p.C0 for p in parts]),

@@ -17,12 +17,11 @@ from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
     View,
-    as_capture,
     centroid_labels,
+    head_layers,
     layer_title,
     per_layer,
     point_labels,
-    point_sample,
     slider,
     visibility,
 )
@@ -41,10 +40,8 @@ def display_order(pattern: np.ndarray, margin: np.ndarray) -> np.ndarray:
 def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
                      max_points: int | None = DEFAULT_MAX_POINTS) -> View:
     """Point queries x centroid keys of every assign layer, with each point's margin; a slider picks the layer."""
-    cap = as_capture(obj)
+    cap, sample, layers = head_layers(obj, AssignAttention, b, sample, max_points)
     circ = cap.circuit
-    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    layers = [lc for lc in cap.layers if isinstance(lc.attention, AssignAttention)]
     data, keys = _assign_data(obj, layers, b, sample)
     fig = make_subplots(
         rows=1, cols=2, shared_yaxes=True, column_widths=[0.55, 0.45], horizontal_spacing=0.04,

@@ -19,12 +19,11 @@ from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
     View,
-    as_capture,
     below_plot,
     cluster_colour,
+    head_layers,
     layer_title,
     per_layer,
-    point_sample,
     slider,
     soft_clusters,
     visibility,
@@ -34,10 +33,8 @@ from analysis.views._common import (
 def update_attention(obj, b: int = 0, sample: PointSample | None = None,
                      max_points: int | None = DEFAULT_MAX_POINTS) -> View:
     """Centroid queries x (BOS, point, centroid) keys of every update layer; a slider picks the layer."""
-    cap = as_capture(obj)
+    cap, sample, layers = head_layers(obj, UpdateAttention, b, sample, max_points)
     circ = cap.circuit
-    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    layers = [lc for lc in cap.layers if isinstance(lc.attention, UpdateAttention)]
     data, members = _update_data(cap, layers, b, sample)
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.75, 0.25], horizontal_spacing=0.08,

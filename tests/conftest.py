@@ -121,6 +121,7 @@ FILE_LAYERS = {
     "test_patching_cli.py": "fast",
     "test_patching_predictions.py": "fast",
     "test_plain.py": "fast",
+    "test_problems.py": "fast",
     "test_progress.py": "fast",
     "test_prove.py": "fast",
     "test_prove_algebra.py": "fast",

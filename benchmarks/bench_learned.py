@@ -10,11 +10,11 @@ random or k-means++ starts) at n = 256; and iris, wine, breast cancer and digits
 
 Per suite and variant, at T = 1, 2, 3, 20: the mean ratio to Lloyd's, and the fraction of the Lloyd-to-optimum
 gap closed, ``(mean L/opt - mean model/opt) / (mean L/opt - 1)`` with ``opt`` scikit-learn's best of 10
-k-means++ restarts. Variants: ``learned`` (the checkpoint), ``swap`` (the untrained
-:func:`circuits.swap.reference.safeguarded_swap`), ``learned, alphas=1`` (the same candidate untrained: two Lloyd's
-steps), ``no learned`` (the ablation: the learned candidate removed) and ``no swap_reference`` (the swap
-trajectory's safety net removed). Also: the largest ratio to Lloyd's and to swap at any step, and how often each
-candidate is kept. Prints markdown (``docs/training.md`` quotes it).
+k-means++ restarts ("-" where Lloyd's is within 1e-6 of it). Variants: ``learned`` (the checkpoint), ``swap``
+(the untrained :func:`circuits.swap.reference.safeguarded_swap`), ``learned, alphas=1`` (the same candidate
+untrained: two Lloyd's steps), ``no learned`` (the ablation: the learned candidate removed) and
+``no swap_reference`` (the swap trajectory's safety net removed). Also: the largest ratio to Lloyd's and to swap
+at any step, and how often each candidate is kept. Prints markdown (``docs/training.md`` quotes it).
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def main() -> None:
     alphas = checkpoint.load(args.checkpoint).alphas
     t0 = time.perf_counter()
     print(f"alphas = {[round(float(a), 3) for a in alphas]}\n")
-    print("| suite | variant | mean ratio to Lloyd's at T = 1 / 2 / 3 / 20 | gap to optimum closed at T = 1 / 2 / 3 / 20"
-          " | max step ratio to Lloyd's | max step ratio to swap |")
+    print("| suite | variant | mean ratio to Lloyd's at T = 1 / 2 / 3 / 20 | gap to optimum closed at T = 1 / 2 / 3 /"
+          " 20 | max step ratio to Lloyd's | max step ratio to swap |")
     print("|---|---|---|---|---|---|")
     kept = []
     for name, tasks in suites(args.tasks, args.inits, args.seed).items():

@@ -137,6 +137,7 @@ FILE_LAYERS = {
     "test_structured.py": "fast",
     "test_swap.py": "fast",
     "test_swap_cli.py": "fast",
+    "test_learned.py": "fast",
     "test_sweep.py": "fast",
     "test_tiny.py": "fast",
     "test_training.py": "fast",

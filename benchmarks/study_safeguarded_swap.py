@@ -109,7 +109,7 @@ def real_datasets(inits: int, transformer: bool) -> float:
 
     from analysis.data import load_dataset
     from circuits import reference
-    from circuits.training.tasks import kmeans_plusplus_init, random_points_init
+    from circuits.initialisation import kmeans_plusplus_init, random_points_init
 
     print(f"| dataset (k), init ({inits} each) | safeguarded swap / Lloyd's after {STEPS} steps (mean / max) |"
           " worst step (mean ratio) | objective never rises | ARI swap / Lloyd's (mean) |\n|---|---|---|---|---|")

@@ -196,17 +196,32 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
     """The facts at the top of the page: problem, construction, verdict, certificate."""
     from circuits.variants import get_variant
 
-    circ, enc, rep = run.circuit, run.encoded, run.report
-    cfg = circ.model.cfg
+    try:
+        variant = get_variant(run.circuit.variant)
+    except KeyError:
+        variant = None
+    rep = run.report
     source = getattr(problem, "source", None) or "data given in Python"
+    messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes]
+    if sample is not None:
+        messages.append(sample.note())
+    return Header(
+        title=title or f"k-means circuit report: {source}, k = {run.encoded.k}",
+        verdict=rep.verdict,
+        verified=bool(rep.verified),
+        exact=bool(rep.exact),
+        groups={"Problem": _problem_facts(run, source, problem, seed, variant),
+                "Construction": _construction_facts(run, variant), "Certificate": _certificate_facts(rep)},
+        messages=messages,
+    )
+
+
+def _problem_facts(run, source: str, problem, seed: int | None, variant) -> list[Fact]:
+    circ, enc, rep = run.circuit, run.encoded, run.report
     init = getattr(problem, "init", None) or "given centroids"
     if seed is not None and init in ("random", "k-means++"):
         init = f"{init} (seed {seed})"
-    try:
-        variant = get_variant(circ.variant)
-    except KeyError:
-        variant = None
-    problem_facts = [
+    return [
         Fact("data", source),
         Fact("points x dimensions", f"n = {enc.n:,}, d = {enc.d}"),
         Fact("clusters", f"k = {enc.k}"),
@@ -215,8 +230,12 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
         Fact("variant", circ.variant + (f": {variant.algorithm}" if variant else "")),
         Fact("checked against", str(getattr(rep, "reference", "Lloyd's k-means (circuits.reference.lloyd)"))),
     ]
-    sharp = circ.sharpness
-    s = float(enc.scaling.scale[0])
+
+
+def _construction_facts(run, variant) -> list[Fact]:
+    circ, rep = run.circuit, run.report
+    cfg, sharp = circ.model.cfg, circ.sharpness
+    s = float(run.encoded.scaling.scale[0])
     user = sharp.in_user_units(s)
     kinds = schedule_text(circ.schedule)
     construction = [
@@ -245,11 +264,15 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
     hooks = list(getattr(circ, "hooks", []) or [])
     if hooks:
         construction.append(Fact("permanent hooks", "; ".join(f"{name}: {what}" for name, what in hooks)))
+    return construction
+
+
+def _certificate_facts(rep) -> list[Fact]:
     # NaN marks a certificate that does not apply (an update head whose normalisation a variant swapped).
     update_margins = [r.update_min_margin for r in rep.per_iteration if np.isfinite(r.update_min_margin)]
     update_leaks = [r.update_leak_bound for r in rep.per_iteration if np.isfinite(r.update_leak_bound)]
     leaks = [r.leak_bound for r in rep.per_iteration] + [rep.final_leak_bound]
-    certificate = [
+    return [
         Fact("smallest assignment margin", _g(rep.min_margin), "beta * gap (+ tie-break) over every point and layer"),
         Fact("largest assignment leak bound", _g(max(leaks)),
              "bounds the attention mass off the chosen centroid; 0 means exactly one-hot"),
@@ -262,14 +285,3 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
              "in data units (squared for the tie window), derived from the dtype's eps"),
     ]
-    messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes]
-    if sample is not None:
-        messages.append(sample.note())
-    return Header(
-        title=title or f"k-means circuit report: {source}, k = {enc.k}",
-        verdict=rep.verdict,
-        verified=bool(rep.verified),
-        exact=bool(rep.exact),
-        groups={"Problem": problem_facts, "Construction": construction, "Certificate": certificate},
-        messages=messages,
-    )

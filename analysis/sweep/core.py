@@ -94,14 +94,12 @@ GRIDS: dict[str, SweepGrid] = {
 
 
 def mixture_problem(d: int, k: int, n: int, scale: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's Gaussian mixture in ``[0, scale]^d`` and ``k`` distinct data points as initial centroids."""
+    """The paper's Gaussian mixture (:class:`circuits.problems.PaperMixture`) in ``[0, scale]^d``, drawn from the
+    stream of ``(seed, d, k, n)``, and ``k`` distinct data points as initial centroids (``random``, seed ``seed``)."""
     from circuits.initialisation import initial_centroids
+    from circuits.problems import PaperMixture
 
-    rng = np.random.default_rng([seed, d, k, n])
-    means = rng.uniform(size=(k, d))
-    X = means[rng.integers(k, size=n)] + 0.1 * rng.normal(size=(n, d))
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    X = (X - lo) / np.where(hi > lo, hi - lo, 1.0) * scale
+    X = PaperMixture(n, d, k, scale=scale).sample(np.random.default_rng([seed, d, k, n]), 1)[0][0]
     return X, initial_centroids(X, k, "random", seed)
 
 

@@ -191,6 +191,15 @@ def point_sample(obj, max_points: int | None = DEFAULT_MAX_POINTS, seed: int = 0
     return PointSample(np.array(sorted(chosen), dtype=int), n, flagged=n_flagged, low_margin=len(low))
 
 
+
+def head_layers(obj, kind: type, b: int, sample: PointSample | None,
+                max_points: int | None) -> tuple[Capture, PointSample, list]:
+    """What an attention view starts from: the capture, the points drawn (``sample``, or a fresh
+    :func:`point_sample`) and the captured layers whose attention is of ``kind``."""
+    cap = as_capture(obj)
+    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
+    return cap, sample, [lc for lc in cap.layers if isinstance(lc.attention, kind)]
+
 PALETTE: tuple[str, ...] = tuple(qualitative.Plotly) + tuple(qualitative.Dark24)
 
 

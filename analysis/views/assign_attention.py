@@ -17,12 +17,11 @@ from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
     View,
-    as_capture,
     centroid_labels,
+    head_layers,
     layer_title,
     per_layer,
     point_labels,
-    point_sample,
     slider,
     visibility,
 )
@@ -41,13 +40,34 @@ def display_order(pattern: np.ndarray, margin: np.ndarray) -> np.ndarray:
 def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
                      max_points: int | None = DEFAULT_MAX_POINTS) -> View:
     """Point queries x centroid keys of every assign layer, with each point's margin; a slider picks the layer."""
-    cap = as_capture(obj)
+    cap, sample, layers = head_layers(obj, AssignAttention, b, sample, max_points)
     circ = cap.circuit
-    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    layers = [lc for lc in cap.layers if isinstance(lc.attention, AssignAttention)]
-    plabels, clabels = point_labels(obj), centroid_labels(obj)
+    data, keys = _assign_data(obj, layers, b, sample)
+    fig = make_subplots(
+        rows=1, cols=2, shared_yaxes=True, column_widths=[0.55, 0.45], horizontal_spacing=0.04,
+        subplot_titles=("attention: point queries x centroid keys",
+                        f"margin of the chosen key (dashed: {FLOAT64_UNDERFLOW:.0f}, exactly one-hot beyond)"),
+    )
+    drawn = np.zeros(cap.encoded.n, dtype=bool)
+    drawn[sample.indices] = True
+    rules, row_orders = [], []
+    for a, lc in enumerate(layers):
+        order = data["order"][a]
+        ylab, rule = _add_layer(fig, layer_title(circ, lc.layer), data, keys, a, order[drawn[order]])
+        row_orders.append(ylab)
+        rules.append(rule)
+    masks = visibility(len(fig.data), [[3 * a, 3 * a + 1, 3 * a + 2] for a in range(len(layers))])
+    _layer_slider(fig, circ, layers, masks, rules, row_orders, sample.drawn)
+    notes = [sample.note(),
+             f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
+             f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}."]
+    return View("assign_attention", "Assignment heads", fig, data, notes)
+
+
+def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:
+    """The view's data (every point, float64) and each point's keys: the centroids, and the sink if there is one."""
     stacked = per_layer(layers, b, "pattern", "scores", "margin", "leak_bound")
-    pattern, scores, margin, leak = (stacked[name] for name in ("pattern", "scores", "margin", "leak_bound"))
+    pattern, margin = stacked["pattern"], stacked["margin"]
     # Variants with an attention sink (trimmed k-means) let a point put its mass nowhere: shown as a column.
     sinks = [getattr(lc.attention, "sink_mass", None) for lc in layers]
     sink = np.stack([s[b] for s in sinks]) if all(s is not None for s in sinks) else None
@@ -56,72 +76,68 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     order = np.stack([display_order(p, m) for p, m in zip(keys, margin)])
     data = dict(
         layers=[lc.layer for lc in layers],
-        point_labels=plabels,
-        centroid_labels=clabels,
+        point_labels=point_labels(obj),
+        centroid_labels=centroid_labels(obj),
         **stacked,
         sink_mass=sink,
         attended=keys.argmax(axis=-1),
         order=order,
         drawn=sample.indices,
     )
+    return data, keys
 
-    fig = make_subplots(
-        rows=1, cols=2, shared_yaxes=True, column_widths=[0.55, 0.45], horizontal_spacing=0.04,
-        subplot_titles=("attention: point queries x centroid keys",
-                        f"margin of the chosen key (dashed: {FLOAT64_UNDERFLOW:.0f}, exactly one-hot beyond)"),
-    )
-    drawn = np.zeros(cap.encoded.n, dtype=bool)
-    drawn[sample.indices] = True
-    groups, rules, row_orders = [], [], []
-    m = sample.drawn
-    for a, lc in enumerate(layers):
-        rows = order[a][drawn[order[a]]]
-        ylab = [plabels[i] for i in rows]
-        row_orders.append(ylab)
-        top = keys[a, rows].argmax(axis=-1)
-        # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
-        # every assign layer, and strings per cell would dominate the file.
-        gap_to_top = (scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)).astype(np.float32)
-        z, xlab = pattern[a, rows].astype(np.float32), clabels
-        if sink is not None:
-            z = np.concatenate([z, sink[a, rows][:, None].astype(np.float32)], axis=1)
-            gap_to_top = np.concatenate([gap_to_top, np.full((len(rows), 1), np.nan, np.float32)], axis=1)
-            xlab = [*clabels, "sink"]
-        # Rows sit at integer positions 0..m-1 of a linear axis whose tick text is this layer's labels (set by
-        # the slider): a categorical axis would keep the first layer's row order on every step.
-        ypos = np.arange(len(rows))
-        fig.add_trace(go.Heatmap(
-            z=z, x=xlab, y=ypos, customdata=gap_to_top, zmin=0, zmax=1,
-            hovertext=[[lab] * z.shape[1] for lab in ylab],
-            colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
-            hovertemplate="query %{hovertext} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
-                          "<extra></extra>",
-            visible=a == 0, name=layer_title(circ, lc.layer),
-        ), row=1, col=1)
-        mg = margin[a, rows]
-        finite = np.isfinite(mg)
-        exact = leak[a, rows] == 0
-        fig.add_trace(go.Scatter(
-            x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ypos, mode="markers", hovertext=ylab,
-            marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
-            text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
-            hovertemplate="%{hovertext} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
-                          "leak bound %{customdata[1]:.3g}<extra></extra>",
-            showlegend=False, visible=a == 0, name=f"{layer_title(circ, lc.layer)} margin",
-        ), row=1, col=2)
-        fig.add_trace(go.Scatter(
-            x=[FLOAT64_UNDERFLOW, FLOAT64_UNDERFLOW], y=[-0.5, len(rows) - 0.5], mode="lines",
-            line=dict(dash="dash", color="#555"), hoverinfo="skip", visible=a == 0, showlegend=False,
-            name=f"margin {FLOAT64_UNDERFLOW:.0f}: exactly one-hot beyond",
-        ), row=1, col=2)
-        groups.append([3 * a, 3 * a + 1, 3 * a + 2])
-        # Horizontal rules between cluster blocks.
-        bounds = np.flatnonzero(np.diff(top)) + 0.5
-        rules.append([
-            dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color="#444", width=1))
-            for y in bounds
-        ])
-    masks = visibility(len(fig.data), groups)
+
+def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
+               rows: np.ndarray) -> tuple[list[str], list[dict]]:
+    """Layer ``a``'s three traces (pattern, margins, underflow line) for the drawn ``rows`` in display order;
+    returns the rows' labels and the horizontal rules between cluster blocks."""
+    plabels, clabels, sink = data["point_labels"], data["centroid_labels"], data["sink_mass"]
+    scores, margin, leak = data["scores"], data["margin"], data["leak_bound"]
+    ylab = [plabels[i] for i in rows]
+    top = keys[a, rows].argmax(axis=-1)
+    # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
+    # every assign layer, and strings per cell would dominate the file.
+    gap_to_top = (scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)).astype(np.float32)
+    z, xlab = data["pattern"][a, rows].astype(np.float32), clabels
+    if sink is not None:
+        z = np.concatenate([z, sink[a, rows][:, None].astype(np.float32)], axis=1)
+        gap_to_top = np.concatenate([gap_to_top, np.full((len(rows), 1), np.nan, np.float32)], axis=1)
+        xlab = [*clabels, "sink"]
+    # Rows sit at integer positions 0..m-1 of a linear axis whose tick text is this layer's labels (set by
+    # the slider): a categorical axis would keep the first layer's row order on every step.
+    ypos = np.arange(len(rows))
+    fig.add_trace(go.Heatmap(
+        z=z, x=xlab, y=ypos, customdata=gap_to_top, zmin=0, zmax=1,
+        hovertext=[[lab] * z.shape[1] for lab in ylab],
+        colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
+        hovertemplate="query %{hovertext} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
+                      "<extra></extra>",
+        visible=a == 0, name=title,
+    ), row=1, col=1)
+    mg = margin[a, rows]
+    finite = np.isfinite(mg)
+    exact = leak[a, rows] == 0
+    fig.add_trace(go.Scatter(
+        x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ypos, mode="markers", hovertext=ylab,
+        marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
+        text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
+        hovertemplate="%{hovertext} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
+                      "leak bound %{customdata[1]:.3g}<extra></extra>",
+        showlegend=False, visible=a == 0, name=f"{title} margin",
+    ), row=1, col=2)
+    fig.add_trace(go.Scatter(
+        x=[FLOAT64_UNDERFLOW, FLOAT64_UNDERFLOW], y=[-0.5, len(rows) - 0.5], mode="lines",
+        line=dict(dash="dash", color="#555"), hoverinfo="skip", visible=a == 0, showlegend=False,
+        name=f"margin {FLOAT64_UNDERFLOW:.0f}: exactly one-hot beyond",
+    ), row=1, col=2)
+    bounds = np.flatnonzero(np.diff(top)) + 0.5
+    rules = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color="#444", width=1))
+             for y in bounds]
+    return ylab, rules
+
+
+def _layer_slider(fig: go.Figure, circ, layers: list, masks: list, rules: list, row_orders: list, m: int) -> None:
+    """The slider over assign layers (each step shows its traces, rules and row labels) and the axes."""
     height = max(420, min(900, 120 + 3 * m))
     # Label every row while they fit (about 16 px each in the ~height-230 px the sliders and titles leave), else
     # every few rows: tick labels must not overprint.
@@ -145,7 +161,3 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
                    autorange="reversed", type="linear", tickmode="array", tickvals=ticks,
                    ticktext=row_orders[0][::every], showgrid=False, zeroline=False),
     )
-    notes = [sample.note(),
-             f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
-             f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}."]
-    return View("assign_attention", "Assignment heads", fig, data, notes)

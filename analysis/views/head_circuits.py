@@ -113,6 +113,34 @@ def _nonzero_bias(model, which: str) -> list[str]:
     return out
 
 
+def _add_head(fig: go.Figure, circ, which: str, g, block: tuple[np.ndarray, np.ndarray], gi: int) -> float | None:
+    """Head group ``gi``'s two heatmaps (by subspace; every touched dimension); returns its colour floor."""
+    spec, names, labels = KINDS[which], list(circ.layout.names), circ.layout.labels
+    peak, frob = block
+    colour, zmax, colorbar, floor = colour_scale(g.matrix, f"W_{which}")
+    scale = dict(colorscale="RdBu_r", zmin=-zmax, zmax=zmax, zmid=0)
+    used_r = np.flatnonzero(np.abs(g.matrix).sum(axis=1) > 0)
+    used_c = np.flatnonzero(np.abs(g.matrix).sum(axis=0) > 0)
+    if used_r.size == 0 or used_c.size == 0:  # an all-zero head: show its first row and column
+        used_r, used_c = np.arange(1), np.arange(1)
+    sub = g.matrix[np.ix_(used_r, used_c)]
+    fig.add_trace(go.Heatmap(
+        z=colour(peak), x=names, y=names, showscale=False, **scale,
+        customdata=np.stack([peak.astype(str), frob.astype(str)], axis=-1),
+        hovertemplate=f"{spec['rows']} %{{y}}, {spec['cols']} %{{x}}<br>largest entry %{{customdata[0]}}"
+                      "<br>block norm %{customdata[1]}<extra></extra>",
+        visible=gi == 0, name=g.title(circ),
+    ), row=1, col=1)
+    fig.add_trace(go.Heatmap(
+        z=colour(sub), x=[labels[c] for c in used_c], y=[labels[r] for r in used_r], **scale,
+        colorbar=colorbar,
+        customdata=sub.astype(str),
+        hovertemplate=f"W_{which}[%{{y}}, %{{x}}] = %{{customdata}}<extra></extra>",
+        visible=gi == 0, name=f"{g.title(circ)} (full)",
+    ), row=1, col=2)
+    return floor
+
+
 def head_circuit(obj, which: str = "QK") -> View:
     """The ``which`` ("QK" or "OV") circuit of every distinct head, in the named basis."""
     circ = as_circuit(obj)
@@ -131,30 +159,7 @@ def head_circuit(obj, which: str = "QK") -> View:
     )
     fig = make_subplots(rows=1, cols=2, column_widths=[0.42, 0.58], horizontal_spacing=0.12,
                         subplot_titles=("grouped by subspace (largest entry)", "every touched dimension"))
-    floors = []
-    for gi, (g, (peak, frob)) in enumerate(zip(groups, blocks)):
-        colour, zmax, colorbar, floor = colour_scale(g.matrix, f"W_{which}")
-        floors.append(floor)
-        scale = dict(colorscale="RdBu_r", zmin=-zmax, zmax=zmax, zmid=0)
-        used_r = np.flatnonzero(np.abs(g.matrix).sum(axis=1) > 0)
-        used_c = np.flatnonzero(np.abs(g.matrix).sum(axis=0) > 0)
-        if used_r.size == 0 or used_c.size == 0:  # an all-zero head: show its first row and column
-            used_r, used_c = np.arange(1), np.arange(1)
-        sub = g.matrix[np.ix_(used_r, used_c)]
-        fig.add_trace(go.Heatmap(
-            z=colour(peak), x=names, y=names, showscale=False, **scale,
-            customdata=np.stack([peak.astype(str), frob.astype(str)], axis=-1),
-            hovertemplate=f"{spec['rows']} %{{y}}, {spec['cols']} %{{x}}<br>largest entry %{{customdata[0]}}"
-                          "<br>block norm %{customdata[1]}<extra></extra>",
-            visible=gi == 0, name=g.title(circ),
-        ), row=1, col=1)
-        fig.add_trace(go.Heatmap(
-            z=colour(sub), x=[labels[c] for c in used_c], y=[labels[r] for r in used_r], **scale,
-            colorbar=colorbar,
-            customdata=sub.astype(str),
-            hovertemplate=f"W_{which}[%{{y}}, %{{x}}] = %{{customdata}}<extra></extra>",
-            visible=gi == 0, name=f"{g.title(circ)} (full)",
-        ), row=1, col=2)
+    floors = [_add_head(fig, circ, which, g, block, gi) for gi, (g, block) in enumerate(zip(groups, blocks))]
     data["colour_floor"] = floors
     masks = visibility(len(fig.data), [[2 * i, 2 * i + 1] for i in range(len(groups))])
     buttons = [dict(label=g.title(circ), args=[{"visible": masks[i]}, {}]) for i, g in enumerate(groups)]

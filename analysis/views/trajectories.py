@@ -93,68 +93,28 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
     """Points and centroid paths across iterations, with a slider; ``reference`` gives the reference
     algorithm's centroids ``[T + 1, k, d]`` (default: :func:`reference_run`; ``False``: none)."""
     cap = as_capture(obj)
-    circ, enc = cap.circuit, cap.encoded
     sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    X = enc.X[b]
-    cents, assigns = circuit_iterates(obj, b)
-    T1, k = cents.shape[0], cents.shape[1]
     notes = [sample.note()]
     if reference is None:
         run = reference_run(obj, b)
         reference = False if run is None else run.centroids
         if run is None:
-            notes.append(f"no reference known for variant {circ.variant!r}: none drawn (pass reference=...)")
+            notes.append(f"no reference known for variant {cap.circuit.variant!r}: none drawn (pass reference=...)")
     ref = None if reference is False else np.asarray(reference, dtype=np.float64)
-    proj = Projection(X)
-    P, PC = proj(X), proj(cents.reshape(-1, cents.shape[-1])).reshape(T1, k, 2)
-    PR = None if ref is None else proj(ref.reshape(-1, ref.shape[-1])).reshape(ref.shape[0], k, 2)
-    clusters = np.stack([soft_clusters(a)[0] for a in assigns])
-    weights = np.stack([soft_clusters(a)[1] for a in assigns])
-    data = dict(projected_points=P, centroids=cents, projected_centroids=PC, reference_centroids=ref,
-                clusters=clusters, weights=weights, drawn=sample.indices,
-                explained_variance_ratio=None if proj.pca is None else proj.pca.explained_variance_ratio_)
-    if ref is not None:
-        data["max_centroid_error"] = np.abs(cents - ref[:T1]).max(axis=(1, 2))
-
-    plab, clab = point_labels(obj), centroid_labels(obj)
+    proj = Projection(cap.encoded.X[b])
+    data, PR = _trajectory_data(obj, b, sample, proj, ref)
+    PC, T1 = data["projected_centroids"], data["centroids"].shape[0]
+    labels = (point_labels(obj), centroid_labels(obj))
     fig = go.Figure()
-    for j in range(k):
+    for j, name in enumerate(labels[1]):
         fig.add_trace(go.Scatter(
-            x=PC[:, j, 0], y=PC[:, j, 1], mode="lines+markers", name=f"{clab[j]} path",
+            x=PC[:, j, 0], y=PC[:, j, 1], mode="lines+markers", name=f"{name} path",
             line=dict(color=cluster_colour(j), width=1.5), marker=dict(size=4, color=cluster_colour(j)),
-            customdata=np.arange(T1), hovertemplate=f"{clab[j]} at iteration %{{customdata}}<extra></extra>",
-            legendgroup=clab[j],
+            customdata=np.arange(T1), hovertemplate=f"{name} at iteration %{{customdata}}<extra></extra>",
+            legendgroup=name,
         ))
-    always = list(range(k))
-    groups = []
-    idx = sample.indices
-    for t in range(T1):
-        members = clusters[t, idx]
-        start = len(fig.data)
-        fig.add_trace(go.Scatter(
-            x=P[idx, 0], y=P[idx, 1], mode="markers", name="points", showlegend=False,
-            marker=dict(size=6, color=[cluster_colour(c) for c in members],
-                        # Fade soft assignments by their weight; a point with none (left out) stays visible.
-                        opacity=np.where(members < 0, 0.6, np.clip(weights[t, idx], 0.15, 1.0)).tolist(),
-                        line=dict(width=0)),
-            customdata=np.stack([np.array(plab)[idx], np.array([clab[c] if c >= 0 else "none" for c in members]),
-                                 weights[t, idx].astype(str)], axis=-1),
-            hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
-            visible=t == 0,
-        ))
-        fig.add_trace(go.Scatter(
-            x=PC[t, :, 0], y=PC[t, :, 1], mode="markers", name="circuit centroids (C)", visible=t == 0,
-            marker=dict(symbol="x", size=14, color=[cluster_colour(j) for j in range(k)],
-                        line=dict(width=1.5, color="black")),
-            customdata=clab, hovertemplate="%{customdata} (circuit)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
-        ))
-        if PR is not None:
-            fig.add_trace(go.Scatter(
-                x=PR[t, :, 0], y=PR[t, :, 1], mode="markers", name="reference centroids", visible=t == 0,
-                marker=dict(symbol="circle-open", size=22, color="black", line=dict(width=1.5)),
-                customdata=clab, hovertemplate="%{customdata} (reference)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
-            ))
-        groups.append(list(range(start, len(fig.data))))
+    always = list(range(len(labels[1])))
+    groups = [_add_iteration(fig, data, PR, labels, t) for t in range(T1)]
     masks = visibility(len(fig.data), groups, always=always)
     steps = [dict(label=str(t), args=[{"visible": masks[t]}, {}]) for t in range(T1)]
     xt, yt = proj.axis_titles
@@ -169,3 +129,55 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
                  "assignment to them (read from Y after the next assign layer); colours match the centroid "
                  "labels in every view.")
     return View("centroid_trajectories", "Centroid trajectories", fig, data, notes)
+
+
+def _trajectory_data(obj, b: int, sample: PointSample, proj: Projection,
+                     ref: np.ndarray | None) -> tuple[dict, np.ndarray | None]:
+    """The view's data (circuit iterates, projections, clusters) and the projected reference centroids."""
+    X = as_capture(obj).encoded.X[b]
+    cents, assigns = circuit_iterates(obj, b)
+    T1, k = cents.shape[0], cents.shape[1]
+    P, PC = proj(X), proj(cents.reshape(-1, cents.shape[-1])).reshape(T1, k, 2)
+    PR = None if ref is None else proj(ref.reshape(-1, ref.shape[-1])).reshape(ref.shape[0], k, 2)
+    clusters = np.stack([soft_clusters(a)[0] for a in assigns])
+    weights = np.stack([soft_clusters(a)[1] for a in assigns])
+    data = dict(projected_points=P, centroids=cents, projected_centroids=PC, reference_centroids=ref,
+                clusters=clusters, weights=weights, drawn=sample.indices,
+                explained_variance_ratio=None if proj.pca is None else proj.pca.explained_variance_ratio_)
+    if ref is not None:
+        data["max_centroid_error"] = np.abs(cents - ref[:T1]).max(axis=(1, 2))
+    return data, PR
+
+
+def _add_iteration(fig: go.Figure, data: dict, PR: np.ndarray | None, labels: tuple[list, list], t: int
+                   ) -> list[int]:
+    """Iteration ``t``'s traces: the drawn points coloured by cluster, the circuit's and the reference's
+    centroids; returns the traces' indices."""
+    plab, clab = labels
+    P, PC, idx = data["projected_points"], data["projected_centroids"], data["drawn"]
+    weights, members, k = data["weights"], data["clusters"][t, data["drawn"]], PC.shape[1]
+    start = len(fig.data)
+    fig.add_trace(go.Scatter(
+        x=P[idx, 0], y=P[idx, 1], mode="markers", name="points", showlegend=False,
+        marker=dict(size=6, color=[cluster_colour(c) for c in members],
+                    # Fade soft assignments by their weight; a point with none (left out) stays visible.
+                    opacity=np.where(members < 0, 0.6, np.clip(weights[t, idx], 0.15, 1.0)).tolist(),
+                    line=dict(width=0)),
+        customdata=np.stack([np.array(plab)[idx], np.array([clab[c] if c >= 0 else "none" for c in members]),
+                             weights[t, idx].astype(str)], axis=-1),
+        hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
+        visible=t == 0,
+    ))
+    fig.add_trace(go.Scatter(
+        x=PC[t, :, 0], y=PC[t, :, 1], mode="markers", name="circuit centroids (C)", visible=t == 0,
+        marker=dict(symbol="x", size=14, color=[cluster_colour(j) for j in range(k)],
+                    line=dict(width=1.5, color="black")),
+        customdata=clab, hovertemplate="%{customdata} (circuit)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
+    ))
+    if PR is not None:
+        fig.add_trace(go.Scatter(
+            x=PR[t, :, 0], y=PR[t, :, 1], mode="markers", name="reference centroids", visible=t == 0,
+            marker=dict(symbol="circle-open", size=22, color="black", line=dict(width=1.5)),
+            customdata=clab, hovertemplate="%{customdata} (reference)<br>%{x:.6g}, %{y:.6g}<extra></extra>",
+        ))
+    return list(range(start, len(fig.data)))

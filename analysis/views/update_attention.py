@@ -19,12 +19,11 @@ from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
     View,
-    as_capture,
     below_plot,
     cluster_colour,
+    head_layers,
     layer_title,
     per_layer,
-    point_sample,
     slider,
     soft_clusters,
     visibility,
@@ -34,14 +33,26 @@ from analysis.views._common import (
 def update_attention(obj, b: int = 0, sample: PointSample | None = None,
                      max_points: int | None = DEFAULT_MAX_POINTS) -> View:
     """Centroid queries x (BOS, point, centroid) keys of every update layer; a slider picks the layer."""
-    cap = as_capture(obj)
-    circ, seq = cap.circuit, cap.encoded.sequence
-    sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    layers = [lc for lc in cap.layers if isinstance(lc.attention, UpdateAttention)]
-    tokens = seq.token_labels
-    clabels = tokens[seq.centroids]
-    k = seq.k
+    cap, sample, layers = head_layers(obj, UpdateAttention, b, sample, max_points)
+    circ = cap.circuit
+    data, members = _update_data(cap, layers, b, sample)
+    fig = make_subplots(
+        rows=1, cols=2, column_widths=[0.75, 0.25], horizontal_spacing=0.08,
+        subplot_titles=("attention: centroid queries x keys", "cluster size (all points)"),
+    )
+    rules = [_add_layer(fig, layer_title(circ, lc.layer), data, cap.encoded.sequence, u,
+                        soft_clusters(members[u][sample.indices])[0]) for u, lc in enumerate(layers)]
+    masks = visibility(len(fig.data), [[2 * u, 2 * u + 1] for u in range(len(layers))])
+    _layer_slider(fig, circ, layers, masks, rules, cap.encoded.sequence.k)
+    notes = [sample.note(), "Weights on points that are not drawn are not shown in the heatmap; the bar chart's "
+             "hover gives each centroid's total weight on its members over all points."]
+    return View("update_attention", "Update heads", fig, data, notes)
 
+
+def _update_data(cap, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:
+    """The view's data (float64) and the soft membership ``[U, n, k]`` each update block read."""
+    seq = cap.encoded.sequence
+    tokens = seq.token_labels
     stacked = per_layer(layers, b, "pattern", "margin", "leak_bound")
     pattern = stacked["pattern"]  # [U, k, pos]
     members = np.stack([lc.pre.assignments[b] for lc in layers])  # [U, n, k]: soft membership read by the block
@@ -51,47 +62,49 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
     data = dict(
         layers=[lc.layer for lc in layers],
         key_labels=tokens,
-        centroid_labels=clabels,
+        centroid_labels=tokens[seq.centroids],
         **stacked,
         cluster_size=size,
         weight_on_members=on_members,
         weight_on_self=on_self,
         drawn=sample.indices,
     )
+    return data, members
 
-    fig = make_subplots(
-        rows=1, cols=2, column_widths=[0.75, 0.25], horizontal_spacing=0.08,
-        subplot_titles=("attention: centroid queries x keys", "cluster size (all points)"),
-    )
-    groups, rules = [], []
-    for u, lc in enumerate(layers):
-        cluster, _ = soft_clusters(members[u][sample.indices])
-        pts = sample.indices[np.lexsort((sample.indices, cluster))]
-        keys = [seq.bos, *(seq.point(int(i)) for i in pts), *range(seq.centroids.start, seq.centroids.stop)]
-        xlab = [tokens[p] for p in keys]
-        z = pattern[u][:, keys].astype(np.float32)  # display only; view.data keeps float64
-        fig.add_trace(go.Heatmap(
-            z=z, x=xlab, y=clabels, zmin=0, colorscale="Blues",
-            colorbar=dict(title=dict(text="weight"), x=1.02, len=0.9),
-            hovertemplate="query %{y} -> key %{x}<br>weight %{z:.6g}<extra></extra>",
-            visible=u == 0, name=layer_title(circ, lc.layer),
-        ), row=1, col=1)
-        expected = np.where(size[u] > 0, 1.0 / np.maximum(size[u], 1e-300), np.nan)
-        fig.add_trace(go.Bar(
-            x=size[u], y=clabels, orientation="h", marker_color=[cluster_colour(j) for j in range(k)],
-            customdata=np.stack([on_members[u].astype(str), on_self[u].astype(str), expected.astype(str),
-                                 data["margin"][u].astype(str), data["leak_bound"][u].astype(str)], axis=-1),
-            hovertemplate="%{y}: %{x:.6g} members<br>weight on members %{customdata[0]}<br>"
-                          "weight on itself %{customdata[1]}<br>uniform weight 1/size %{customdata[2]}<br>"
-                          "margin %{customdata[3]}, leak bound %{customdata[4]}<extra></extra>",
-            showlegend=False, visible=u == 0, name=f"{layer_title(circ, lc.layer)} sizes",
-        ), row=1, col=2)
-        groups.append([2 * u, 2 * u + 1])
-        # Vertical rules around each cluster's block of point keys (category positions: BOS is 0).
-        bounds = [0.5, *(np.flatnonzero(np.diff(np.sort(cluster))) + 1.5), len(pts) + 0.5]
-        rules.append([dict(type="line", xref="x", x0=x, x1=x, yref="y domain", y0=0, y1=1,
-                           line=dict(color="#444", width=1)) for x in bounds])
-    masks = visibility(len(fig.data), groups)
+
+def _add_layer(fig: go.Figure, title: str, data: dict, seq, u: int, cluster: np.ndarray) -> list[dict]:
+    """Layer ``u``'s heatmap (drawn points grouped by ``cluster``, their cluster read by the block) and size bars;
+    returns the vertical rules around each cluster's block of point keys."""
+    tokens, clabels, drawn = data["key_labels"], data["centroid_labels"], data["drawn"]
+    size, on_members, on_self = data["cluster_size"], data["weight_on_members"], data["weight_on_self"]
+    pts = drawn[np.lexsort((drawn, cluster))]
+    keys = [seq.bos, *(seq.point(int(i)) for i in pts), *range(seq.centroids.start, seq.centroids.stop)]
+    xlab = [tokens[p] for p in keys]
+    z = data["pattern"][u][:, keys].astype(np.float32)  # display only; view.data keeps float64
+    fig.add_trace(go.Heatmap(
+        z=z, x=xlab, y=clabels, zmin=0, colorscale="Blues",
+        colorbar=dict(title=dict(text="weight"), x=1.02, len=0.9),
+        hovertemplate="query %{y} -> key %{x}<br>weight %{z:.6g}<extra></extra>",
+        visible=u == 0, name=title,
+    ), row=1, col=1)
+    expected = np.where(size[u] > 0, 1.0 / np.maximum(size[u], 1e-300), np.nan)
+    fig.add_trace(go.Bar(
+        x=size[u], y=clabels, orientation="h", marker_color=[cluster_colour(j) for j in range(seq.k)],
+        customdata=np.stack([on_members[u].astype(str), on_self[u].astype(str), expected.astype(str),
+                             data["margin"][u].astype(str), data["leak_bound"][u].astype(str)], axis=-1),
+        hovertemplate="%{y}: %{x:.6g} members<br>weight on members %{customdata[0]}<br>"
+                      "weight on itself %{customdata[1]}<br>uniform weight 1/size %{customdata[2]}<br>"
+                      "margin %{customdata[3]}, leak bound %{customdata[4]}<extra></extra>",
+        showlegend=False, visible=u == 0, name=f"{title} sizes",
+    ), row=1, col=2)
+    # Vertical rules around each cluster's block of point keys (category positions: BOS is 0).
+    bounds = [0.5, *(np.flatnonzero(np.diff(np.sort(cluster))) + 1.5), len(pts) + 0.5]
+    return [dict(type="line", xref="x", x0=x, x1=x, yref="y domain", y0=0, y1=1, line=dict(color="#444", width=1))
+            for x in bounds]
+
+
+def _layer_slider(fig: go.Figure, circ, layers: list, masks: list, rules: list, k: int) -> None:
+    """The slider over update layers, starting at the first that averages members, and the axes."""
     steps = []
     for u, lc in enumerate(layers):
         it = circ.centroid_layers.index(lc.layer) if lc.layer in circ.centroid_layers else u
@@ -113,6 +126,3 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
         xaxis2=dict(title=dict(text="members (soft count)")),
         yaxis2=dict(autorange="reversed", type="category"),
     )
-    notes = [sample.note(), "Weights on points that are not drawn are not shown in the heatmap; the bar chart's "
-             "hover gives each centroid's total weight on its members over all points."]
-    return View("update_attention", "Update heads", fig, data, notes)

@@ -74,12 +74,49 @@ def verification_table(obj) -> View:
 
 def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) -> View:
     """Objective (circuit vs reference), margins and centroid error for ``t = 0 .. T``."""
+    data, has_reference = _objective_data(obj, b, reference)
+    t, obj_ref, c_err = data["iteration"], data["objective_reference"], data["max_centroid_error"]
+    a_leak, u_margin = data["assign_leak_bound"], data["update_min_margin"]
+    T1 = len(t)
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("k-means objective", "certificate: smallest margin (log)",
+                                        "largest centroid difference from the reference (log; triangles at the bottom: exactly 0)"))
+    fig.add_trace(go.Scatter(x=t, y=data["objective_circuit"], mode="lines+markers", name="circuit (C and Y)",
+                             line=dict(color="#1f77b4", width=3)), row=1, col=1)
+    if obj_ref is not None:
+        fig.add_trace(go.Scatter(x=t, y=obj_ref, mode="lines+markers", name="reference",
+                                 line=dict(color="black", dash="dash"),
+                                 marker=dict(symbol="circle-open", size=11)), row=1, col=1)
+    fig.add_trace(go.Scatter(x=t, y=data["assign_min_margin"], mode="lines+markers",
+                             name="assign margin (min over points)", customdata=a_leak.astype(str),
+                             hovertemplate="t=%{x}: %{y:.4g}<br>leak bound %{customdata}<extra></extra>",
+                             line=dict(color="#2ca02c")), row=2, col=1)
+    if np.isfinite(u_margin).any():
+        fig.add_trace(go.Scatter(x=t, y=u_margin, mode="lines+markers", name="update margin (min over centroids)",
+                                 line=dict(color="#9467bd")), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[FLOAT64_UNDERFLOW] * 2, mode="lines", hoverinfo="skip",
+                             name=f"{FLOAT64_UNDERFLOW:.0f}: exactly hard in float64 above",
+                             line=dict(color="#777", dash="dot")), row=2, col=1)
+    if c_err is not None:
+        rep = report_of(obj)
+        _centroid_error_row(fig, t, c_err, rep.tolerances.centroid if rep is not None else None)
+    fig.update_yaxes(type="log", row=2, col=1)
+    fig.update_xaxes(title=dict(text="iteration t (centroids after t updates, points assigned to them)"),
+                     dtick=1, row=3, col=1)
+    fig.update_layout(height=760, margin=dict(l=70, r=20, t=40, b=50), legend=dict(x=1.01, y=1))
+    notes = []
+    if not has_reference:
+        notes.append(f"no reference drawn for variant {as_capture(obj).circuit.variant!r}")
+    return View("objective", "Objective and certificate per iteration", fig, data, notes)
+
+
+def _objective_data(obj, b: int, reference: np.ndarray | bool | None) -> tuple[dict, bool]:
+    """Per iteration: the circuit's and the reference's objective, the centroid error and the certificate's
+    margins; and whether a reference is drawn."""
     cap = as_capture(obj)
-    circ, enc = cap.circuit, cap.encoded
-    X = enc.X[b]
+    circ, X = cap.circuit, cap.encoded.X[b]
     cents, assigns = circuit_iterates(obj, b)
     T1 = len(cents)
-    t = np.arange(T1)
     # The circuit's objective from its own state: centroids in C, each point counted at its (argmax) assignment.
     labels = np.stack([soft_clusters(a)[0] for a in assigns])
     obj_circuit = np.array([
@@ -101,64 +138,40 @@ def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) 
     a_leak = np.array([a.leak_bound[b].max() if isinstance(a, AssignAttention) else np.nan for a in assign_att])
     u_margin = np.array([u.margin[b].min() if isinstance(u, UpdateAttention) and u.margin is not None else np.nan
                          for u in update_att])
-    data = dict(iteration=t, objective_circuit=obj_circuit, objective_reference=obj_ref, max_centroid_error=c_err,
-                assign_min_margin=a_margin, assign_leak_bound=a_leak, update_min_margin=u_margin)
+    data = dict(iteration=np.arange(T1), objective_circuit=obj_circuit, objective_reference=obj_ref,
+                max_centroid_error=c_err, assign_min_margin=a_margin, assign_leak_bound=a_leak,
+                update_min_margin=u_margin)
+    return data, ref_c is not None
 
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("k-means objective", "certificate: smallest margin (log)",
-                                        "largest centroid difference from the reference (log; triangles at the bottom: exactly 0)"))
-    fig.add_trace(go.Scatter(x=t, y=obj_circuit, mode="lines+markers", name="circuit (C and Y)",
-                             line=dict(color="#1f77b4", width=3)), row=1, col=1)
-    if obj_ref is not None:
-        fig.add_trace(go.Scatter(x=t, y=obj_ref, mode="lines+markers", name="reference",
-                                 line=dict(color="black", dash="dash"),
-                                 marker=dict(symbol="circle-open", size=11)), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=a_margin, mode="lines+markers", name="assign margin (min over points)",
-                             customdata=a_leak.astype(str),
-                             hovertemplate="t=%{x}: %{y:.4g}<br>leak bound %{customdata}<extra></extra>",
-                             line=dict(color="#2ca02c")), row=2, col=1)
-    if np.isfinite(u_margin).any():
-        fig.add_trace(go.Scatter(x=t, y=u_margin, mode="lines+markers", name="update margin (min over centroids)",
-                                 line=dict(color="#9467bd")), row=2, col=1)
-    fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[FLOAT64_UNDERFLOW] * 2, mode="lines", hoverinfo="skip",
-                             name=f"{FLOAT64_UNDERFLOW:.0f}: exactly hard in float64 above",
-                             line=dict(color="#777", dash="dot")), row=2, col=1)
-    if c_err is not None:
-        rep = report_of(obj)
-        tol = rep.tolerances.centroid if rep is not None else None
-        positive = c_err[c_err > 0]
-        # A log axis has no 0. Exact agreement gets its own trace, drawn on a row just below the smallest real
-        # value (or the tolerance), and the axis spans the real values only: never a made-up 1e-300.
-        known = [*positive, *([tol] if tol else [])]
-        low = min(known) if known else float(np.finfo(np.float64).eps)
-        high = max(known) if known else low
-        floor = low / 10
-        exact = c_err == 0
+
+def _centroid_error_row(fig: go.Figure, t: np.ndarray, c_err: np.ndarray, tol: float | None) -> None:
+    """The third row: the largest centroid difference on a log axis, exact zeros marked below it."""
+    T1 = len(t)
+    positive = c_err[c_err > 0]
+    # A log axis has no 0. Exact agreement gets its own trace, drawn on a row just below the smallest real
+    # value (or the tolerance), and the axis spans the real values only: never a made-up 1e-300.
+    known = [*positive, *([tol] if tol else [])]
+    low = min(known) if known else float(np.finfo(np.float64).eps)
+    high = max(known) if known else low
+    floor = low / 10
+    exact = c_err == 0
+    fig.add_trace(go.Scatter(
+        x=t, y=np.where(exact, np.nan, c_err), mode="lines+markers", name="max |c - c_ref| (user units)",
+        marker=dict(size=7), connectgaps=False, customdata=c_err.astype(str),
+        hovertemplate="t=%{x}: %{customdata}<extra></extra>", line=dict(color="#d62728"),
+    ), row=3, col=1)
+    if exact.any():
         fig.add_trace(go.Scatter(
-            x=t, y=np.where(exact, np.nan, c_err), mode="lines+markers", name="max |c - c_ref| (user units)",
-            marker=dict(size=7), connectgaps=False, customdata=c_err.astype(str),
-            hovertemplate="t=%{x}: %{customdata}<extra></extra>", line=dict(color="#d62728"),
+            x=t[exact], y=np.full(int(exact.sum()), floor), mode="markers+text", name="exactly 0",
+            marker=dict(symbol="triangle-down", size=11, color="#d62728"), text=["exact 0"] * int(exact.sum()),
+            textposition="top center", textfont=dict(size=10, color="#d62728"),
+            hovertemplate="t=%{x}: exactly 0<extra></extra>",
         ), row=3, col=1)
-        if exact.any():
-            fig.add_trace(go.Scatter(
-                x=t[exact], y=np.full(int(exact.sum()), floor), mode="markers+text", name="exactly 0",
-                marker=dict(symbol="triangle-down", size=11, color="#d62728"), text=["exact 0"] * int(exact.sum()),
-                textposition="top center", textfont=dict(size=10, color="#d62728"),
-                hovertemplate="t=%{x}: exactly 0<extra></extra>",
-            ), row=3, col=1)
-        fig.update_yaxes(range=[np.log10(floor) - 0.3, np.log10(high) + 0.5], row=3, col=1)
-        if tol:
-            fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[tol] * 2, mode="lines", hoverinfo="skip",
-                                     name="tolerance", line=dict(color="#777", dash="dot")), row=3, col=1)
-        fig.update_yaxes(type="log", exponentformat="e", row=3, col=1)
-    fig.update_yaxes(type="log", row=2, col=1)
-    fig.update_xaxes(title=dict(text="iteration t (centroids after t updates, points assigned to them)"),
-                     dtick=1, row=3, col=1)
-    fig.update_layout(height=760, margin=dict(l=70, r=20, t=40, b=50), legend=dict(x=1.01, y=1))
-    notes = []
-    if ref_c is None:
-        notes.append(f"no reference drawn for variant {circ.variant!r}")
-    return View("objective", "Objective and certificate per iteration", fig, data, notes)
+    fig.update_yaxes(range=[np.log10(floor) - 0.3, np.log10(high) + 0.5], row=3, col=1)
+    if tol:
+        fig.add_trace(go.Scatter(x=[0, T1 - 1], y=[tol] * 2, mode="lines", hoverinfo="skip",
+                                 name="tolerance", line=dict(color="#777", dash="dot")), row=3, col=1)
+    fig.update_yaxes(type="log", exponentformat="e", row=3, col=1)
 
 
 def ties_table(obj, limit: int = 200) -> View:

@@ -28,10 +28,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from circuits.training.tasks import TaskBatch, kmeans_plusplus_init, random_points_init
+from circuits.initialisation import batch_init
+from circuits.problems import GeneralMixture
+from circuits.training.tasks import TaskBatch
 
 #: Salt for the general family's random streams (distinct from the paper family's for the same seed).
 GENERAL_SALT = 7919
+
+#: The family's per-task mixture (the ranges in the module docstring).
+GENERAL_MIXTURE = GeneralMixture()
 
 
 def draw_shape(rng: np.random.Generator, d_max: int, k_max: int) -> tuple[int, int]:
@@ -41,29 +46,17 @@ def draw_shape(rng: np.random.Generator, d_max: int, k_max: int) -> tuple[int, i
 
 
 def mixture(rng: np.random.Generator, n: int, d: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """One task's points ``(n, d)`` and generating components ``(n,)`` (see the module docstring)."""
-    alpha = np.exp(rng.uniform(np.log(0.3), np.log(5.0)))
-    weights = rng.dirichlet(np.full(m, alpha))
-    components = rng.choice(m, size=n, p=weights)
-    sep = np.exp(rng.uniform(np.log(0.15), np.log(3.0)))
-    means = sep * rng.standard_normal((m, d))
-    Q = np.linalg.qr(rng.standard_normal((m, d, d)))[0]
-    sigma = np.exp(rng.uniform(np.log(0.2), 0.0, (m, d)))
-    A = Q * sigma[:, None, :]
-    if rng.random() < 0.25:
-        dof = rng.integers(3, 11)
-        z = rng.standard_t(dof, (n, d)) / np.sqrt(dof / (dof - 2))
-    else:
-        z = rng.standard_normal((n, d))
-    X = means[components] + np.einsum("nij,nj->ni", A[components], z)
-    scale = 10.0 ** rng.uniform(-3.0, 3.0)
-    offset = rng.uniform(-100.0, 100.0, d)
-    return (X + offset) * scale, components
+    """One task's points ``(n, d)`` and generating components ``(n,)`` (:class:`circuits.problems.GeneralMixture`)."""
+    return GENERAL_MIXTURE.sample(rng, n, d, m)
 
 
 def general_tasks(batch: int, n: int, d_max: int, k_max: int, seed: int = 0, stream: int = 0, index: int = 0,
                   shape: tuple[int, int] | None = None, init: str | None = None) -> TaskBatch:
-    """Batch ``index`` of stream ``stream``: ``batch`` tasks of one shape (drawn, or ``shape = (d, k)``)."""
+    """Batch ``index`` of stream ``stream``: ``batch`` tasks of one shape (drawn, or ``shape = (d, k)``).
+
+    The flat signature is the API the training loop, evaluation and benchmarks call; each task's problem is
+    :data:`GENERAL_MIXTURE`'s. Draws, in order: the shape, the initialisation (when ``init`` is None), per task
+    the number of components and the problem, then the initial centroids."""
     rng = np.random.default_rng([seed, stream, index, GENERAL_SALT])
     d, k = draw_shape(rng, d_max, k_max)
     if shape is not None:
@@ -79,8 +72,7 @@ def general_tasks(batch: int, n: int, d_max: int, k_max: int, seed: int = 0, str
         X.append(x)
         comps.append(c)
     X = np.stack(X)
-    C0 = random_points_init(rng, X, k) if init == "random" else kmeans_plusplus_init(rng, X, k)
-    return TaskBatch(X, C0, np.stack(comps), "general", init)
+    return TaskBatch(X, batch_init(rng, X, k, init), np.stack(comps), "general", init)
 
 
 def general_stream(batch: int, n: int, d_max: int, k_max: int, batches: int, seed: int, stream: int,

@@ -59,3 +59,59 @@ def test_objective_ratio_counts_two_zero_objectives_as_equal():
     assert objective_ratio(3.0, 4.0) == 0.75
     assert objective_ratio(0.0, 2.0) == 0.0
     assert objective_ratio(1.0, 0.0) > 1e299  # worse than a perfect baseline: huge, never a division error
+
+
+# ------------------------------------------------------------------------------------------ the shared functions
+# sq_distances, assign and objective are the one nearest-centroid step, squared distance and objective of the
+# project (circuits/reference.py); everything else calls them, so their contracts are pinned here.
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def test_sq_distances_hand_computed():
+    X = np.array([[0.0, 0.0], [3.0, 4.0]])
+    C = np.array([[0.0, 0.0], [1.0, 1.0], [3.0, 0.0]])
+    np.testing.assert_array_equal(reference.sq_distances(X, C), [[0.0, 2.0, 9.0], [25.0, 13.0, 16.0]])
+
+
+def test_sq_distances_across_chunks(monkeypatch):
+    monkeypatch.setattr(reference, "_CHUNK", 2)  # five rows: chunks of 2, 2 and 1
+    X = np.arange(5.0)[:, None]
+    np.testing.assert_array_equal(reference.sq_distances(X, np.array([[1.0]])), [[1.0], [0.0], [1.0], [4.0], [9.0]])
+
+
+def test_nearest_centroid_exact_ties_go_to_the_lowest_index():
+    X = np.array([[0.0], [0.0], [3.0]])
+    # Point 0 is at distance 1 from centroids 1 and 2 (tied) and 25 from centroid 0; point 2 is at 4 from 0 and 2.
+    C = np.array([[5.0], [1.0], [-1.0]])
+    np.testing.assert_array_equal(reference.assign(X, C), [1, 1, 0])
+    C_same = np.array([[2.0], [2.0]])  # two coinciding centroids: always the first
+    np.testing.assert_array_equal(reference.assign(X, C_same), [0, 0, 0])
+
+
+def test_objective_hand_computed_with_and_without_labels():
+    X = np.array([[0.0], [1.0], [4.0]])
+    C = np.array([[0.0], [3.0]])
+    assert reference.objective(X, C) == 0.0 + 1.0 + 1.0
+    assert reference.objective(X, C, np.array([1, 1, 0])) == 9.0 + 4.0 + 16.0
+    assert reference.objective(X, C, np.array([-1, 0, -1])) == 1.0  # -1: left out
+    assert reference.objective(X[:0], C) == 0.0
+
+
+small_ints = st.integers(-4, 4).map(float)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8).flatmap(lambda n: st.integers(1, 3).flatmap(lambda d: st.tuples(
+    st.lists(st.lists(small_ints, min_size=d, max_size=d), min_size=n, max_size=n),
+    st.lists(st.lists(small_ints, min_size=d, max_size=d), min_size=1, max_size=5)))))
+def test_shared_functions_equal_a_plain_python_oracle(points_and_centroids):
+    # Small integer coordinates: every squared distance is exact, and ties are frequent.
+    points, cents = points_and_centroids
+    X, C = np.array(points), np.array(cents)
+    D = [[sum((a - b) ** 2 for a, b in zip(x, c)) for c in cents] for x in points]
+    nearest = [row.index(min(row)) for row in D]  # list.index: the first (lowest) of the minima
+    np.testing.assert_array_equal(reference.sq_distances(X, C), D)
+    np.testing.assert_array_equal(reference.assign(X, C), nearest)
+    assert reference.objective(X, C) == sum(min(row) for row in D)
+    assert reference.objective(X, C, np.array(nearest)) == sum(min(row) for row in D)

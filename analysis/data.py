@@ -60,7 +60,7 @@ def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: in
 def _read_bundled(name: str) -> Dataset | None:
     """scikit-learn's own file of a bundled dataset, read without importing scikit-learn (which takes a second and
     more: it loads scipy and pandas); ``None`` (use scikit-learn's loader) if the file is not where, or not what,
-    it was. The file holds one row per sample, the target last; tests/test_data.py checks that this equals
+    it was. The file holds one row per sample, the target last; tests/unit/test_data.py checks that this equals
     ``sklearn.datasets.load_<name>()``."""
     import importlib.util
 

@@ -112,7 +112,7 @@ def with_assign_knobs(template, sharpness: Sharpness):
     """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``).
 
     In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, so
-    the result is the circuit a fresh build with ``sharpness`` makes (tests/test_estimator_reuse.py compares every
+    the result is the circuit a fresh build with ``sharpness`` makes (tests/unit/test_estimator_reuse.py compares every
     parameter): the assign layers' ``W_Q``, ``W_K``, ``W_V``, ``W_O`` are rebuilt in a new state dict, every other
     parameter tensor is ``template``'s, shared (read only: no path writes a circuit's weights). ``template`` keeps
     its own weights; the derived circuit builds its ``HookedTransformer`` only if asked for it, like any other.

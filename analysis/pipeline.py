@@ -63,7 +63,7 @@ class RunResult:
                 "widest_tie_window_user_sq_distance": rep["tolerances"]["tie_window"]}
 
     def to_json(self) -> dict:
-        """The command line's ``--json`` object (DESIGN.md section 4) plus a few self-describing extras."""
+        """The command line's ``--json`` object (docs/cli.md, ``cluster``) plus a few self-describing extras."""
         rep = self.report.to_dict()
         keys = ["iteration", "label_agreement", "max_centroid_error", "objective_circuit", "objective_reference",
                 "min_margin", "leak_bound", "ties", "proven_bound"]

@@ -43,7 +43,7 @@ class CircuitConfig:
 
     The defaults are the construction's (:func:`circuits.build.circuit_config`) and, for the levers variants turn
     (``use_qk_norm``, ``eps``, ``use_attention_sinks``, ``use_attn_scale``) and the settings the structured path
-    checks, TransformerLens' own defaults (``tests/test_plain.py`` compares every field with the real config).
+    checks, TransformerLens' own defaults (``tests/unit/test_plain.py`` compares every field with the real config).
     ``other`` holds any further ``HookedTransformerConfig`` setting a caller passes; the plain modules do not
     reproduce those, so such a circuit has no plain model.
     """

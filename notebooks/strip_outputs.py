@@ -4,7 +4,8 @@
     python notebooks/strip_outputs.py NB.ipynb ...    # the given notebooks
     python notebooks/strip_outputs.py --check         # change nothing; list what is not stripped, exit 1 if any
 
-The test suite runs every notebook (``tests/test_notebooks.py``) and checks that the committed files are stripped.
+The test suite runs every notebook (``tests/acceptance/test_notebooks.py``) and checks that the committed files are
+stripped.
 """
 
 from __future__ import annotations

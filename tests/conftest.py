@@ -7,12 +7,27 @@ import ast
 import functools
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import settings
+
+#: tests/ (browser.py, typecheck.py) and each suite folder are importable by bare name from any test, whichever
+#: file or folder pytest is given: a test imports a helper of another folder's file (from test_cli_bad_input import
+#: usage_error).
+TESTS = Path(__file__).resolve().parent
+#: The suite's folders (docs/contributing.md): tests/unit, in-process tests of circuits/ and analysis/;
+#: tests/integration, the command line, mostly run as a user does in a subprocess; tests/acceptance, what a reader
+#: meets (notebooks, the report in a browser, the docs, the README, the committed checkpoints, the code's shape).
+#: Each folder is a marker too (`-m unit`). A test file outside them fails collection: a new file is placed when it
+#: is added. Test files are imported by their bare name (from test_cli import cli), so a name is used once.
+FOLDERS = ("unit", "integration", "acceptance")
+for _path in (TESTS, *(TESTS / folder for folder in FOLDERS)):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 # The suite (what CI runs) draws the same Hypothesis examples on every run, so a red run means a change broke
 # something, not that a new random draw found an old problem; exploring new examples is a separate, deliberate
@@ -93,67 +108,17 @@ OUT_OF_PROCESS = ("notebooks", "browser", "ray", "subprocess")
 IN_PROCESS = ("fast", "slow")
 LAYERS = (*IN_PROCESS, *OUT_OF_PROCESS)
 
-#: The layer of each test file's in-process tests (those it does not move out, below). A test file that is not
-#: listed fails collection: a new file is classified when it is added.
+#: The layer of a file's in-process tests (those it does not move out, below): fast, unless the whole file is in
+#: an out-of-process layer, named here.
 FILE_LAYERS = {
-    "test_adversarial.py": "fast",
-    "test_architecture.py": "fast",
-    "test_bad_input.py": "fast",
-    "test_build_capture.py": "fast",
-    "test_certificate.py": "fast",
-    "test_circuit_model.py": "fast",
-    "test_cli.py": "fast",
-    "test_data.py": "fast",
-    "test_docs.py": "fast",
-    "test_drift.py": "fast",
-    "test_engine.py": "fast",
-    "test_estimator.py": "fast",
-    "test_estimator_parity.py": "fast",
-    "test_estimator_reuse.py": "fast",
-    "test_exactness_contract.py": "fast",
-    "test_general_checkpoint.py": "fast",
-    "test_hard_inputs.py": "fast",
-    "test_headline.py": "fast",
-    "test_hypothesis.py": "fast",
-    "test_layout.py": "fast",
     "test_notebooks.py": "notebooks",  # runs them in a Jupyter kernel; checks the committed files
-    "test_patching.py": "fast",
-    "test_patching_cli.py": "fast",
-    "test_patching_predictions.py": "fast",
-    "test_plain.py": "fast",
-    "test_problems.py": "fast",
-    "test_progress.py": "fast",
-    "test_prove.py": "fast",
-    "test_prove_algebra.py": "fast",
-    "test_prove_bound.py": "fast",
-    "test_prove_mutations.py": "fast",
-    "test_prove_variants.py": "fast",
-    "test_readme.py": "fast",
-    "test_reference.py": "fast",
-    "test_report.py": "fast",
     "test_report_browser.py": "browser",  # every test here opens a page in Chromium
-    "test_report_inputs.py": "fast",
-    "test_sklearn_oracle.py": "fast",
-    "test_structured.py": "fast",
-    "test_swap.py": "fast",
-    "test_swap_cli.py": "fast",
-    "test_learned.py": "fast",
-    "test_sweep.py": "fast",
-    "test_tiny.py": "fast",
-    "test_training.py": "fast",
-    "test_training_cli.py": "fast",
-    "test_training_general.py": "fast",
-    "test_training_general_cli.py": "fast",
-    "test_variants.py": "fast",
-    "test_variants_references.py": "fast",
-    "test_views.py": "fast",
-    "test_weights.py": "fast",
 }
-#: In-process tests too long for `-m fast` (file::function, every parametrization): each took 10 s or more in a run
-#: of `-m fast --durations=0` on the shared, loaded 2-core machine, or 2.5 s or more in a second run on a lighter
-#: load (docs/performance.md, "Notebooks and the test suite").
+#: In-process tests too long for `-m fast` (file name::function, every parametrization, in whichever folder): each
+#: took 10 s or more in a run of `-m fast --durations=0` on the shared, loaded 2-core machine, or 2.5 s or more in a
+#: second run on a lighter load (docs/performance.md, "Notebooks and the test suite").
 SLOW = frozenset({
-    "test_adversarial.py::test_checkpoint_weight_that_overflows_with_its_scale_is_exit_2",
+    "test_adversarial_inputs.py::test_checkpoint_weight_that_overflows_with_its_scale_is_exit_2",
     "test_certificate.py::test_leak_bound_bounds_the_pattern_and_the_assignment",
     "test_drift.py::test_analysis_of_an_untrained_model",
     "test_drift.py::test_drift_report_is_self_contained",
@@ -165,9 +130,9 @@ SLOW = frozenset({
     "test_exactness_contract.py::test_verdict_and_labels_agree",
     "test_general_checkpoint.py::test_at_or_below_lloyds_after_the_last_step_on_average",
     "test_general_checkpoint.py::test_mean_objective_does_not_rise_beyond_the_evaluations_tie_tolerance",
-    "test_hard_inputs.py::test_five_thousand_points",
-    "test_hypothesis.py::test_circuit_equals_reference_at_every_layer",
-    "test_hypothesis.py::test_units_do_not_matter",
+    "test_lloyd_hard_inputs.py::test_five_thousand_points",
+    "test_lloyd_layers.py::test_circuit_equals_reference_at_every_layer",
+    "test_lloyd_layers.py::test_units_do_not_matter",
     "test_progress.py::test_evaluate_and_drift_report_each_stage",
     "test_prove.py::test_every_obligation_is_proved",
     "test_prove.py::test_sixty_four_dimensions_sixteen_centroids",
@@ -210,7 +175,7 @@ SLOW = frozenset({
 #: module's own functions and fixtures (code only: a docstring that mentions a subprocess moves nothing).
 BROWSER_NAMES = frozenset({"check_page", "Chromium"})
 SUBPROCESS_NAMES = frozenset({"subprocess", "Popen"})
-#: The module fixture that starts a local Ray instance (tests/test_engine.py); a test that takes it, or is
+#: The module fixture that starts a local Ray instance (tests/integration/test_engine.py); a test that takes it, or is
 #: parametrized with "ray" (and takes it through request.getfixturevalue), is in the ray layer.
 RAY_FIXTURE = "local_ray"
 
@@ -232,10 +197,10 @@ def _module_functions(path: str) -> dict[str, tuple[frozenset[str], tuple[str, .
 @functools.lru_cache(maxsize=None)
 def _imported_helpers(path: str) -> dict[str, str]:
     """Names a test file imports from another test file (``from test_cli import cli``): name -> that file."""
-    here = Path(path).parent
-    return {alias.asname or alias.name: str(here / f"{node.module}.py")
+    files = _test_files()
+    return {alias.asname or alias.name: str(files[f"{node.module}.py"])
             for node in ast.parse(Path(path).read_text()).body
-            if isinstance(node, ast.ImportFrom) and node.module and (here / f"{node.module}.py").is_file()
+            if isinstance(node, ast.ImportFrom) and node.module and f"{node.module}.py" in files
             for alias in node.names}
 
 
@@ -262,10 +227,7 @@ def _reached_names(path: str, function: str) -> frozenset[str]:
 def _layer(item) -> str:
     """The layer of one test, from its file and its code (see FILE_LAYERS, SLOW and the names above)."""
     path = Path(str(item.fspath))
-    if path.name not in FILE_LAYERS:
-        raise pytest.UsageError(f"{path.name} is in no test layer: add it to FILE_LAYERS in tests/conftest.py "
-                                "(docs/contributing.md says which layer)")
-    file_layer = FILE_LAYERS[path.name]
+    file_layer = FILE_LAYERS.get(path.name, "fast")
     if file_layer in OUT_OF_PROCESS:
         return file_layer
     reached = _reached_names(str(path), item.originalname)
@@ -279,17 +241,42 @@ def _layer(item) -> str:
     return "slow" if f"{path.name}::{item.originalname}" in SLOW else file_layer
 
 
+@functools.lru_cache(maxsize=None)
+def _test_files() -> dict[str, Path]:
+    """Every test file of the suite's folders, by name; a name used twice fails (files import each other by name)."""
+    files: dict[str, Path] = {}
+    for folder in FOLDERS:
+        for path in sorted((TESTS / folder).rglob("test_*.py")):
+            if path.name in files:
+                raise pytest.UsageError(f"{path} and {files[path.name]} have one name: test files import each "
+                                        "other by bare name, so each name is used once")
+            files[path.name] = path
+    return files
+
+
+def _folder(path: Path) -> str:
+    """The suite folder a test file is in (tests/unit, tests/integration, tests/acceptance)."""
+    parts = path.resolve().relative_to(TESTS).parts if path.resolve().is_relative_to(TESTS) else ()
+    if len(parts) < 2 or parts[0] not in FOLDERS:
+        raise pytest.UsageError(f"{path} is in none of the suite's folders: move it into tests/unit, "
+                                "tests/integration or tests/acceptance (docs/contributing.md says which)")
+    return parts[0]
+
+
 LAYER = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the markers this adds
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    stale = [entry for entry in SLOW if not (here / entry.partition("::")[0]).is_file()
-             or entry.partition("::")[2] not in _module_functions(str(here / entry.partition("::")[0]))]
+    files = _test_files()
+    stale = [entry for entry in SLOW if entry.partition("::")[0] not in files
+             or entry.partition("::")[2] not in _module_functions(str(files[entry.partition("::")[0]]))]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py: SLOW names tests that do not exist: {sorted(stale)}")
     for item in items:
+        folder = _folder(Path(str(item.fspath)))
+        if not item.get_closest_marker(folder):
+            item.add_marker(getattr(pytest.mark, folder))
         given = {m.name for m in item.iter_markers() if m.name in LAYERS}
         if len(given) > 1:
             raise pytest.UsageError(f"{item.nodeid} is marked with several test layers {sorted(given)}: one only")

@@ -165,7 +165,7 @@ def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: 
         items.append(heatmap_pair(sw, local))
     text = ("Activation patching: the corrupted run, with part of the clean run's activations copied in, cell "
             "by cell. The construction predicts where the state of the algorithm lives at every layer, so the "
-            "heatmaps can be checked against the weights (tests/test_patching_predictions.py does).")
+            "heatmaps can be checked against the weights (tests/unit/test_patching_predictions.py does).")
     return Section("Activation patching", text, items, key="patching")
 
 

@@ -1,6 +1,6 @@
 """The "Why it is exact" section of docs/exactness.md, generated from the prover's own output so that it cannot drift.
 
-``python -m analysis.proof.explain`` prints the section; ``tests/test_prove.py`` checks that docs/exactness.md
+``python -m analysis.proof.explain`` prints the section; ``tests/unit/test_prove.py`` checks that docs/exactness.md
 contains exactly this text.
 """
 
@@ -44,7 +44,7 @@ softmax is from hardmax (`sum |softmax - hardmax|` per query) and propagates it:
 `|Y - one-hot|` and certify the labels, update layers bound how far each centroid is from the hard trajectory,
 and that error feeds the next assignment's margins. The verification report carries it per iteration
 (`proven_bound`, column `proven |dc|` of the table) next to the observed centroid error; the observed error minus
-the verifier's float64 rounding tolerance never exceeds it (`tests/test_prove_bound.py` checks every layer on
+the verifier's float64 rounding tolerance never exceeds it (`tests/unit/test_prove_bound.py` checks every layer on
 hypothesis problems, the bundled datasets and small `beta`, `beta_update` where the bound is far from 0). The bound
 is derived for Lloyd's circuit and for two variants. `damped`: the heads are Lloyd's, but the commit keeps a
 fraction `1 - eta` of the old centroid, so a centroid's error becomes `|1 - eta|` times its old error plus `eta` times

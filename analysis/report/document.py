@@ -10,7 +10,7 @@ shortest way to a page: a title, some HTML and figures.
 
 :meth:`Report.to_html` embeds plotly.js once (in the page head) and each figure as a JSON block drawn by one
 small script, figure after figure, yielding to the browser between them; the page references no external URL
-and makes no network request (``tests/test_report_browser.py`` checks both in headless Chromium). Progress is
+and makes no network request (``tests/acceptance/test_report_browser.py`` checks both in headless Chromium). Progress is
 published as ``window.kmeansReport = {total, rendered, failed, done, ms}`` so a browser test (or a curious
 reader's console) can see what drew.
 

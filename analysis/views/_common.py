@@ -52,7 +52,8 @@ class View:
         # A view on the last line of a notebook cell displays as its figure, through the figure's own display hook:
         # that one initialises the "notebook" renderer (plotly.js embedded for offline use) once per kernel, whereas
         # the figure's _repr_mimebundle_ initialises it again at every call, putting a 4.8 MB copy of plotly.js in
-        # every figure's output (tests/test_notebooks.py checks each executed notebook holds it at most once).
+        # every figure's output (tests/acceptance/test_notebooks.py checks each executed notebook holds it at most
+        # once).
         self.figure._ipython_display_()
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -149,7 +149,7 @@ def test_cli_bad_input_exit_2(argv, capsys):
 
 def test_exactness_page_section_is_the_provers_output():
     """docs/exactness.md's "Why it is exact" section is exactly what ``python -m analysis.proof.explain`` prints."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "exactness.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "exactness.md").read_text()
     start = page.index("## Why it is exact")
     end = page.index("\n## ", start + 1) + 1
     expected = exactness_section(prove_circuit(lloyd_circuit(SECTION_D, SECTION_K, 1)))

@@ -18,9 +18,9 @@ from sklearn.datasets import make_blobs
 
 from analysis.estimator import CircuitKMeans
 from circuits.training.schema import CheckpointError, read_log
-from test_bad_input import usage_error
+from test_cli_bad_input import usage_error
 
-HEADLINE = Path(__file__).resolve().parent.parent / "checkpoints" / "headline"
+HEADLINE = Path(__file__).resolve().parents[2] / "checkpoints" / "headline"
 
 
 def exact_nearest(P, C):

@@ -19,7 +19,7 @@ import pytest
 from analysis import engine, sweep
 from analysis.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A small grid of the sweep command: 9 cells, two stiffnesses, the circuit runner.
 SMALL = ["--grid", "tiny", "--d", "2", "--k", "2,3", "--n", "12", "--scale", "0.5,5", "--iterations", "4"]

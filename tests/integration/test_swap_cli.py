@@ -170,7 +170,7 @@ def test_docs_tables_are_the_benchmark_files():
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("bench_general", root / "benchmarks" / "bench_general.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

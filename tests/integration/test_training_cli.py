@@ -13,7 +13,7 @@ from circuits import reference
 from circuits.training.checkpoint import read_log
 
 CLI = [sys.executable, "-m", "analysis.cli"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, timeout=600):

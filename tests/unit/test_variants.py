@@ -33,7 +33,7 @@ from circuits.variants.sparse import SparseKMeans
 from circuits.variants.spherical import SphericalKMeans
 from circuits.variants.trimmed import TrimmedKMeans
 
-from test_hypothesis import problems as lloyd_problems
+from test_lloyd_layers import problems as lloyd_problems
 
 T = 3
 EPS = float(np.finfo(np.float64).eps)
@@ -80,7 +80,7 @@ def problems(draw, max_n=30, max_d=3, max_k=3):
     return X, C0
 
 
-# A deeper search for a one-off hunt: KMC_VARIANT_EXAMPLES=300 python -m pytest tests/test_variants.py
+# A deeper search for a one-off hunt: KMC_VARIANT_EXAMPLES=300 python -m pytest tests/unit/test_variants.py
 HYPOTHESIS = settings(max_examples=int(os.environ.get("KMC_VARIANT_EXAMPLES", 12)), deadline=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

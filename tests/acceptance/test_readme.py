@@ -8,7 +8,7 @@ import pytest
 
 from circuits.layout import SUBSPACE_DOCS, standard_subspaces
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 

@@ -10,7 +10,7 @@ import pytest
 from circuits import reference
 from test_training_cli import assert_usage_error, cli
 
-HEADLINE = Path(__file__).resolve().parents[1] / "checkpoints" / "headline"
+HEADLINE = Path(__file__).resolve().parents[2] / "checkpoints" / "headline"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from circuits.training.checkpoint import load_model, read_config
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GENERAL = ROOT / "checkpoints" / "general"
 
 

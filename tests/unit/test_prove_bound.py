@@ -3,7 +3,7 @@
 Checked on each run (``analysis.proof.bound.bound_violations``), against the hard trajectory: every layer's
 ``sum |softmax - hardmax|``, every assignment's ``|Y - one-hot|`` and labels, every update's centroids; and, in the
 verification report, ``max_centroid_error <= proven_bound + tolerance``. Problems: hypothesis-generated ones (the
-strategy of ``test_hypothesis.py``), the bundled datasets, the hard inputs of ``test_hard_inputs.py``, and the
+strategy of ``test_lloyd_layers.py``), the bundled datasets, the hard inputs of ``test_lloyd_hard_inputs.py``, and the
 certificate tests' blobs; each with the default knobs and with small ``beta`` / ``beta_update`` where the bound is
 far from 0 and the softmax visibly soft.
 """
@@ -25,7 +25,7 @@ from circuits.build import build_lloyd_circuit
 from circuits.initialisation import initial_centroids
 from circuits.sharpness import Sharpness
 
-from test_hypothesis import problems
+from test_lloyd_layers import problems
 
 #: (beta, beta_update): the defaults, and softer settings where the bound is non-trivial.
 KNOBS = [(1e14, 4000.0), (1e9, 4000.0), (1e6, 4000.0), (1e5, 4000.0), (1e14, 60.0), (1e7, 60.0), (1e3, 30.0)]

@@ -196,8 +196,8 @@ def test_an_existing_out_folder_is_untouched_when_a_file_cannot_be_replaced(tmp_
 
 
 def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
-    from analysis.commands import _output
-    from analysis.data import InputError
+    from analysis.cli import output as _output
+    from analysis.errors import ProblemError
 
     out = tmp_path / "out"
     out.mkdir()
@@ -212,7 +212,7 @@ def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
         return real_rename(src, dst)
 
     monkeypatch.setattr(_output.os, "rename", failing_rename)
-    with pytest.raises(InputError, match="No space left"):
+    with pytest.raises(ProblemError, match="No space left"):
         _output.write_output_dir(out, {"a.csv": "new a", "b.csv": "new b", "c.csv": "new c"})
     assert {p.name: p.read_text() for p in out.iterdir()} == {"a.csv": "old a", "b.csv": "old b", "mine.txt": "the user's"}
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary sibling left behind
@@ -316,7 +316,7 @@ def test_integer_variant_parameters_are_parsed_as_integers():
 
 
 def test_torch_out_of_memory_is_a_usage_error(capsys, monkeypatch):
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def allocate(args):
         torch.empty(2**50, dtype=torch.float64)  # 8 PiB: torch raises RuntimeError, not MemoryError
@@ -326,7 +326,7 @@ def test_torch_out_of_memory_is_a_usage_error(capsys, monkeypatch):
 
 
 def test_other_runtime_errors_stay_internal_errors(capsys, monkeypatch):
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def bug(args):
         raise RuntimeError("shape mismatch")

@@ -74,7 +74,7 @@ def test_exit_0_table_on_a_csv_with_header_and_init_file(tmp_path):
 def test_a_crash_is_exit_3_never_the_verdict_codes(monkeypatch, capsys):
     """Exit 1 means "the circuit disagrees with its reference"; a bug must not be read as that verdict."""
     from analysis import cli as cli_module
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def broken(args):
         raise RuntimeError("boom")

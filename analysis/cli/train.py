@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.commands._problem import seed
-from analysis.commands._output import check_out_dir
-from analysis.data import InputError
+from analysis.cli.options import add_device_argument, resolve_device, seed
+from analysis.cli.output import check_out_dir
+from analysis.errors import ProblemError
 
 NAME = "train"
 HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
@@ -75,28 +75,28 @@ def config_from(args: argparse.Namespace):
             keep_best=not args.last, general=args.general, loss=args.loss, hinge=args.hinge, rise=args.rise, support=args.support,
         )
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
 
 
 def validate(args: argparse.Namespace) -> None:
     """Reject bad options before torch is imported (TrainConfig checks them again)."""
     for name in ("d", "k", "steps", "batch", "iterations", "eval_iterations", "val_tasks", "val_every"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise ProblemError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.n < args.k:
-        raise InputError(f"--n must be at least --k, got n={args.n}, k={args.k}")
+        raise ProblemError(f"--n must be at least --k, got n={args.n}, k={args.k}")
     for name in ("lr", "clip", "gamma", "beta", "beta_update"):
         value = getattr(args, name)
         # inf passes "> 0" but makes every weight NaN after one step (and a NaN checkpoint after minutes).
         if not 0 < value < float("inf"):
-            raise InputError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
+            raise ProblemError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
     if not 0 <= args.growth < float("inf"):
-        raise InputError(f"--growth must be >= 0 and finite, got {args.growth}")
+        raise ProblemError(f"--growth must be >= 0 and finite, got {args.growth}")
     if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads must be >= 1, got {args.threads}")
+        raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     for name in ("hinge", "rise"):
         if not 0 <= getattr(args, name) < float("inf"):
-            raise InputError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
+            raise ProblemError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
 
 
 def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existed: bool) -> str:
@@ -120,22 +120,6 @@ def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existe
     return f"{cause}; nothing written"
 
 
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="where torch computes (default: cuda when available, else cpu)")
-
-
-def resolve_device(name: str | None) -> str:
-    """``--device``: cuda when available by default; asking for cuda where there is none is bad input."""
-    import torch
-
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available (use --device cpu)")
-    return name
-
-
 #: Without a terminal (a log file), a line at least this often between validations, so a run is never silent.
 QUIET_LINE_S = 30.0
 
@@ -156,9 +140,9 @@ def run(args: argparse.Namespace) -> int:
     validate(args)
     out = check_out_dir(args.out)
     if args.resume and not (out / "config.json").is_file():
-        raise InputError(f"--resume: {args.out!r} holds no checkpoint")
+        raise ProblemError(f"--resume: {args.out!r} holds no checkpoint")
     if not args.resume and out.exists() and any(out.iterdir()):
-        raise InputError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
+        raise ProblemError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
     cfg = config_from(args)
 
     import math
@@ -204,9 +188,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         last = train(out, cfg, resume=args.resume, progress=progress, device=device)
     except (CheckpointError, ValueError) as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     except Diverged as stop:
-        raise InputError(diverged_message(args, out, stop, existed)) from None
+        raise ProblemError(diverged_message(args, out, stop, existed)) from None
     finally:
         bar.close()
     if args.json:

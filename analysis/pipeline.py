@@ -213,6 +213,9 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     :func:`choose_sharpness` pick the rest from the data. Pass ``circuit`` to reuse a built model (it must match
     d, k and iterations; ``resolution`` then says how its knobs were chosen). ``path`` chooses the execution path
     (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
+
+    Eleven parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
+    parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     if circuit is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from analysis import engine
@@ -169,23 +170,37 @@ def run(args: argparse.Namespace) -> int:
             for name in plan.datasets]
     print(f"evaluating on {args.tasks} held-out tasks ({len(chunks)} chunks) and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    return run_cells(args, model, evaluation_cell, chunks, runs, doc, "tasks",
-                     lambda results: tasks_evaluation(tasks, args.steps, chunks, results).to_dict(), format_table)
+    job = Job(evaluation_cell, chunks, runs, "tasks",
+              lambda results: tasks_evaluation(tasks, args.steps, chunks, results).to_dict(), format_table)
+    return run_cells(args, model, doc, job)
 
 
-def run_cells(args: argparse.Namespace, model, fn, cells: list, runs: list, doc: dict, key: str, gather,
-              text) -> int:
-    """Run ``cells`` then ``runs`` (one per dataset) through ``fn`` on the chosen engine, put ``gather`` of the
-    cells that finished in ``doc[key]`` and the datasets in ``doc["datasets"]``, print ``doc`` (JSON or ``text``)."""
+@dataclass(frozen=True)
+class Job:
+    """The cells of one evaluation: ``cells`` then ``runs`` (one per dataset), each through ``fn``; ``gather``
+    makes the finished cells' results into ``doc[key]``, ``text`` the document into the table printed."""
+
+    fn: Callable
+    cells: list
+    runs: list
+    key: str
+    gather: Callable[[list], dict]
+    text: Callable[[dict], str]
+
+
+def run_cells(args: argparse.Namespace, model, doc: dict, job: Job) -> int:
+    """Run ``job`` on the chosen engine, put its cells' gathered results and the datasets in ``doc``, print ``doc``
+    (JSON or ``job.text``); the exit status names the failed cells, if any."""
+    cells, runs = job.cells, job.runs
     with Cells(NAME, len(cells) + len(runs)) as bar:
-        outcome = engine.map_cells(fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
+        outcome = engine.map_cells(job.fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
     if any(r is not None for r in outcome.results[: len(cells)]):
-        doc[key] = gather(outcome.results[: len(cells)])
+        doc[job.key] = job.gather(outcome.results[: len(cells)])
     if runs:
         doc["datasets"] = [r for r in outcome.results[len(cells):] if r is not None]
     if outcome.failures:
         doc["failed"] = [f.cell for f in outcome.failures]
-    print(json.dumps(doc) if args.json else text(doc))
+    print(json.dumps(doc) if args.json else job.text(doc))
     return report_failures(outcome.failures)
 
 
@@ -212,8 +227,8 @@ def run_general(args: argparse.Namespace, model, doc: dict, n: int, plan: Plan) 
             for name in plan.datasets]
     print(f"evaluating on {args.tasks} held-out tasks at each of {len(cells)} shapes and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    return run_cells(args, model, general_cell, cells, runs, doc, "shapes",
-                     lambda results: shapes_evaluation(cells, results), format_general)
+    job = Job(general_cell, cells, runs, "shapes", lambda results: shapes_evaluation(cells, results), format_general)
+    return run_cells(args, model, doc, job)
 
 
 def format_general(doc: dict) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.cli.output import check_out_dir, check_path_length, write_output_dir
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         check = verify_unpatched(exp)
         results = _sweeps(exp, sweeps, args.positions, read, stages)
         stages.start("pages")
-        files, doc, problem_info = _pages(args, problem, pair, circuit, exp, results, check, read)
+        files, doc, problem_info = _pages(args, problem, exp, Patched(results, check, read))
     write_output_dir(out, files)
     if args.json:
         print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
@@ -187,10 +188,21 @@ def _sweeps(exp, names: list[str], positions: str, read: int, stages) -> list:
     return results
 
 
-def _pages(args, problem, pair, circuit, exp, results, check, read) -> tuple[dict, dict, dict]:
+@dataclass(frozen=True)
+class Patched:
+    """What the sweeps found: their ``results``, the unpatched runs' ``check`` and the layer they ``read`` after."""
+
+    results: list
+    check: object
+    read: int
+
+
+def _pages(args, problem, exp, patched: Patched) -> tuple[dict, dict, dict]:
     """The files to write (``patching.json``, ``patching.html``, ``report.html`` with ``--report``), the result
     document and the problem's description."""
     from analysis.patching.report import patching_page, result_document
+
+    pair, circuit, (results, check, read) = exp.pair, exp.circuit, (patched.results, patched.check, patched.read)
 
     problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
                     "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
 from analysis.cli.options import add_device_argument, resolve_device, seed
@@ -145,11 +147,7 @@ def run(args: argparse.Namespace) -> int:
         raise ProblemError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
     cfg = config_from(args)
 
-    import math
-    import time
-
     import torch
-    from tqdm.auto import tqdm
 
     from circuits.training.checkpoint import CheckpointError
     from circuits.training.loop import train
@@ -158,33 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     existed = out.exists()
-    bar = tqdm(total=cfg.steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
-    seen = {"trained": False, "line": time.monotonic()}
-
-    def progress(step: int, total: int, info: dict) -> None:
-        bar.n = step
-        val = info["val_ratio"]
-        bar.set_postfix(loss=_fmt(info["loss"]), val_ratio=_fmt(val), refresh=False)
-        bar.refresh()
-        rec = info.get("validated")
-        if not math.isfinite(info["loss"]) or val is None or not math.isfinite(val):
-            # Checked before the line is printed: the error is then the only line about this step.
-            raise Diverged(step, info["best"], seen["trained"])
-        if rec is not None:
-            seen["trained"] = True
-        if bar.disable and rec is not None:
-            # No terminal (a log file): one line per validation instead of a bar.
-            print(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
-                  f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
-                  f" (best {_fmt(info['best'])}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr,
-                  flush=True)
-            seen["line"] = time.monotonic()
-        elif bar.disable and time.monotonic() - seen["line"] >= QUIET_LINE_S:
-            following = min(total, (step // cfg.val_every + 1) * cfg.val_every)
-            print(f"step {step}/{total} loss {info['loss']:.4f} (next validation at step {following})",
-                  file=sys.stderr, flush=True)
-            seen["line"] = time.monotonic()
-
+    progress = TrainProgress(cfg.steps, cfg.val_every)
     try:
         last = train(out, cfg, resume=args.resume, progress=progress, device=device)
     except (CheckpointError, ValueError) as exc:
@@ -192,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     except Diverged as stop:
         raise ProblemError(diverged_message(args, out, stop, existed)) from None
     finally:
-        bar.close()
+        progress.close()
     if args.json:
         print(json.dumps(last))
     else:
@@ -204,3 +176,42 @@ def run(args: argparse.Namespace) -> int:
               f" (model.safetensors: step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')}"
               f" {prog['best_val_ratio']:.4f})")
     return 0
+
+
+class TrainProgress:
+    """The ``progress`` callback of :func:`circuits.training.loop.train`: a bar on a terminal; else a line per
+    validation, and one at least every :data:`QUIET_LINE_S` between them. A NaN or infinite loss or validation
+    raises :class:`Diverged`."""
+
+    def __init__(self, steps: int, val_every: int):
+        from tqdm.auto import tqdm
+
+        self.val_every, self.trained, self.line = val_every, False, time.monotonic()
+        self.bar = tqdm(total=steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
+
+    def __call__(self, step: int, total: int, info: dict) -> None:
+        self.bar.n = step
+        val = info["val_ratio"]
+        self.bar.set_postfix(loss=_fmt(info["loss"]), val_ratio=_fmt(val), refresh=False)
+        self.bar.refresh()
+        rec = info.get("validated")
+        if not math.isfinite(info["loss"]) or val is None or not math.isfinite(val):
+            # Checked before the line is printed: the error is then the only line about this step.
+            raise Diverged(step, info["best"], self.trained)
+        if rec is not None:
+            self.trained = True
+        if self.bar.disable and rec is not None:
+            # No terminal (a log file): one line per validation instead of a bar.
+            self._say(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
+                      f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
+                      f" (best {_fmt(info['best'])}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s")
+        elif self.bar.disable and time.monotonic() - self.line >= QUIET_LINE_S:
+            following = min(total, (step // self.val_every + 1) * self.val_every)
+            self._say(f"step {step}/{total} loss {info['loss']:.4f} (next validation at step {following})")
+
+    def _say(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+        self.line = time.monotonic()
+
+    def close(self) -> None:
+        self.bar.close()

@@ -53,7 +53,7 @@ def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: in
         need, have = (n + centers) * d * 8, physical_memory() or 2**63
         if need > have:
             raise ProblemError(f"blobs of n={n} points and {centers} centres in d={d} dimensions need"
-                             f" {need / 2**30:.3g} GiB, more than this machine's {have / 2**30:.3g} GiB of memory")
+                               f" {need / 2**30:.3g} GiB, more than this machine's {have / 2**30:.3g} GiB of memory")
         X, y = datasets.make_blobs(n_samples=n, n_features=d, centers=centers, random_state=seed)
         return Dataset("blobs", np.asarray(X, dtype=np.float64), y)
     bunch = getattr(datasets, f"load_{name}")()
@@ -187,8 +187,8 @@ def check_magnitude(arr: np.ndarray, n: int, where: str) -> None:
     if peak > limit:
         row, col = np.unravel_index(int(np.abs(arr).argmax()), arr.shape)
         raise ProblemError(f"{where}: magnitude {peak:.3g} at row {row + 1}, column {col + 1} is too large: squared"
-                         f" distances summed over {n} points in {d} dimensions overflow float64 (at most"
-                         f" {limit:.3g} here; rescale the data)")
+                           f" distances summed over {n} points in {d} dimensions overflow float64 (at most"
+                           f" {limit:.3g} here; rescale the data)")
 
 
 #: Squared distances below this are subnormal in float64 (fewer than 53 significant bits): too coarse to compare.
@@ -204,7 +204,7 @@ def check_spread(X: np.ndarray, where: str) -> None:
     spread = float(np.abs(X - np.median(X, axis=0)).max()) if len(X) else 0.0
     if 0.0 < spread and spread**2 < _SMALLEST_RESOLVED_SQ:
         raise ProblemError(f"{where}: the points spread over only {spread:.3g}: squared distances underflow float64"
-                         f" (below {np.sqrt(_SMALLEST_RESOLVED_SQ):.3g} they cannot be compared); rescale the data")
+                           f" (below {np.sqrt(_SMALLEST_RESOLVED_SQ):.3g} they cannot be compared); rescale the data")
 
 
 def physical_memory() -> int | None:
@@ -266,7 +266,7 @@ def validate_problem(X: np.ndarray, k: int) -> None:
 
 
 def resolve_init(init: str, X: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, str]:
-    """Initial centroids for ``--init`` (``random``, ``k-means++`` or a file of k rows) and a description."""
+    """Initial centroids for ``init`` (``random``, ``k-means++`` or a file of k rows) and a description."""
     from circuits.initialisation import INIT_METHODS, initial_centroids
 
     if init in INIT_METHODS:

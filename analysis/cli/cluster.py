@@ -121,11 +121,11 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     if model.get("general", False):
         if problem.X.shape[1] > d or problem.k > k:
             raise ProblemError(f"--checkpoint {args.checkpoint!r} is a general model for d <= {d}, k <= {k}; the data"
-                             f" has d={problem.X.shape[1]} and --k is {problem.k}")
+                               f" has d={problem.X.shape[1]} and --k is {problem.k}")
         d = problem.X.shape[1]
     elif problem.X.shape[1] != d or problem.k != k:
         raise ProblemError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
-                         f" d={problem.X.shape[1]} and --k is {problem.k}")
+                           f" d={problem.X.shape[1]} and --k is {problem.k}")
     from analysis.evaluate import cluster_with_checkpoint
     from circuits.training.schema import CheckpointError
 

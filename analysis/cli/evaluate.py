@@ -219,7 +219,7 @@ def run_general(args: argparse.Namespace, model, doc: dict, n: int, plan: Plan) 
         k = len(set(ds.y.tolist()))
         if ds.X.shape[1] > model.config.d or k > model.config.k:
             raise ProblemError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
-                             f" d <= {model.config.d}, k <= {model.config.k}")
+                               f" d <= {model.config.d}, k <= {model.config.k}")
     # One cell per shape and one per dataset, on the chosen engine; gathered in this order.
     cells = shape_cells(plan.shapes, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
                         with_optimum=not args.no_optimum) if args.tasks else []

@@ -120,7 +120,7 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
     if colon and not all(item.strip() for item in rest.split(",")):
         # "soft:" or "soft:beta=1," reads as a parameter left out, not as the defaults.
         raise ProblemError(f"--variant {spec!r}: an empty parameter after {name}:; give {name} alone for the defaults,"
-                         f" or KEY=VALUE pairs separated by commas")
+                           f" or KEY=VALUE pairs separated by commas")
     try:
         name = check_variant(spec, iterations)
     except VariantError as exc:
@@ -132,7 +132,7 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
         flags = " and ".join("--" + knob.replace("_", "-") for knob in replaced)
         example = ",".join(f"{p.name}={p.default:g}" for p in variant.parameters)
         raise ProblemError(f"{flags}: not used by variant {name!r}, whose own parameters take that role"
-                         f" (e.g. --variant {name}:{example})")
+                           f" (e.g. --variant {name}:{example})")
     return name
 
 

@@ -42,14 +42,14 @@ def check_path_length(text: str, flag: str, out: bool = False) -> None:
     spare = OUT_PATH_SPARE if out else 0
     if len(raw) + spare >= path_max:
         raise ProblemError(f"{flag}: the path is {len(raw)} bytes long; the file system takes at most"
-                         f" {path_max - 1 - spare} here")
+                           f" {path_max - 1 - spare} here")
     parts = raw.rstrip(b"/").split(b"/")
     for i, part in enumerate(parts):
         limit = name_max - (TEMP_NAME_EXTRA if out and i == len(parts) - 1 else 0)
         if len(part) > limit:
             shown = os.fsdecode(part)
             raise ProblemError(f"{flag}: the name {shown[:24]!r}... is {len(part)} bytes long; the file system takes"
-                             f" at most {limit} bytes per name here")
+                               f" at most {limit} bytes per name here")
 
 
 def _nonempty(out: str) -> Path:
@@ -96,7 +96,7 @@ def check_out_dir(out: str | None, names: tuple[str, ...] = ()) -> Path | None:
         for name in names:
             if (path / name).is_dir() and not (path / name).is_symlink():
                 raise ProblemError(f"--out {out!r}: {str(path / name)!r} is a folder; the output file {name} cannot"
-                                 " replace it")
+                                   " replace it")
     # An existing folder is filled from a temporary sibling, so its parent must take a folder too.
     for where in dict.fromkeys([anchor, path.parent] if path.exists() else [anchor]):
         _probe(out, where, folder=True)

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ProblemError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
     if not 0 <= args.examples <= MAX_EXAMPLES:
         raise ProblemError(f"--examples must be in [0, {MAX_EXAMPLES}], got {args.examples}: each example is a whole"
-                         f" problem in exact arithmetic (about 0.2 s for d=2, k=3; more for larger ones)")
+                           f" problem in exact arithmetic (about 0.2 s for d=2, k=3; more for larger ones)")
     name = check_variant_arg(args.variant, args.iterations, args)
     check_work(args.iterations, args.d, args.k)
     sharpness = sharpness_from(args)

@@ -524,3 +524,25 @@ def test_patch_names_its_default_out_after_the_data_and_checks_that_name_too(tmp
     usage_error(capsys, ["patch", "--data", data, "--k", 2, "--iterations", 1, "--corruption", "move-point"],
                 "--out (default, from the data's name): the name")
     assert os.listdir(tmp_path) == [data.name]
+
+
+def test_the_library_names_the_parameter_and_the_command_line_the_flag():
+    """analysis.data knows no flags: its error names the parameter (``field``); analysis.cli.exits adds the ``--``."""
+    import pickle
+
+    from analysis.cli.exits import bad_input_message
+    from analysis.data import InputError, check_work, validate_problem
+    from analysis.errors import ProblemError
+
+    with pytest.raises(ProblemError) as caught:
+        validate_problem(np.eye(3), 0)
+    assert caught.value.field == "k" and str(caught.value) == "k must be at least 1, got 0"
+    assert bad_input_message(caught.value) == "--k must be at least 1, got 0"
+    with pytest.raises(InputError) as caught:  # the old name, kept for one release, is the same class
+        check_work(-1, 2, 2, "max_iter")
+    assert str(caught.value) == "max_iter must be >= 0, got -1"
+    assert bad_input_message(caught.value) == "--max-iter must be >= 0, got -1"
+    # A Ray cell's error is pickled on its way back: the field must survive, or the flag would be lost.
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (type(again), again.field, again.detail) == (ProblemError, "max_iter", "must be >= 0, got -1")
+    assert bad_input_message(ProblemError("no parameter at fault")) == "no parameter at fault"

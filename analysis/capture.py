@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
+from analysis.errors import ProblemError
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
@@ -225,14 +226,12 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     att.member_spread = inside_max - inside_min
 
 
-def _reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
+def reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
     """The problem as the variant's input map presents it to the circuit (e.g. projected onto the unit sphere)."""
-    from analysis.data import InputError
-
     try:
         X, C0, scaling = circuit.spec.prepare(encoded.X, encoded.C0)
     except ValueError as exc:
-        raise InputError(f"variant {circuit.variant}: {exc}") from None
+        raise ProblemError(f"variant {circuit.variant}: {exc}") from None
     return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
 
 
@@ -261,7 +260,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
     path = ExecutionPath(path)
     if circuit.spec.input_map is not None:
-        encoded = _reencode(circuit, encoded)
+        encoded = reencode(circuit, encoded)
     note = ""
     if path != ExecutionPath.DENSE:
         from circuits.structured import StructuredPathUnavailable
@@ -405,7 +404,7 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
 
     def summarise(layer: int, kind: str):
         def hook(pattern, hook):
-            summary = _summarise_head(kind, scores_seen.pop(layer), pattern, encoded, with_sink)
+            summary = summarise_head(kind, scores_seen.pop(layer), pattern, encoded, with_sink)
             if summary is not None:
                 summaries[layer] = summary
         return hook
@@ -425,10 +424,11 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
         logits, cache = model.run_with_cache(
             encoded.resid, start_at_layer=0, names_filter=hook_names.names_filter(wanted)
         )
-    return _decoded(circuit, encoded, cache, summaries, logits, cache if keep_cache else None)
+    return decoded_capture(circuit, encoded, cache, summaries, logits, cache if keep_cache else None)
 
 
-def _summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink: bool):
+def summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink: bool):
+    """What a block's attention did (its scores and pattern), for the block's ``kind``; ``None`` for other kinds."""
     if kind == ASSIGN:
         return _summarise_assign(scores, pattern, encoded, with_sink)
     if kind == UPDATE:
@@ -437,7 +437,9 @@ def _summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink
     return None
 
 
-def _decoded(circuit: KMeansCircuit, encoded: EncodedBatch, resid, summaries: dict, logits, cache) -> Capture:
+def decoded_capture(circuit: KMeansCircuit, encoded: EncodedBatch, resid, summaries: dict, logits, cache) -> Capture:
+    """The :class:`Capture` of a dense run: ``resid`` maps hook names to residual streams, ``summaries`` layers to
+    :func:`summarise_head`'s records."""
     decoder = _LayerDecoder(circuit, encoded, resid[hook_names.resid_pre(0)])
     for layer in range(circuit.n_layers):
         decoder.add(layer, resid[hook_names.resid_post(layer)], summaries.get(layer))

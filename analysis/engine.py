@@ -8,25 +8,25 @@ workers once (``ray.put``), not once per cell.
 A cell that raises is tried again once (Ray's own ``retry_exceptions``; a loop in the serial engine); if it fails
 again it is returned as a :class:`CellFailure` named by its parameters, and the other cells' results are kept.
 
-``--engine ray`` without ``--address`` starts a local Ray instance with one worker per core and stops it
-afterwards; with ``--address`` it joins an existing cluster (``ray start --head`` on one machine,
+The ``ray`` engine without an ``address`` starts a local Ray instance with one worker per core and stops it
+afterwards; with an ``address`` it joins an existing cluster (``ray start --head`` on one machine,
 ``ray start --address HEAD:6379`` on the others). Ray is the optional extra ``distributed``, imported only here
-and only when chosen, so ``--help`` and validation stay fast.
+and only when chosen, so validation stays fast. An unusable engine or address is a
+:class:`~analysis.errors.ProblemError` naming the parameter (``engine`` or ``address``); the command line's options
+for them are in :mod:`analysis.cli.options`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import socket
-import sys
 import traceback
 from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from analysis.data import InputError
+from analysis.errors import ProblemError
 
 ENGINES = ("serial", "ray")
 INSTALL = 'pip install -e ".[distributed]"'
@@ -38,52 +38,43 @@ PROBE_TIMEOUT_S = 5.0
 _ADDRESS = re.compile(r"^(?P<client>ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--engine`` and ``--address``, the same on every command that runs cells."""
-    parser.add_argument("--engine", choices=ENGINES, default="serial",
-                        help="serial: one cell after another in this process (default); ray: one Ray task per cell,"
-                             f" on a local Ray instance with one worker per core, or on --address (needs {INSTALL})")
-    parser.add_argument("--address", metavar="HOST:PORT",
-                        help="an existing Ray cluster for --engine ray: HOST:PORT of its head (ray start --head),"
-                             " ray://HOST:PORT (Ray Client) or 'auto' (the cluster started on this machine)")
-
-
 def check(engine: str, address: str | None) -> None:
     """Reject an unusable engine or address before any work: Ray missing, a malformed or unreachable address."""
     if engine not in ENGINES:
-        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        raise ProblemError(f"must be one of {', '.join(ENGINES)}, got {engine!r}", "engine")
     if engine == "serial":
         if address is not None:
-            raise InputError("--address needs --engine ray")
+            raise ProblemError("needs the ray engine", "address")
         return
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise InputError(f"--engine ray needs Ray, which is not installed: {INSTALL}") from None
+        raise ProblemError(f"ray needs Ray, which is not installed: {INSTALL}", "engine") from None
     if address is None or address == "auto":
         return  # a local instance, or the one `ray start` recorded here (checked when joining)
     match = _ADDRESS.match(address)
     if not match or not 0 < int(match["port"]) < 65536:
-        raise InputError(f"--address must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+        raise ProblemError(f"must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}", "address")
     if match["client"]:
         try:
             import grpc  # noqa: F401 -- what Ray Client needs beyond Ray itself
         except ImportError:
-            raise InputError(f"--address {address}: Ray Client (ray://) needs Ray's client extra, which is not"
-                             " installed: pip install 'ray[client]' (or give the head's HOST:PORT without ray://)"
-                             ) from None
+            raise ProblemError(f"{address}: Ray Client (ray://) needs Ray's client extra, which is not"
+                               " installed: pip install 'ray[client]' (or give the head's HOST:PORT without ray://)",
+                               "address") from None
     host, port = match["host"].strip("[]"), int(match["port"])
     try:
         with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as conn:
             speaks_grpc = answers_http2(conn)
     except OSError as exc:
-        raise InputError(f"--address {address}: no Ray cluster answers at {host}:{port}"
-                         f" ({exc.strerror or exc or 'timed out'}); start one with `ray start --head`") from None
+        raise ProblemError(f"{address}: no Ray cluster answers at {host}:{port}"
+                           f" ({exc.strerror or exc or 'timed out'}); start one with `ray start --head`",
+                           "address") from None
     if not speaks_grpc:
         # Ray would retry for minutes ("Failed to connect to GCS"), printing warnings.
-        raise InputError(f"--address {address}: something listens at {host}:{port}, but not a Ray cluster (it does"
-                         f" not answer as a gRPC server within {PROBE_TIMEOUT_S:g} s); check the port of"
-                         " `ray start --head`")
+        raise ProblemError(f"{address}: something listens at {host}:{port}, but not a Ray cluster (it does"
+                           f" not answer as a gRPC server within {PROBE_TIMEOUT_S:g} s); check the port of"
+                           " `ray start --head`", "address")
 
 
 #: The HTTP/2 connection preface and an empty SETTINGS frame: what a gRPC client (Ray's) sends first.
@@ -183,7 +174,7 @@ START_ATTEMPTS = 2
 
 def start_local(num_cpus: int | None = None) -> None:
     """Start a local Ray instance (no dashboard), patient with a loaded machine, trying twice; an instance that
-    will not start is an :class:`InputError` naming the environment (exit 2), not a bug."""
+    will not start is a :class:`~analysis.errors.ProblemError` naming the environment (bad input), not a bug."""
     import logging
 
     import ray
@@ -200,9 +191,9 @@ def start_local(num_cpus: int | None = None) -> None:
         except Exception as exc:  # noqa: BLE001 -- Ray raises a bare Exception ("node timed out during startup")
             problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             ray.shutdown()
-    raise InputError(f"--engine ray: a local Ray instance did not start after {START_ATTEMPTS} attempts ({problem});"
-                     " this machine may be overloaded or Ray's temporary folder unwritable (see"
-                     " /tmp/ray/session_latest/logs); try again, or use --engine serial")
+    raise ProblemError(f"ray: a local Ray instance did not start after {START_ATTEMPTS} attempts ({problem});"
+                       " this machine may be overloaded or Ray's temporary folder unwritable (see"
+                       " /tmp/ray/session_latest/logs); try again, or use the serial engine", "engine")
 
 
 def _join(address: str | None) -> bool:
@@ -220,7 +211,7 @@ def _join(address: str | None) -> bool:
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
-        raise InputError(f"--address {address}: {str(exc).splitlines()[0]}") from None
+        raise ProblemError(f"{address}: {str(exc).splitlines()[0]}", "address") from None
     return True
 
 
@@ -255,18 +246,3 @@ def _ray(fn, cells, shared, address, progress, describe) -> Outcome:
         if started:
             ray.shutdown()
 
-
-def report_failures(failures: list[CellFailure]) -> int:
-    """Name every failed cell on stderr, with the first one's traceback, and return the exit status: 2 if every
-    failure is bad input (out of memory included: see :mod:`analysis.cli`), else 3 (a bug)."""
-    from analysis.cli import bad_input_message
-
-    if not failures:
-        return 0
-    bad_input = all(bad_input_message(f.error) is not None for f in failures)
-    if not bad_input:
-        print(failures[0].details.rstrip(), file=sys.stderr)
-    for f in failures:
-        print(f.line(), file=sys.stderr)
-    print(f"{len(failures)} cell(s) failed; the results above are those of the other cells", file=sys.stderr)
-    return 2 if bad_input else 3

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from analysis.capture import Capture, _decoded, _reencode, _summarise_head, capture
+from analysis.capture import Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.verify import VerificationReport, verify_problem
 from circuits import hook_names, reference
 from circuits.build import KMeansCircuit
@@ -116,7 +116,7 @@ def capture_from_cache(circuit: KMeansCircuit, encoded: EncodedBatch, cache) -> 
     default ``run_with_cache`` keeps them all); the logits are the unembedding of the last ``resid_post``.
     """
     if circuit.spec.input_map is not None:
-        encoded = _reencode(circuit, encoded)
+        encoded = reencode(circuit, encoded)
     needed = [hook_names.resid_pre(0)]
     for layer in range(circuit.n_layers):
         needed += [hook_names.resid_post(layer), hook_names.attn_scores(layer), hook_names.pattern(layer)]
@@ -130,12 +130,13 @@ def capture_from_cache(circuit: KMeansCircuit, encoded: EncodedBatch, cache) -> 
         raise ValueError(f"the cache is of a run of shape {tuple(first.shape)}, the encoding has"
                          f" {tuple(encoded.resid.shape)}: pass the encoding the cache was run on")
     with_sink = bool(getattr(circuit.model.cfg, "use_attention_sinks", False))
-    summaries = {layer: _summarise_head(kind, cache[hook_names.attn_scores(layer)], cache[hook_names.pattern(layer)],
+    summaries = {layer: summarise_head(kind, cache[hook_names.attn_scores(layer)], cache[hook_names.pattern(layer)],
                                         encoded, with_sink) for layer, kind in enumerate(circuit.schedule)}
     last = cache[hook_names.resid_post(circuit.n_layers - 1)]
     with torch.no_grad():
         logits = circuit.model.unembed(last)
-    return _decoded(circuit, encoded, cache, {k: v for k, v in summaries.items() if v is not None}, logits, cache)
+    summaries = {layer: summary for layer, summary in summaries.items() if summary is not None}
+    return decoded_capture(circuit, encoded, cache, summaries, logits, cache)
 
 
 def as_run(obj) -> RunResult:
@@ -212,6 +213,9 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     :func:`choose_sharpness` pick the rest from the data. Pass ``circuit`` to reuse a built model (it must match
     d, k and iterations; ``resolution`` then says how its knobs were chosen). ``path`` chooses the execution path
     (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
+
+    Eleven parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
+    parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     if circuit is None:

@@ -74,7 +74,7 @@ def test_exit_0_table_on_a_csv_with_header_and_init_file(tmp_path):
 def test_a_crash_is_exit_3_never_the_verdict_codes(monkeypatch, capsys):
     """Exit 1 means "the circuit disagrees with its reference"; a bug must not be read as that verdict."""
     from analysis import cli as cli_module
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def broken(args):
         raise RuntimeError("boom")
@@ -181,3 +181,26 @@ def test_report_takes_path_and_refuses_a_dense_run_too_large_for_it(tmp_path):
               "--max-points", 50, "--out", tmp_path / "structured.html")
     assert res.returncode == 0, res.stderr
     assert "VERIFIED (exact, float64)" in res.stdout and (tmp_path / "structured.html").exists()
+
+
+def test_no_command_imports_another_and_the_library_imports_no_command_line():
+    """Commands share only analysis.cli's shared modules; the library below knows nothing of argparse or the CLI."""
+    import ast
+    from pathlib import Path
+
+    from analysis.cli import command_modules
+
+    commands = {module.__name__ for module in command_modules()}
+    assert len(commands) == 8
+    for name in commands:
+        tree = ast.parse(Path(sys.modules[name].__file__).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & (commands - {name}), name
+    root = Path(__file__).resolve().parents[1] / "analysis"
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).parts[0] in ("cli", "commands"):
+            continue
+        tree = ast.parse(path.read_text())
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "argparse" not in names and not any(m and m.startswith("analysis.cli") for m in modules), path

@@ -196,8 +196,8 @@ def test_an_existing_out_folder_is_untouched_when_a_file_cannot_be_replaced(tmp_
 
 
 def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
-    from analysis.commands import _output
-    from analysis.data import InputError
+    from analysis.cli import output as _output
+    from analysis.errors import ProblemError
 
     out = tmp_path / "out"
     out.mkdir()
@@ -212,7 +212,7 @@ def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
         return real_rename(src, dst)
 
     monkeypatch.setattr(_output.os, "rename", failing_rename)
-    with pytest.raises(InputError, match="No space left"):
+    with pytest.raises(ProblemError, match="No space left"):
         _output.write_output_dir(out, {"a.csv": "new a", "b.csv": "new b", "c.csv": "new c"})
     assert {p.name: p.read_text() for p in out.iterdir()} == {"a.csv": "old a", "b.csv": "old b", "mine.txt": "the user's"}
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary sibling left behind
@@ -316,7 +316,7 @@ def test_integer_variant_parameters_are_parsed_as_integers():
 
 
 def test_torch_out_of_memory_is_a_usage_error(capsys, monkeypatch):
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def allocate(args):
         torch.empty(2**50, dtype=torch.float64)  # 8 PiB: torch raises RuntimeError, not MemoryError
@@ -326,7 +326,7 @@ def test_torch_out_of_memory_is_a_usage_error(capsys, monkeypatch):
 
 
 def test_other_runtime_errors_stay_internal_errors(capsys, monkeypatch):
-    from analysis.commands import cluster
+    from analysis.cli import cluster
 
     def bug(args):
         raise RuntimeError("shape mismatch")
@@ -524,3 +524,25 @@ def test_patch_names_its_default_out_after_the_data_and_checks_that_name_too(tmp
     usage_error(capsys, ["patch", "--data", data, "--k", 2, "--iterations", 1, "--corruption", "move-point"],
                 "--out (default, from the data's name): the name")
     assert os.listdir(tmp_path) == [data.name]
+
+
+def test_the_library_names_the_parameter_and_the_command_line_the_flag():
+    """analysis.data knows no flags: its error names the parameter (``field``); analysis.cli.exits adds the ``--``."""
+    import pickle
+
+    from analysis.cli.exits import bad_input_message
+    from analysis.data import InputError, check_work, validate_problem
+    from analysis.errors import ProblemError
+
+    with pytest.raises(ProblemError) as caught:
+        validate_problem(np.eye(3), 0)
+    assert caught.value.field == "k" and str(caught.value) == "k must be at least 1, got 0"
+    assert bad_input_message(caught.value) == "--k must be at least 1, got 0"
+    with pytest.raises(InputError) as caught:  # the old name, kept for one release, is the same class
+        check_work(-1, 2, 2, "max_iter")
+    assert str(caught.value) == "max_iter must be >= 0, got -1"
+    assert bad_input_message(caught.value) == "--max-iter must be >= 0, got -1"
+    # A Ray cell's error is pickled on its way back: the field must survive, or the flag would be lost.
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (type(again), again.field, again.detail) == (ProblemError, "max_iter", "must be >= 0, got -1")
+    assert bad_input_message(ProblemError("no parameter at fault")) == "no parameter at fault"

@@ -255,7 +255,7 @@ def test_bad_address_is_exit_2_in_one_line(address, needle, tmp_path, capsys, lo
 
 
 def test_address_without_ray_engine_is_exit_2(tmp_path, capsys):
-    assert "--address needs --engine ray" in one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "o",
+    assert "--address needs the ray engine" in one_line_error(capsys, "sweep", "--grid", "tiny", "--out", tmp_path / "o",
                                                              "--address", "127.0.0.1:6379")
 
 
@@ -306,7 +306,7 @@ def test_a_local_ray_that_never_starts_is_an_environment_error_in_one_line(tmp_p
     line = one_line_error(capsys, "sweep", "--grid", "tiny", "--runner", "reference", "--out", tmp_path / "out",
                           "--engine", "ray")
     assert "did not start after 2 attempts" in line and "node timed out during startup" in line
-    assert "--engine serial" in line and len(fake.inits) == 2
+    assert "use the serial engine" in line and len(fake.inits) == 2
     assert not (tmp_path / "out").exists()
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from analysis.cli import main
-from analysis.commands._progress import Cells, Stages
+from analysis.cli.progress import Cells, Stages
 from analysis.drift import stages_of
 
 

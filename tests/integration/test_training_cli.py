@@ -144,7 +144,7 @@ def test_a_run_that_overflows_or_diverges_is_one_line_and_leaves_nothing(knob, n
 
 def test_a_run_validated_rarely_still_says_where_it_is(tmp_path, capsys, monkeypatch):
     from analysis.cli import main
-    from analysis.commands import train
+    from analysis.cli import train
 
     monkeypatch.setattr(train, "QUIET_LINE_S", 0.0)  # a line at every step instead of every 30 s
     # Later options win: 3 steps, validated only at the end.

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.commands._output import check_out_dir, check_path_length, write_output_dir
-from analysis.commands._problem import add_problem_arguments, load_problem, sharpness_from
-from analysis.data import InputError
+from analysis.cli.output import check_out_dir, check_path_length, write_output_dir
+from analysis.cli.options import add_problem_arguments, load_problem, sharpness_from
+from analysis.errors import ProblemError
 from circuits.blocks import n_layers as schedule_length
 
 NAME = "patch"
@@ -65,11 +66,11 @@ def parse_vector(text: str | None, d: int, what: str):
     try:
         values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise InputError(f"{what}: expected {d} comma-separated numbers, got {text!r}") from None
+        raise ProblemError(f"{what}: expected {d} comma-separated numbers, got {text!r}") from None
     if len(values) != d:
-        raise InputError(f"{what}: expected {d} values (the data has d={d}), got {len(values)}")
+        raise ProblemError(f"{what}: expected {d} values (the data has d={d}), got {len(values)}")
     if not all(np.isfinite(values)):
-        raise InputError(f"{what}: values must be finite")
+        raise ProblemError(f"{what}: values must be finite")
     return np.array(values)
 
 
@@ -89,14 +90,14 @@ def make_pair_from(args: argparse.Namespace, problem):
     try:
         return make_pair(args.corruption, problem.X, problem.C0, **options)
     except ValueError as exc:
-        raise InputError(f"--corruption {args.corruption}: {exc}") from None
+        raise ProblemError(f"--corruption {args.corruption}: {exc}") from None
 
 
 def parse_sweeps(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in names if s not in SWEEP_NAMES]
     if bad or not names:
-        raise InputError(f"--sweeps: unknown sweep {', '.join(bad) or '(none)'}; choose from {', '.join(SWEEP_NAMES)}")
+        raise ProblemError(f"--sweeps: unknown sweep {', '.join(bad) or '(none)'}; choose from {', '.join(SWEEP_NAMES)}")
     return list(dict.fromkeys(names))
 
 
@@ -106,9 +107,9 @@ def parse_read(text: str, n_layers: int) -> int:
     try:
         layer = int(text)
     except ValueError:
-        raise InputError(f"--read: expected 'final' or a layer number, got {text!r}") from None
+        raise ProblemError(f"--read: expected 'final' or a layer number, got {text!r}") from None
     if not 0 <= layer < n_layers:
-        raise InputError(f"--read {layer}: the circuit has layers 0..{n_layers - 1}")
+        raise ProblemError(f"--read {layer}: the circuit has layers 0..{n_layers - 1}")
     return layer
 
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                         ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
     sharpness = sharpness_from(args)
 
-    from analysis.commands._progress import Stages
+    from analysis.cli.progress import Stages
     from analysis.patching.experiment import PatchingExperiment, verify_unpatched
     from analysis.pipeline import DTYPES
     from circuits.variants import get_variant
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         check = verify_unpatched(exp)
         results = _sweeps(exp, sweeps, args.positions, read, stages)
         stages.start("pages")
-        files, doc, problem_info = _pages(args, problem, pair, circuit, exp, results, check, read)
+        files, doc, problem_info = _pages(args, problem, exp, Patched(results, check, read))
     write_output_dir(out, files)
     if args.json:
         print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
@@ -187,10 +188,21 @@ def _sweeps(exp, names: list[str], positions: str, read: int, stages) -> list:
     return results
 
 
-def _pages(args, problem, pair, circuit, exp, results, check, read) -> tuple[dict, dict, dict]:
+@dataclass(frozen=True)
+class Patched:
+    """What the sweeps found: their ``results``, the unpatched runs' ``check`` and the layer they ``read`` after."""
+
+    results: list
+    check: object
+    read: int
+
+
+def _pages(args, problem, exp, patched: Patched) -> tuple[dict, dict, dict]:
     """The files to write (``patching.json``, ``patching.html``, ``report.html`` with ``--report``), the result
     document and the problem's description."""
     from analysis.patching.report import patching_page, result_document
+
+    pair, circuit, (results, check, read) = exp.pair, exp.circuit, (patched.results, patched.check, patched.read)
 
     problem_info = {"source": problem.source, "init": problem.init, "n": int(problem.X.shape[0]),
                     "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}

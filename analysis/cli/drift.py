@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from analysis.commands._output import check_out_file, write_output_file
-from analysis.commands._problem import check_checkpoint, seed
-from analysis.data import InputError
+from analysis.cli.output import check_out_file, write_output_file
+from analysis.cli.options import check_checkpoint, parse_shapes, seed
+from analysis.errors import ProblemError
 
 NAME = "drift"
 HELP = "report (self-contained HTML) how a trained checkpoint differs from the exact construction"
@@ -32,21 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     for name in ("tasks", "steps"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise ProblemError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads must be >= 1, got {args.threads}")
+        raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, suffixes=None, example="drift.html")
     model_cfg = check_checkpoint(args.checkpoint)["model"]
     general = bool(model_cfg.get("general", False))
     if args.shapes is not None and not general:
-        raise InputError("--shapes needs a general checkpoint (trained with --general)")
-    from analysis.commands.evaluate import parse_shapes
-
+        raise ProblemError("--shapes needs a general checkpoint (trained with --general)")
     shapes = parse_shapes(args.shapes or "2x3,16x10,64x10", model_cfg["d"], model_cfg["k"]) if general else [None]
 
     import torch
 
-    from analysis.commands._progress import Stages
+    from analysis.cli.progress import Stages
     from analysis.drift import analyse, drift_report, stages_of
     from circuits.training.checkpoint import CheckpointError, load_model, read_log
 
@@ -56,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
         model, config = load_model(args.checkpoint)
         log = read_log(args.checkpoint)
     except CheckpointError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     n = args.n if args.n is not None else config["training"]["n"]
     if n < max(s[1] if s else model.config.k for s in shapes):
-        raise InputError(f"--n {n} is below k")
+        raise ProblemError(f"--n {n} is below k")
     label = [f"d={shape[0]} k={shape[1]}: " if shape else "" for shape in shapes]
     names = [f"{lab}{name}" for lab in label for name in stages_of(with_ablations=not args.no_ablations)]
     analyses = []

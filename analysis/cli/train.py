@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from pathlib import Path
 
-from analysis.commands._problem import seed
-from analysis.commands._output import check_out_dir
-from analysis.data import InputError
+from analysis.cli.options import add_device_argument, resolve_device, seed
+from analysis.cli.output import check_out_dir
+from analysis.errors import ProblemError
 
 NAME = "train"
 HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
@@ -75,28 +77,28 @@ def config_from(args: argparse.Namespace):
             keep_best=not args.last, general=args.general, loss=args.loss, hinge=args.hinge, rise=args.rise, support=args.support,
         )
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
 
 
 def validate(args: argparse.Namespace) -> None:
     """Reject bad options before torch is imported (TrainConfig checks them again)."""
     for name in ("d", "k", "steps", "batch", "iterations", "eval_iterations", "val_tasks", "val_every"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise ProblemError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.n < args.k:
-        raise InputError(f"--n must be at least --k, got n={args.n}, k={args.k}")
+        raise ProblemError(f"--n must be at least --k, got n={args.n}, k={args.k}")
     for name in ("lr", "clip", "gamma", "beta", "beta_update"):
         value = getattr(args, name)
         # inf passes "> 0" but makes every weight NaN after one step (and a NaN checkpoint after minutes).
         if not 0 < value < float("inf"):
-            raise InputError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
+            raise ProblemError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
     if not 0 <= args.growth < float("inf"):
-        raise InputError(f"--growth must be >= 0 and finite, got {args.growth}")
+        raise ProblemError(f"--growth must be >= 0 and finite, got {args.growth}")
     if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads must be >= 1, got {args.threads}")
+        raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     for name in ("hinge", "rise"):
         if not 0 <= getattr(args, name) < float("inf"):
-            raise InputError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
+            raise ProblemError(f"--{name} must be >= 0 and finite, got {getattr(args, name)}")
 
 
 def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existed: bool) -> str:
@@ -120,22 +122,6 @@ def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existe
     return f"{cause}; nothing written"
 
 
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="where torch computes (default: cuda when available, else cpu)")
-
-
-def resolve_device(name: str | None) -> str:
-    """``--device``: cuda when available by default; asking for cuda where there is none is bad input."""
-    import torch
-
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available (use --device cpu)")
-    return name
-
-
 #: Without a terminal (a log file), a line at least this often between validations, so a run is never silent.
 QUIET_LINE_S = 30.0
 
@@ -156,16 +142,12 @@ def run(args: argparse.Namespace) -> int:
     validate(args)
     out = check_out_dir(args.out)
     if args.resume and not (out / "config.json").is_file():
-        raise InputError(f"--resume: {args.out!r} holds no checkpoint")
+        raise ProblemError(f"--resume: {args.out!r} holds no checkpoint")
     if not args.resume and out.exists() and any(out.iterdir()):
-        raise InputError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
+        raise ProblemError(f"--out {args.out!r} is not empty; use --resume to continue a run there")
     cfg = config_from(args)
 
-    import math
-    import time
-
     import torch
-    from tqdm.auto import tqdm
 
     from circuits.training.checkpoint import CheckpointError
     from circuits.training.loop import train
@@ -174,41 +156,15 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     existed = out.exists()
-    bar = tqdm(total=cfg.steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
-    seen = {"trained": False, "line": time.monotonic()}
-
-    def progress(step: int, total: int, info: dict) -> None:
-        bar.n = step
-        val = info["val_ratio"]
-        bar.set_postfix(loss=_fmt(info["loss"]), val_ratio=_fmt(val), refresh=False)
-        bar.refresh()
-        rec = info.get("validated")
-        if not math.isfinite(info["loss"]) or val is None or not math.isfinite(val):
-            # Checked before the line is printed: the error is then the only line about this step.
-            raise Diverged(step, info["best"], seen["trained"])
-        if rec is not None:
-            seen["trained"] = True
-        if bar.disable and rec is not None:
-            # No terminal (a log file): one line per validation instead of a bar.
-            print(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
-                  f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
-                  f" (best {_fmt(info['best'])}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s", file=sys.stderr,
-                  flush=True)
-            seen["line"] = time.monotonic()
-        elif bar.disable and time.monotonic() - seen["line"] >= QUIET_LINE_S:
-            following = min(total, (step // cfg.val_every + 1) * cfg.val_every)
-            print(f"step {step}/{total} loss {info['loss']:.4f} (next validation at step {following})",
-                  file=sys.stderr, flush=True)
-            seen["line"] = time.monotonic()
-
+    progress = TrainProgress(cfg.steps, cfg.val_every)
     try:
         last = train(out, cfg, resume=args.resume, progress=progress, device=device)
     except (CheckpointError, ValueError) as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     except Diverged as stop:
-        raise InputError(diverged_message(args, out, stop, existed)) from None
+        raise ProblemError(diverged_message(args, out, stop, existed)) from None
     finally:
-        bar.close()
+        progress.close()
     if args.json:
         print(json.dumps(last))
     else:
@@ -220,3 +176,42 @@ def run(args: argparse.Namespace) -> int:
               f" (model.safetensors: step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')}"
               f" {prog['best_val_ratio']:.4f})")
     return 0
+
+
+class TrainProgress:
+    """The ``progress`` callback of :func:`circuits.training.loop.train`: a bar on a terminal; else a line per
+    validation, and one at least every :data:`QUIET_LINE_S` between them. A NaN or infinite loss or validation
+    raises :class:`Diverged`."""
+
+    def __init__(self, steps: int, val_every: int):
+        from tqdm.auto import tqdm
+
+        self.val_every, self.trained, self.line = val_every, False, time.monotonic()
+        self.bar = tqdm(total=steps, desc="train", unit="step", file=sys.stderr, disable=None, dynamic_ncols=True)
+
+    def __call__(self, step: int, total: int, info: dict) -> None:
+        self.bar.n = step
+        val = info["val_ratio"]
+        self.bar.set_postfix(loss=_fmt(info["loss"]), val_ratio=_fmt(val), refresh=False)
+        self.bar.refresh()
+        rec = info.get("validated")
+        if not math.isfinite(info["loss"]) or val is None or not math.isfinite(val):
+            # Checked before the line is printed: the error is then the only line about this step.
+            raise Diverged(step, info["best"], self.trained)
+        if rec is not None:
+            self.trained = True
+        if self.bar.disable and rec is not None:
+            # No terminal (a log file): one line per validation instead of a bar.
+            self._say(f"step {rec['step']}/{total} loss {rec['loss']:.4f} val_ratio {rec['val_ratio']:.4f}"
+                      f" val_score {rec['val_score']:.4f} worst step {max(rec['val_ratio_per_step']):.4f}"
+                      f" (best {_fmt(info['best'])}) wall {rec['wall_s']:.0f}s cpu {rec['cpu_s']:.0f}s")
+        elif self.bar.disable and time.monotonic() - self.line >= QUIET_LINE_S:
+            following = min(total, (step // self.val_every + 1) * self.val_every)
+            self._say(f"step {step}/{total} loss {info['loss']:.4f} (next validation at step {following})")
+
+    def _say(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+        self.line = time.monotonic()
+
+    def close(self) -> None:
+        self.bar.close()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.commands._problem import variant_help
-from analysis.data import InputError
+from analysis.cli.options import variant_help
+from analysis.errors import ProblemError
 
 #: The most random problems ``--examples`` runs: each is run in exact rational arithmetic, so the limit takes
 #: minutes (a billion would take years).
@@ -39,15 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.commands._problem import check_variant_arg, sharpness_from
+    from analysis.cli.options import check_variant_arg, sharpness_from
     from analysis.data import check_work
     from circuits.variants import get_variant
 
     if args.d < 1 or args.k < 1:
-        raise InputError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
+        raise ProblemError(f"--d and --k must be >= 1, got d={args.d}, k={args.k}")
     if not 0 <= args.examples <= MAX_EXAMPLES:
-        raise InputError(f"--examples must be in [0, {MAX_EXAMPLES}], got {args.examples}: each example is a whole"
-                         f" problem in exact arithmetic (about 0.2 s for d=2, k=3; more for larger ones)")
+        raise ProblemError(f"--examples must be in [0, {MAX_EXAMPLES}], got {args.examples}: each example is a whole"
+                           f" problem in exact arithmetic (about 0.2 s for d=2, k=3; more for larger ones)")
     name = check_variant_arg(args.variant, args.iterations, args)
     check_work(args.iterations, args.d, args.k)
     sharpness = sharpness_from(args)

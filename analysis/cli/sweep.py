@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 
 from analysis import engine
-from analysis.commands._output import check_out_dir, write_output_dir
-from analysis.commands._progress import Cells
-from analysis.data import InputError
+from analysis.cli.exits import report_failures
+from analysis.cli.options import add_engine_arguments
+from analysis.cli.output import check_out_dir, write_output_dir
+from analysis.cli.progress import Cells
+from analysis.errors import ProblemError
 
 NAME = "sweep"
 HELP = "run the soft k-means circuit at several temperatures over grids of d, k, n and data scale, against Lloyd's"
@@ -45,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=_floats, metavar="S,S,...", help="data scales (data in [0, scale]^d)")
     parser.add_argument("--seeds", type=int, help="problems per cell")
     parser.add_argument("--iterations", type=int, help="iterations of both algorithms (default 10)")
-    engine.add_arguments(parser)
+    add_engine_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,13 +57,13 @@ def run(args: argparse.Namespace) -> int:
     if args.full:
         args.grid, args.runner = "full", "structured"
     if args.grid == "full" and args.runner == "circuit":
-        raise InputError("--grid full reaches a million points: use --runner structured (or --full)")
+        raise ProblemError("--grid full reaches a million points: use --runner structured (or --full)")
     try:
         grid = sweep.grid_from(args.grid, betas=args.betas, d=args.d, k=args.k, n=args.n, scale=args.scale,
                                seeds=args.seeds, iterations=args.iterations)
         grid.validate()
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     engine.check(args.engine, args.address)
 
     runner = sweep.RUNNERS[args.runner]
@@ -77,4 +79,4 @@ def run(args: argparse.Namespace) -> int:
               f" wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
         for line in sweep.summary_lines(rows, checks, missing=len(outcome.failures)):
             print(line)
-    return engine.report_failures(outcome.failures)
+    return report_failures(outcome.failures)

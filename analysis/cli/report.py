@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.commands._output import check_out_file, write_output_file
-from analysis.commands._problem import add_path_argument, add_problem_arguments, load_problem, sharpness_from
-from analysis.data import InputError
+from analysis.cli.output import check_out_file, write_output_file
+from analysis.cli.options import add_path_argument, add_problem_arguments, load_problem, run_circuit, sharpness_from
+from analysis.errors import ProblemError
 
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
@@ -31,11 +31,10 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     out = check_out_file(args.out)
     if args.max_points < 1:
-        raise InputError(f"--max-points must be >= 1, got {args.max_points}")
+        raise ProblemError(f"--max-points must be >= 1, got {args.max_points}")
     sharpness = sharpness_from(args, from_data=True)
 
-    from analysis.commands._progress import Stages
-    from analysis.commands.cluster import run_circuit
+    from analysis.cli.progress import Stages
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit", "report"]) as stages:
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_plotly_js(out.parent)
         except OSError as exc:
-            raise InputError(f"cannot write plotly.js beside --out {str(out)!r}: {exc.strerror or exc}") from None
+            raise ProblemError(f"cannot write plotly.js beside --out {str(out)!r}: {exc.strerror or exc}") from None
     write_output_file(out, html)
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from analysis import engine
-from analysis.commands._problem import check_checkpoint, seed
-from analysis.commands._progress import Cells
-from analysis.commands.train import add_device_argument, resolve_device
-from analysis.data import DATASETS, InputError
+from analysis.cli.exits import report_failures
+from analysis.cli.options import (
+    add_device_argument, add_engine_arguments, check_checkpoint, parse_shapes, resolve_device, seed,
+)
+from analysis.cli.progress import Cells
+from analysis.data import DATASETS
+from analysis.errors import ProblemError
 
 NAME = "evaluate"
 HELP = "compare a trained checkpoint (or a general construction) with Lloyd's algorithm on held-out tasks and real data"
@@ -46,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="general checkpoints: skip the comparison with scikit-learn's KMeans(n_init=10)")
     add_device_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    engine.add_arguments(parser)
+    add_engine_arguments(parser)
 
 
 def parse_datasets(text: str) -> list[str]:
@@ -55,61 +60,51 @@ def parse_datasets(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     for name in names:
         if name not in DATASETS:
-            raise InputError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)} or 'none'")
+            raise ProblemError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)} or 'none'")
     return names
 
 
-def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, int]]:
-    """``--shapes 2x3,16x10`` -> ``[(2, 3), (16, 10)]``, each within the checkpoint's capacity."""
-    from analysis.evaluate_general import DEFAULT_SHAPES
+@dataclass(frozen=True)
+class Plan:
+    """What ``evaluate`` runs, from its validated options: the real ``datasets``, and for a general checkpoint or a
+    construction the ``shapes`` (d, k) of its held-out tasks (``None`` otherwise)."""
 
-    if text is None:
-        return [(d, k) for d, k in DEFAULT_SHAPES if d <= d_max and k <= k_max]
-    shapes = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        parts = item.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise InputError(f"--shapes: {item!r} is not DxK (e.g. 16x10)")
-        d, k = int(parts[0]), int(parts[1])
-        if not (1 <= d <= d_max and 1 <= k <= k_max):
-            raise InputError(f"--shapes: {item!r} is outside the checkpoint's capacity d <= {d_max}, k <= {k_max}")
-        shapes.append((d, k))
-    if not shapes:
-        raise InputError("--shapes is empty")
-    return shapes
+    datasets: list[str]
+    shapes: list[tuple[int, int]] | None = None
 
 
-def validate(args: argparse.Namespace) -> list[str]:
+def validate(args: argparse.Namespace) -> Plan:
     for name in ("steps", "chunk", "dataset_inits"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise ProblemError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.tasks < 0:
-        raise InputError(f"--tasks must be >= 0, got {args.tasks}")
+        raise ProblemError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
-        raise InputError(f"--threads must be >= 1, got {args.threads}")
+        raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     if args.construction is not None:
         from analysis.swap import CAPACITY
 
         if args.device == "cuda":
-            raise InputError("--construction runs in float64 on the CPU: --device cuda does not apply")
+            raise ProblemError("--construction runs in float64 on the CPU: --device cuda does not apply")
         model = {"d": CAPACITY[0], "k": CAPACITY[1], "general": True}
     else:
         model = check_checkpoint(args.checkpoint)["model"]
     general = bool(model.get("general", False))
     if args.shapes is not None and not general:
-        raise InputError("--shapes needs a general checkpoint (trained with --general)")
+        raise ProblemError("--shapes needs a general checkpoint (trained with --general)")
+    shapes = None
     if general:
-        args.shape_list = parse_shapes(args.shapes, model["d"], model["k"])
-        if args.construction is not None and any(k < 2 for _, k in args.shape_list):
-            raise InputError("--shapes: the swap construction needs k >= 2")
+        shapes = parse_shapes(args.shapes, model["d"], model["k"])
+        if args.construction is not None and any(k < 2 for _, k in shapes):
+            raise ProblemError("--shapes: the swap construction needs k >= 2")
     default = "iris,wine,breast_cancer,digits" if general else "digits,blobs"
     datasets = parse_datasets(args.datasets if args.datasets is not None else default)
     if general and "blobs" in datasets:
-        raise InputError("--datasets blobs: a general checkpoint is evaluated on real data at its true k")
+        raise ProblemError("--datasets blobs: a general checkpoint is evaluated on real data at its true k")
     if not args.tasks and not datasets:
-        raise InputError("nothing to evaluate: --tasks is 0 and --datasets is none")
+        raise ProblemError("nothing to evaluate: --tasks is 0 and --datasets is none")
     engine.check(args.engine, args.address)
-    return datasets
+    return Plan(datasets, shapes)
 
 
 def format_table(doc: dict) -> str:
@@ -133,7 +128,7 @@ def format_table(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    datasets = validate(args)
+    plan = validate(args)
 
     import torch
 
@@ -148,21 +143,21 @@ def run(args: argparse.Namespace) -> int:
 
         model = SwapModel()
         doc = {"construction": args.construction, "general": True, "capacity": [model.config.d, model.config.k]}
-        return run_general(args, model, doc, args.n if args.n is not None else CONSTRUCTION_N, datasets)
+        return run_general(args, model, doc, args.n if args.n is not None else CONSTRUCTION_N, plan)
     device = resolve_device(args.device)
     try:
         model, config = load_model(args.checkpoint)
     except CheckpointError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     model.to(device)
     if model.config.general:
         doc = {"checkpoint": str(args.checkpoint), "general": True, "capacity": [model.config.d, model.config.k],
                "trained": {key: config["training"][key] for key in ("d", "k", "n", "steps", "init", "loss")},
                "best_step": config.get("progress", {}).get("best_step")}
-        return run_general(args, model, doc, args.n if args.n is not None else config["training"]["n"], datasets)
+        return run_general(args, model, doc, args.n if args.n is not None else config["training"]["n"], plan)
     n = args.n if args.n is not None else config["training"]["n"]
     if n < model.config.k:
-        raise InputError(f"--n {n} is below k={model.config.k}")
+        raise ProblemError(f"--n {n} is below k={model.config.k}")
     doc: dict = {"checkpoint": str(args.checkpoint), "trained": {key: config["training"][key] for key in
                                                                   ("d", "k", "n", "steps", "init")},
                  "best_step": config.get("progress", {}).get("best_step")}
@@ -172,54 +167,68 @@ def run(args: argparse.Namespace) -> int:
         tasks = task_stream(64, n, model.config.d, model.config.k, args.tasks, args.seed, TEST, args.family, args.init)
         chunks = task_chunks(tasks, args.steps, args.chunk)
     runs = [DatasetRun(name, args.steps, args.dataset_inits, args.init, args.seed, max(1, args.chunk // 4))
-            for name in datasets]
+            for name in plan.datasets]
     print(f"evaluating on {args.tasks} held-out tasks ({len(chunks)} chunks) and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    return run_cells(args, model, evaluation_cell, chunks, runs, doc, "tasks",
-                     lambda results: tasks_evaluation(tasks, args.steps, chunks, results).to_dict(), format_table)
+    job = Job(evaluation_cell, chunks, runs, "tasks",
+              lambda results: tasks_evaluation(tasks, args.steps, chunks, results).to_dict(), format_table)
+    return run_cells(args, model, doc, job)
 
 
-def run_cells(args: argparse.Namespace, model, fn, cells: list, runs: list, doc: dict, key: str, gather,
-              text) -> int:
-    """Run ``cells`` then ``runs`` (one per dataset) through ``fn`` on the chosen engine, put ``gather`` of the
-    cells that finished in ``doc[key]`` and the datasets in ``doc["datasets"]``, print ``doc`` (JSON or ``text``)."""
+@dataclass(frozen=True)
+class Job:
+    """The cells of one evaluation: ``cells`` then ``runs`` (one per dataset), each through ``fn``; ``gather``
+    makes the finished cells' results into ``doc[key]``, ``text`` the document into the table printed."""
+
+    fn: Callable
+    cells: list
+    runs: list
+    key: str
+    gather: Callable[[list], dict]
+    text: Callable[[dict], str]
+
+
+def run_cells(args: argparse.Namespace, model, doc: dict, job: Job) -> int:
+    """Run ``job`` on the chosen engine, put its cells' gathered results and the datasets in ``doc``, print ``doc``
+    (JSON or ``job.text``); the exit status names the failed cells, if any."""
+    cells, runs = job.cells, job.runs
     with Cells(NAME, len(cells) + len(runs)) as bar:
-        outcome = engine.map_cells(fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
+        outcome = engine.map_cells(job.fn, [*cells, *runs], args.engine, args.address, bar.update, shared=model)
     if any(r is not None for r in outcome.results[: len(cells)]):
-        doc[key] = gather(outcome.results[: len(cells)])
+        doc[job.key] = job.gather(outcome.results[: len(cells)])
     if runs:
         doc["datasets"] = [r for r in outcome.results[len(cells):] if r is not None]
     if outcome.failures:
         doc["failed"] = [f.cell for f in outcome.failures]
-    print(json.dumps(doc) if args.json else text(doc))
-    return engine.report_failures(outcome.failures)
+    print(json.dumps(doc) if args.json else job.text(doc))
+    return report_failures(outcome.failures)
 
 
-def run_general(args: argparse.Namespace, model, doc: dict, n: int, datasets: list[str]) -> int:
+def run_general(args: argparse.Namespace, model, doc: dict, n: int, plan: Plan) -> int:
     """A general checkpoint or construction: held-out tasks at each ``--shapes`` (``n`` points each) and real data
     in raw units at the true k; ``doc`` is the JSON document's header."""
     from analysis.evaluate import DatasetRun
     from analysis.evaluate_general import general_cell, shape_cells, shapes_evaluation
 
-    if n < max(k for _, k in args.shape_list):
-        raise InputError(f"--n {n} is below the largest k of --shapes")
+    if n < max(k for _, k in plan.shapes):
+        raise ProblemError(f"--n {n} is below the largest k of --shapes")
     from analysis.data import load_dataset
 
-    for name in datasets:
+    for name in plan.datasets:
         ds = load_dataset(name)
         k = len(set(ds.y.tolist()))
         if ds.X.shape[1] > model.config.d or k > model.config.k:
-            raise InputError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
-                             f" d <= {model.config.d}, k <= {model.config.k}")
+            raise ProblemError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
+                               f" d <= {model.config.d}, k <= {model.config.k}")
     # One cell per shape and one per dataset, on the chosen engine; gathered in this order.
-    cells = shape_cells(args.shape_list, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
+    cells = shape_cells(plan.shapes, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
                         with_optimum=not args.no_optimum) if args.tasks else []
     runs = [DatasetRun(name, args.steps, args.dataset_inits, args.init, args.seed, max(1, args.chunk // 8))
-            for name in datasets]
+            for name in plan.datasets]
     print(f"evaluating on {args.tasks} held-out tasks at each of {len(cells)} shapes and {len(runs)} dataset(s)"
           f" ({args.engine} engine) ...", file=sys.stderr)
-    return run_cells(args, model, general_cell, cells, runs, doc, "shapes",
-                     lambda results: shapes_evaluation(cells, results), format_general)
+    job = Job(general_cell, cells, runs, "shapes", lambda results: shapes_evaluation(cells, results), format_general)
+    return run_cells(args, model, doc, job)
 
 
 def format_general(doc: dict) -> str:

@@ -6,12 +6,11 @@ import argparse
 import io
 import json
 
-from analysis.commands._output import check_out_dir, write_output_dir
-from analysis.commands._problem import (
-    Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, sharpness_from,
+from analysis.cli.output import check_out_dir, write_output_dir
+from analysis.cli.options import (
+    Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
 )
-from analysis.data import InputError
-from circuits.blocks import n_layers as schedule_length
+from analysis.errors import ProblemError
 
 NAME = "cluster"
 HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
-    from analysis.commands._progress import Stages
+    from analysis.cli.progress import Stages
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
@@ -102,20 +101,6 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.report.verified else 1
 
 
-def run_circuit(problem: Problem, dtype, sharpness, path: str, stages):
-    """Run and verify ``problem``'s circuit on ``path`` as the stage ``circuit`` of ``stages`` (one step a layer);
-    a path that cannot run it is bad input. Shared by ``cluster`` and ``report``."""
-    from analysis.capture import PathUnavailable
-    from analysis.pipeline import run_problem
-
-    on_layer = stages.steps("circuit", schedule_length(problem.iterations), "layer")
-    try:
-        return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
-                           on_layer=on_layer, path=path)
-    except PathUnavailable as exc:
-        raise InputError(str(exc)) from None
-
-
 def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int) -> None:
     """A trained model's or a construction's ``--out``: labels, centroids and the JSON document (all or none)."""
     write_output_dir(out, dict(zip(names, (
@@ -132,22 +117,22 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     model = check_checkpoint(args.checkpoint)["model"]
     d, k = model["d"], model["k"]
     if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
-        raise InputError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
+        raise ProblemError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
     if model.get("general", False):
         if problem.X.shape[1] > d or problem.k > k:
-            raise InputError(f"--checkpoint {args.checkpoint!r} is a general model for d <= {d}, k <= {k}; the data"
-                             f" has d={problem.X.shape[1]} and --k is {problem.k}")
+            raise ProblemError(f"--checkpoint {args.checkpoint!r} is a general model for d <= {d}, k <= {k}; the data"
+                               f" has d={problem.X.shape[1]} and --k is {problem.k}")
         d = problem.X.shape[1]
     elif problem.X.shape[1] != d or problem.k != k:
-        raise InputError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
-                         f" d={problem.X.shape[1]} and --k is {problem.k}")
+        raise ProblemError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
+                           f" d={problem.X.shape[1]} and --k is {problem.k}")
     from analysis.evaluate import cluster_with_checkpoint
     from circuits.training.schema import CheckpointError
 
     try:
         doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)
     except CheckpointError as exc:
-        raise InputError(str(exc)) from None
+        raise ProblemError(str(exc)) from None
     if out is not None:
         write_model_files(out, CHECKPOINT_OUT_FILES, doc, problem, d)
     if args.json:
@@ -170,19 +155,19 @@ def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
     """``cluster --construction swap``: the safeguarded-swap transformer on this problem, verified against its numpy
     reference and compared with Lloyd's (see :func:`analysis.swap.cluster_with_swap`)."""
     if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
-        raise InputError("--construction swap has its own knobs: --variant and the exactness knobs do not apply")
+        raise ProblemError("--construction swap has its own knobs: --variant and the exactness knobs do not apply")
     if problem.k < 2:
-        raise InputError("--construction swap needs --k >= 2")
+        raise ProblemError("--construction swap needs --k >= 2")
     if args.dtype != "float64":
-        raise InputError("--construction swap is exact only in float64: --dtype float32 does not apply")
-    from analysis.commands._progress import Stages
+        raise ProblemError("--construction swap is exact only in float64: --dtype float32 does not apply")
+    from analysis.cli.progress import Stages
     from analysis.swap import SwapPathUnavailable, cluster_with_swap
 
     with Stages(NAME, ["swap circuit"]):
         try:
             doc = cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
         except SwapPathUnavailable as exc:
-            raise InputError(f"--construction swap: {exc}") from None
+            raise ProblemError(f"--construction swap: {exc}") from None
     d = doc["d"]
     if out is not None:
         write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)

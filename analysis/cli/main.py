@@ -1,0 +1,112 @@
+"""The ``kmeans-circuits`` parser and dispatch.
+
+Each command is a module of :mod:`analysis.cli` with ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``; they are discovered, so adding a command touches no other file. Exit codes are those of
+:mod:`analysis.cli.exits`. Heavy modules (torch, TransformerLens) are imported only inside ``run``, so ``--help``
+and input validation stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import warnings
+
+from analysis.cli.exits import bad_input_message, message, report_internal_error
+from analysis.cli.options import check_numbers, check_path_options
+from analysis.errors import ProblemError
+
+#: The package whose modules are the commands (and the shared modules, which define no ``NAME``).
+PACKAGE = "analysis.cli"
+
+
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless its help already says it or there is none to show (flags, ``None``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit code 2 (argparse would print the usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def command_modules():
+    """The command modules, by name: every module of :mod:`analysis.cli` that defines ``NAME`` and ``run``."""
+    package = importlib.import_module(PACKAGE)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{PACKAGE}.{info.name}")
+        if hasattr(module, "NAME") and hasattr(module, "run"):
+            yield module
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="kmeans-circuits",
+        description="A transformer with hand-written weights that runs Lloyd's k-means exactly, and tools to look inside it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+    for module in command_modules():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, formatter_class=DefaultsFormatter)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory in the heap instead of returning large blocks to the kernel.
+
+    A structured run over a million points allocates and frees hundreds of 200 MB temporaries; by default each
+    comes from a fresh ``mmap`` whose pages the kernel must fault in and zero, which measured 38 s of system time
+    out of 93 s at n = 1e6. Reusing the heap brings that to ~5 s. No effect (and no error) off glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+        libc.mallopt(M_MMAP_MAX, 0)
+        libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_numbers(parser, args)
+        check_path_options(args)
+    except ProblemError as exc:
+        print(f"kmeans-circuits {args.command}: error: {message(exc)}", file=sys.stderr)
+        return 2
+    keep_freed_memory()
+    # TransformerLens 3.x warns at every HookedTransformer build; our models are built on purpose.
+    warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        text = bad_input_message(exc)
+        if text is None:
+            report_internal_error(args.command)
+            return 3
+        print(f"kmeans-circuits {args.command}: error: {text}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -110,6 +110,7 @@ FILE_LAYERS = {
     "test_estimator.py": "fast",
     "test_estimator_parity.py": "fast",
     "test_estimator_reuse.py": "fast",
+    "test_evaluation.py": "fast",
     "test_exactness_contract.py": "fast",
     "test_general_checkpoint.py": "fast",
     "test_hard_inputs.py": "fast",

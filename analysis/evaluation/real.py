@@ -78,7 +78,7 @@ def dataset_points(name: str, d: int, k: int, seed: int = 0) -> tuple[np.ndarray
         how += f", PCA {d_data} -> {d} dimensions"
     elif X.shape[1] < d:
         X = np.pad(X, ((0, 0), (0, d - X.shape[1])))
-        how += f", {ds.d} dimensions padded with zeros to {d} (distances unchanged)"
+        how += f", {d_data} dimensions padded with zeros to {d} (distances unchanged)"
     if name == "blobs":
         how = f"make_blobs(n_samples=1000, n_features={d}, centers={k}, random_state={seed}), " + how
     return np.asarray(X, dtype=np.float64), np.asarray(y), how

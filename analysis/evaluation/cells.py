@@ -11,6 +11,7 @@ failed (``None`` among the results) is left out and the rest are evaluated as if
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,7 +98,7 @@ class ShapeGrid:
     """The held-out task grid of a general model: ``tasks`` tasks of ``n`` points at each shape, ``steps`` steps
     from ``init`` centroids; ``with_optimum`` also runs scikit-learn's ``KMeans(n_init=10)`` on every task."""
 
-    shapes: tuple[tuple[int, int], ...] = DEFAULT_SHAPES
+    shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES
     tasks: int = 32
     n: int = 256
     steps: int = 20

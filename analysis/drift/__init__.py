@@ -26,13 +26,13 @@ The figures are :mod:`analysis.views.drift`; :func:`drift_report` (:mod:`analysi
 draws the analysis as a self-contained HTML report.
 """
 
-from analysis.drift.assemble import STAGES, analyse, construction_of, stages_of
+from analysis.drift.assemble import STAGES, DriftOptions, analyse, construction_of, stages_of
 from analysis.drift.record import DriftAnalysis
 from analysis.drift.summary import summarise
 
 #: ``drift_report`` and ``DriftAnalysis`` are re-exported so that ``from analysis.drift import analyse, drift_report``
 #: stays the one import a caller needs.
-__all__ = ["DriftAnalysis", "STAGES", "analyse", "construction_of", "drift_report", "stages_of", "summarise"]
+__all__ = ["DriftAnalysis", "DriftOptions", "STAGES", "analyse", "construction_of", "drift_report", "stages_of", "summarise"]
 
 
 def __getattr__(name: str):

@@ -67,16 +67,31 @@ def held_out(model: RecurrentKMeans, tasks: int, n: int, seed: int, shape: tuple
     return HeldOut(batch, tuple(sorted({a0 * f for f in GENERAL_FACTORS})))
 
 
-def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None, tasks: int = 16, n: int | None = None,
-            steps: int = 20, seed: int = 0, pattern_steps: tuple[int, ...] = (0, 1, 2, 5), with_patterns: bool = True,
-            with_ablations: bool = True, stage: Callable[[str], None] | None = None,
-            shape: tuple[int, int] | None = None) -> DriftAnalysis:
-    """Everything :func:`~analysis.report.drift.drift_report` draws, as numbers (see :mod:`analysis.drift`).
-    ``stage(name)`` is called as each of :func:`stages_of` begins (for progress reports).
+@dataclass(frozen=True)
+class DriftOptions:
+    """What :func:`analyse` measures: ``tasks`` held-out tasks of ``n`` points (default: the run's), ``steps`` steps,
+    test stream ``seed``; attention patterns at ``pattern_steps``; ablations and the stiffness sweep; a general
+    model's ``shape`` ``(d, k)`` (default: its capacity)."""
+
+    tasks: int = 16
+    n: int | None = None
+    steps: int = 20
+    seed: int = 0
+    pattern_steps: tuple[int, ...] = (0, 1, 2, 5)
+    with_patterns: bool = True
+    with_ablations: bool = True
+    shape: tuple[int, int] | None = None
+
+
+def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None,
+            stage: Callable[[str], None] | None = None, options: DriftOptions | None = None, **fields) -> DriftAnalysis:
+    """Everything :func:`~analysis.report.drift.drift_report` draws, as numbers (see :mod:`analysis.drift`), with
+    ``options`` or their fields as keywords (``analyse(model, config, log, tasks=4, steps=8)``). ``stage(name)`` is
+    called as each of :func:`stages_of` begins (for progress reports).
 
     A general model (any ``d <= D``, ``k <= K``) is measured on held-out tasks of the general family at ``shape``
-    ``(d, k)`` (default: the capacity); its weights are compared over the whole capacity. (The keyword options are
-    the documented Python API and the ``drift`` command's; each stage is a function of its own.)"""
+    ``(d, k)`` (default: the capacity); its weights are compared over the whole capacity."""
+    o = options or DriftOptions(**fields)
     stage = stage or (lambda name: None)
     stage("weights")
     construction = construction_of(config, model.dtype)
@@ -85,22 +100,22 @@ def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None,
     mlps = compare_mlp(model, construction, UPDATE) + compare_mlp(model, construction, ASSIGN)
     knobs = {"construction": construction.knobs(), "trained": model.knobs()}
     stage("behaviour")
-    tasks_ = held_out(model, tasks, n or config["training"]["n"], seed, shape)
-    batch = tasks_.batch
+    tasks = held_out(model, o.tasks, o.n or config["training"]["n"], o.seed, o.shape)
+    batch, steps = tasks.batch, o.steps
     beh = behaviour({"trained": model, "construction": construction}, batch, steps)
     lloyd_final = np.array(objectives(batch.X, lloyd_trajectory(batch.X, batch.C0, steps)[-1][None])[0])
     abl, sweep = [], []
-    if with_ablations:
+    if o.with_ablations:
         stage("ablations")
         abl = ablations(model, construction, batch, steps, lloyd_final)
         stage("stiffness sweep")
-        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, betas=tasks_.betas, dtype=model.dtype)
+        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, betas=tasks.betas, dtype=model.dtype)
     pats = None
-    if with_patterns:
+    if o.with_patterns:
         stage("attention patterns")
         one = batch.subset(slice(0, 1))
         pats = attention_patterns({"exact (Lloyd's)": exact, "trained": model}, one.X[0], one.C0[0], one.components[0],
-                                  [t for t in pattern_steps if t <= steps])
+                                  [t for t in o.pattern_steps if t <= steps])
     result = DriftAnalysis(config, model.layout, circuits, mlps, knobs, beh, abl, sweep, pats, list(log or []))
     result.summary = summarise(result)
     return result

@@ -1,6 +1,6 @@
 """The drift report: what training changed, as a page of the document engine (:mod:`analysis.report.document`).
 
-:func:`drift_report` lays out a :class:`~analysis.drift_measures.DriftAnalysis` (computed by
+:func:`drift_report` lays out a :class:`~analysis.drift.record.DriftAnalysis` (computed by
 :func:`analysis.drift.analyse`): the plain-words summary, behaviour, attention patterns, the knobs read back from
 the weights, head circuits and MLPs against the construction, ablations and the stiffness sweep, the training
 history and the residual layout. Its figures are the views of :mod:`analysis.views.drift`.
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import html
 
-from analysis.drift_measures import BLOCK_NAMES, KNOB_DOCS, DriftAnalysis, _fmt
+from analysis.drift.record import DriftAnalysis
+from analysis.drift.summary import fmt as _fmt
+from analysis.drift.weights import BLOCK_NAMES, KNOB_DOCS
 from analysis.report.document import Fact, Header, Html, Report, Section, Table
 from analysis.views.drift import (
     view_behaviour, view_blocks, view_circuits, view_history, view_patterns, view_similarity, view_singular_values,

@@ -1,4 +1,4 @@
-"""Views of a drift analysis (:class:`~analysis.drift_measures.DriftAnalysis`): what training changed, as figures.
+"""Views of a drift analysis (:class:`~analysis.drift.record.DriftAnalysis`): what training changed, as figures.
 
 Each function takes the analysis and returns a :class:`~analysis.views.View` (its data and a plotly figure), or
 ``None`` where the analysis holds nothing to draw; :func:`analysis.report.drift.drift_report` puts them on a page.
@@ -21,7 +21,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.drift_measures import BLOCK_NAMES, DriftAnalysis, subspace_blocks
+from analysis.drift.record import DriftAnalysis
+from analysis.drift.weights import BLOCK_NAMES, subspace_blocks
 from analysis.views._common import View, cluster_colour, signed_log, signed_log_ticks
 from circuits.blocks import ASSIGN, UPDATE
 

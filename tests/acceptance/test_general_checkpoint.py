@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.evaluate import REL_TOL, objectives, trajectories
+from analysis.evaluation import REL_TOL, objectives, trajectories
 from circuits.training.checkpoint import load_model, read_config
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST
@@ -91,7 +91,7 @@ def test_the_float32_checkpoint_runs_data_beyond_float32s_range(magnitude):
     """The model computes in unit coordinates; decoded in float32 its centroids overflowed (NaN, exit 1) on data past
     3.4e38 and vanished below 1e-38. Scaled data must give the scaled result of the unscaled data: the same
     clustering (ratio to numpy Lloyd's from the same initial centroids) and finite centroids."""
-    from analysis.evaluate import cluster_with_checkpoint
+    from analysis.evaluation.checkpoint import cluster_with_checkpoint
 
     X, C0 = _blobs(3, 60, 3, 3)
     base = cluster_with_checkpoint(str(GENERAL), X, C0, 3)
@@ -113,10 +113,11 @@ def reference_objective(X, C0):
 def test_far_offset_data_is_reproduced_by_the_export_within_its_derived_tolerance():
     """Raw-unit data 5e3 from the origin with a spread of 0.3: float32's decode rounded at |offset| eps = 3e-4 of
     the data scale, so the export check failed (1.1e-4 > 1e-4) for a correct model. Compared in unit coordinates,
-    within the tolerance ``eps (n_tokens + d_model) T M`` (analysis.evaluate.export_tolerance)."""
+    within the tolerance ``eps (n_tokens + d_model) T M`` (analysis.verify.export.export_tolerance)."""
     import torch
 
-    from analysis.evaluate import cluster_with_checkpoint, export_tolerance
+    from analysis.evaluation.checkpoint import cluster_with_checkpoint
+    from analysis.verify.export import export_tolerance
 
     rng = np.random.default_rng(2)
     X = rng.normal(size=(120, 8)) * 0.3 + 5e3
@@ -135,7 +136,7 @@ def test_far_offset_data_is_reproduced_by_the_export_within_its_derived_toleranc
 def test_the_headline_checkpoint_runs_d32_data_at_1e40():
     """The issue's second case: the headline model (d = 32, k = 10, float32) on data at 1e40 gave NaN centroids
     (exit 1). It must give 1e40 times its result on the same data at scale 1."""
-    from analysis.evaluate import cluster_with_checkpoint
+    from analysis.evaluation.checkpoint import cluster_with_checkpoint
 
     headline = ROOT / "checkpoints" / "headline"
     X, C0 = _blobs(5, 60, 32, 10)

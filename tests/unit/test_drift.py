@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from analysis.drift import analyse, drift_report
-from analysis.drift_measures import attention_patterns, compare_circuit, compare_mlp, unit_roles
+from analysis.drift.patterns import attention_patterns
+from analysis.drift.weights import compare_circuit, compare_mlp, unit_roles
 from browser import find_chromium, static_external_references
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.model import ModelConfig, RecurrentKMeans

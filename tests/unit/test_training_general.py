@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.evaluate import trajectories
-from analysis.evaluate_general import anytime_summary
+from analysis.evaluation import anytime_summary, trajectories
 from circuits import reference
 from circuits.encoding import encode
 from circuits.training.checkpoint import CheckpointError, load_model, read_config

@@ -1,0 +1,124 @@
+"""What training changed in the behaviour: per step on held-out tasks, a trained model, the construction it
+started from and Lloyd's; ablations of one weight group at a time; the construction swept over its stiffness.
+
+The models run through the evaluation's observed forward pass (:func:`analysis.evaluation.recurrent.observe_chunks`)
+with two probes of their own: how soft the assignments are (:func:`assignment_entropy`) and the stiffness the model
+applies (:func:`applied_stiffness`). Objectives and ARI are the evaluation's (:mod:`analysis.evaluation.metrics`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from analysis.evaluation.metrics import mean_adjusted_rand, nearest_labels, objectives
+from analysis.evaluation.protocol import lloyd_trajectory
+from analysis.evaluation.recurrent import Probe, StepView, observe_chunks
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.training.construction import InitSharpness
+from circuits.training.model import ModelConfig, RecurrentKMeans
+from circuits.training.tasks import TaskBatch
+
+
+@dataclass
+class Behaviour:
+    """Per step ``0..T`` on held-out tasks (means over tasks)."""
+
+    steps: int
+    tasks: int
+    n: int
+    objective: dict[str, list[float]]
+    ratio: dict[str, list[float]]
+    entropy: dict[str, list[float]]
+    ari: dict[str, list[float]]
+    stiffness: dict[str, list[float]]
+
+
+def assignment_entropy(view: StepView) -> float:
+    """Mean entropy (nats) of a point's assignment ``Y``, normalised to sum 1 (a general model: zero beyond k)."""
+    Y = view.points("Y").double().clamp_min(0)
+    p = Y / Y.sum(-1, keepdim=True).clamp_min(1e-30)
+    return float(-(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean())
+
+
+def applied_stiffness(a: float) -> Probe:
+    """The assignment stiffness applied: ``a`` (the assign head's stiffness knob) times the points' mean ``BETA``."""
+    return lambda view: float(view.points("BETA").double().mean()) * a
+
+
+def run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int, chunk: int = 8
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centroids (task units), mean assignment entropy and mean applied stiffness per step."""
+    probes = {"entropy": assignment_entropy, "stiffness": applied_stiffness(model.knobs()["assign_stiffness"])}
+    cents, values = observe_chunks(model, tasks.X, tasks.C0, steps, probes, chunk)
+    return cents, values["entropy"], values["stiffness"]
+
+
+def mean_ari(X: np.ndarray, C: np.ndarray, truth: np.ndarray) -> float:
+    """Mean ARI over tasks of the nearest-centroid labels against ``truth``."""
+    return mean_adjusted_rand(nearest_labels(X, C), truth)
+
+
+def behaviour(models: dict[str, RecurrentKMeans], tasks: TaskBatch, steps: int) -> Behaviour:
+    """Objective, ratio to Lloyd's, softness, ARI and stiffness per step of each model, and of Lloyd's."""
+    lloyd = lloyd_trajectory(tasks.X, tasks.C0, steps)
+    obj_lloyd = objectives(tasks.X, lloyd)
+    out = Behaviour(steps, tasks.batch, tasks.n, {}, {}, {}, {}, {})
+    out.objective["Lloyd's"] = obj_lloyd.mean(1).tolist()
+    out.ari["Lloyd's"] = [mean_ari(tasks.X, lloyd[t], tasks.components) for t in range(steps + 1)]
+    for name, model in models.items():
+        cents, ent, beta = run_observed(model, tasks, steps)
+        obj = objectives(tasks.X, cents)
+        out.objective[name] = obj.mean(1).tolist()
+        out.ratio[name] = (obj / obj_lloyd).mean(1).tolist()
+        out.entropy[name] = list(map(float, ent))
+        out.stiffness[name] = list(map(float, beta))
+        out.ari[name] = [mean_ari(tasks.X, cents[t], tasks.components) for t in range(steps + 1)]
+    return out
+
+
+def mean_ratio(model: RecurrentKMeans, tasks: TaskBatch, steps: int, lloyd_obj: np.ndarray) -> float:
+    cents, _, _ = run_observed(model, tasks, steps)
+    return float((objectives(tasks.X, cents[-1][None])[0] / lloyd_obj).mean())
+
+
+ABLATION_GROUPS = {
+    "update head QK": (UPDATE, ("W_Q", "W_K")),
+    "update head OV": (UPDATE, ("W_V", "W_O")),
+    "update MLP": (UPDATE, ("mlp_gate", "mlp_linear", "mlp_out")),
+    "assign head QK": (ASSIGN, ("W_Q", "W_K")),
+    "assign head OV": (ASSIGN, ("W_V", "W_O")),
+    "assign MLP": (ASSIGN, ("mlp_gate", "mlp_linear", "mlp_out")),
+}
+
+
+def ablations(trained: RecurrentKMeans, construction: RecurrentKMeans, tasks: TaskBatch, steps: int,
+              lloyd_obj: np.ndarray) -> list[dict]:
+    """For each weight group: the ratio with that group reverted to the construction, and with only it trained."""
+    rows = []
+    for label, (kind, names) in ABLATION_GROUPS.items():
+        reverted, only = copy.deepcopy(trained), copy.deepcopy(construction)
+        with torch.no_grad():
+            for name in names:
+                getattr(reverted, f"{kind}_{name}").copy_(getattr(construction, f"{kind}_{name}"))
+                getattr(only, f"{kind}_{name}").copy_(getattr(trained, f"{kind}_{name}"))
+        rows.append({"group": label, "reverted": mean_ratio(reverted, tasks, steps, lloyd_obj),
+                     "only_this_trained": mean_ratio(only, tasks, steps, lloyd_obj)})
+    return rows
+
+
+def stiffness_sweep(config: ModelConfig, tasks: TaskBatch, steps: int, lloyd_obj: np.ndarray,
+                    betas: tuple[float, ...] = (2, 3, 4, 5, 6, 8, 12, 20, 50, 200),
+                    dtype: torch.dtype = torch.float32) -> list[dict]:
+    """The construction (no training) at several assignment stiffnesses, the update stiffness kept."""
+    base = config.init_sharpness
+    rows = []
+    for beta in betas:
+        sharp = InitSharpness(**{**base.to_dict(), "beta": float(beta)})
+        model = RecurrentKMeans(ModelConfig(config.d, config.k, "exact", sharp.to_dict(), config.d_head, config.reembed,
+                                            general=config.general), dtype=dtype)
+        rows.append({"beta": float(beta), "beta_update": base.beta_update, "ratio": mean_ratio(model, tasks, steps, lloyd_obj)})
+    return rows

@@ -196,7 +196,7 @@ class ConstructionConfig:
 
 
 class SwapModel:
-    """The construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluate_general`):
+    """The construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`):
     per task, its centroids after every step; its readout agreement is the fraction of points whose nearest
     centroid is the same under the circuit's centroids and under its numpy reference's."""
 

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from analysis.evaluate_general import DEFAULT_SHAPES, REAL_DATASETS, sklearn_optimum
+from analysis.evaluation import DEFAULT_SHAPES, REAL_DATASETS, sklearn_optimum
 from circuits.swap import reference as swap_reference
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST

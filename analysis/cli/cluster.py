@@ -111,7 +111,7 @@ def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Prob
 
 
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
-    """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluate.cluster_with_checkpoint`)."""
+    """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluation.checkpoint.cluster_with_checkpoint`)."""
     import json
 
     model = check_checkpoint(args.checkpoint)["model"]
@@ -126,7 +126,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     elif problem.X.shape[1] != d or problem.k != k:
         raise ProblemError(f"--checkpoint {args.checkpoint!r} is a model for d={d}, k={k}; the data has"
                            f" d={problem.X.shape[1]} and --k is {problem.k}")
-    from analysis.evaluate import cluster_with_checkpoint
+    from analysis.evaluation.checkpoint import cluster_with_checkpoint
     from circuits.training.schema import CheckpointError
 
     try:

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from analysis.evaluate import DatasetRun, evaluation_cell, task_chunks, tasks_evaluation
+    from analysis.evaluation import DatasetRun, evaluation_cell, task_chunks, tasks_evaluation
     from circuits.training.checkpoint import CheckpointError, load_model
     from circuits.training.tasks import TEST, task_stream
 
@@ -207,8 +207,7 @@ def run_cells(args: argparse.Namespace, model, doc: dict, job: Job) -> int:
 def run_general(args: argparse.Namespace, model, doc: dict, n: int, plan: Plan) -> int:
     """A general checkpoint or construction: held-out tasks at each ``--shapes`` (``n`` points each) and real data
     in raw units at the true k; ``doc`` is the JSON document's header."""
-    from analysis.evaluate import DatasetRun
-    from analysis.evaluate_general import general_cell, shape_cells, shapes_evaluation
+    from analysis.evaluation import DatasetRun, ShapeGrid, general_cell, shapes_evaluation
 
     if n < max(k for _, k in plan.shapes):
         raise ProblemError(f"--n {n} is below the largest k of --shapes")
@@ -221,8 +220,8 @@ def run_general(args: argparse.Namespace, model, doc: dict, n: int, plan: Plan) 
             raise ProblemError(f"--datasets {name}: d={ds.X.shape[1]}, k={k} is outside the checkpoint's capacity"
                                f" d <= {model.config.d}, k <= {model.config.k}")
     # One cell per shape and one per dataset, on the chosen engine; gathered in this order.
-    cells = shape_cells(plan.shapes, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
-                        with_optimum=not args.no_optimum) if args.tasks else []
+    cells = ShapeGrid(plan.shapes, args.tasks, n, args.steps, args.init, args.seed, args.chunk,
+                      with_optimum=not args.no_optimum).cells() if args.tasks else []
     runs = [DatasetRun(name, args.steps, args.dataset_inits, args.init, args.seed, max(1, args.chunk // 8))
             for name in plan.datasets]
     print(f"evaluating on {args.tasks} held-out tasks at each of {len(cells)} shapes and {len(runs)} dataset(s)"

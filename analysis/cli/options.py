@@ -193,7 +193,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, int]]:
     """``--shapes 2x3,16x10`` -> ``[(2, 3), (16, 10)]``, each within the checkpoint's capacity."""
-    from analysis.evaluate_general import DEFAULT_SHAPES
+    from analysis.evaluation.cells import DEFAULT_SHAPES
 
     if text is None:
         return [(d, k) for d, k in DEFAULT_SHAPES if d <= d_max and k <= k_max]

@@ -151,18 +151,18 @@ def test_sweep_keeps_the_cells_that_finished_and_names_the_one_that_failed(where
 
 
 def test_evaluate_keeps_the_cells_that_finished_and_names_the_one_that_failed(checkpoint, capsys, monkeypatch):
-    from analysis import evaluate
+    from analysis import evaluation
     from circuits.training.checkpoint import load_model
     from circuits.training.tasks import TEST, TaskBatch, task_stream
 
-    real = evaluate.evaluation_cell
+    real = evaluation.evaluation_cell
 
     def fails_on_chunk_4_and_iris(model, cell):
         if getattr(cell, "start", None) == 4 or getattr(cell, "name", None) == "iris":
             raise RuntimeError(f"{cell} is broken")
         return real(model, cell)
 
-    monkeypatch.setattr(evaluate, "evaluation_cell", fails_on_chunk_4_and_iris)
+    monkeypatch.setattr(evaluation, "evaluation_cell", fails_on_chunk_4_and_iris)
     code, out, err = run(capsys, "evaluate", "--checkpoint", checkpoint, "--tasks", 10, "--chunk", 4, "--steps", 3,
                          "--datasets", "blobs,iris", "--dataset-inits", 2, "--json")
     assert code == 3
@@ -177,7 +177,7 @@ def test_evaluate_keeps_the_cells_that_finished_and_names_the_one_that_failed(ch
     tasks = task_stream(64, 16, 2, 3, 10, 0, TEST)
     kept = TaskBatch(*(np.concatenate([a[:4], a[8:]]) for a in (tasks.X, tasks.C0, tasks.components)),
                               tasks.family, tasks.init)
-    alone = evaluate.evaluate_tasks(model, kept, steps=3, chunk=4).to_dict()
+    alone = evaluation.evaluate_tasks(model, kept, steps=3, chunk=4).to_dict()
     assert doc["tasks"]["count"] == 6
     assert doc["tasks"]["per_step"] == alone["per_step"]
 
@@ -198,18 +198,18 @@ def test_a_general_checkpoints_evaluation_on_ray_prints_the_serial_json(local_ra
 
 
 def test_a_general_evaluation_keeps_the_shapes_that_finished_and_names_the_one_that_failed(capsys, monkeypatch):
-    from analysis import evaluate_general
+    from analysis import evaluation
     from circuits.training.checkpoint import load_model
 
     monkeypatch.chdir(ROOT)
-    real = evaluate_general.general_cell
+    real = evaluation.general_cell
 
     def fails_on_the_first_shape(model, cell):
         if getattr(cell, "shape", None) == (2, 3):
             raise RuntimeError("this shape is broken")
         return real(model, cell)
 
-    monkeypatch.setattr(evaluate_general, "general_cell", fails_on_the_first_shape)
+    monkeypatch.setattr(evaluation, "general_cell", fails_on_the_first_shape)
     code, out, err = run(capsys, *GENERAL)
     assert code == 3
     assert "cell failed after 2 attempts: shape d=2, k=3 (3 random-init tasks): RuntimeError" in err
@@ -218,8 +218,8 @@ def test_a_general_evaluation_keeps_the_shapes_that_finished_and_names_the_one_t
     # The shape that finished is evaluated as if it had been the only one (its own batch of the test stream).
     monkeypatch.undo()
     model, _ = load_model(ROOT / "checkpoints" / "general")
-    cell = evaluate_general.ShapeCell(1, (5, 2), 3, 16, 3, "random", 0, 16, True)
-    alone = evaluate_general.shapes_evaluation([cell], [real(model, cell)])
+    cell = evaluation.ShapeCell(1, (5, 2), 3, 16, 3, "random", 0, 16, True)
+    alone = evaluation.shapes_evaluation([cell], [real(model, cell)])
     assert doc["shapes"]["overall"] == json.loads(json.dumps(alone["overall"]))
 
 

@@ -141,12 +141,12 @@ def test_evaluate_construction_measures_it_like_a_general_checkpoint(capsys):
     assert overall["tasks"] == 6 and overall["frac_never_rises"] == 1.0
     assert max(overall["ratio_mean_per_step"]) <= 1 + 2 * MARGIN and overall["ratio_max"] <= 1 + 2 * MARGIN
     # The same tasks, run through the numpy reference: the evaluation's objectives are the algorithm's.
-    from analysis.evaluate_general import ShapeCell, general_cell
+    from analysis.evaluation import ShapeCell, general_cell
 
     model = swap_run.SwapModel()
     cell = ShapeCell(1, (3, 2), 3, 16, 3, "random", 0, 16, False)
     result = general_cell(model, cell)
-    from analysis.evaluate_general import shape_tasks
+    from analysis.evaluation import shape_tasks
 
     batch = shape_tasks(model, (3, 2), 3, 16, "random", 0, 1)
     expected = np.array([safeguarded_swap(x, c, 3, MARGIN).objectives for x, c in zip(batch.X, batch.C0)]).T

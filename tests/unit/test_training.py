@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analysis.evaluate import trajectories
+from analysis.evaluation import trajectories
 from circuits import reference
 from circuits.training.checkpoint import CheckpointError, load_model, read_config, read_log
 from circuits.training.construction import EXACT, InitSharpness
@@ -221,7 +221,7 @@ def test_agreement_scores_are_scikit_learns(pair):
     scikit-learn's: on random labelings, single blocks, singletons and equal partitions."""
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-    from analysis.evaluate import agreement_scores
+    from analysis.evaluation import agreement_scores
 
     truth, labels = pair
     for t, lab in ((truth, labels), (truth, truth), (truth, 3 * truth + 1), (np.zeros_like(truth), labels),
@@ -252,7 +252,7 @@ def test_masked_export_path_is_the_dense_hooked_transformer(init):
 def test_masked_export_path_refuses_an_unmasked_model_and_cluster_falls_back_to_dense(monkeypatch):
     """Without the structural channel a point query's point keys are not provably 0: the masked path refuses,
     saying which query, and the export runs densely (still the parity check against the training forward)."""
-    from analysis.evaluate import run_export
+    from analysis.verify.export import run_export
     from circuits.structured import StructuredPathUnavailable
     from circuits.training.model import run_hooked
 

@@ -69,12 +69,16 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
     ``beta``, ``tie_break``, ``mask`` and the iterations): only its assign heads are rebuilt and its tied blocks
     repeated to the depth asked for (:func:`with_assign_knobs`), which is what a new fold, a new data set of the same
-    shape or a run stopped early (:mod:`analysis.estimator_run`) needs.
+    shape or a run stopped early (:mod:`analysis.estimator_run`) needs. A first Lloyd circuit of a structure is
+    derived from its two-block circuit (0 iterations, built and kept), so that its tied layers share tensors.
     """
     key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
         template = None if options else _same_structure(key)
+        if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
+            # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
+            template = built_circuit(variant, d, k, 0, sharpness, dtype)
         if template is not None:
             circuit = with_assign_knobs(template, sharpness, iterations)
         else:
@@ -190,16 +194,18 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     Parameters
     ----------
     n_clusters : number of clusters ``k``.
-    max_iter : Lloyd iterations (the circuit has ``2 * max_iter + 2`` blocks).
+    max_iter : at most this many Lloyd iterations (a circuit of ``t`` iterations has ``2 t + 2`` blocks).
     init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
     n_init : number of initialisations (seeds ``seed, seed + 1, ...``), or ``"auto"`` (``KMeans``'s rule: 10 for
         ``init="random"``, 1 for ``"k-means++"`` and an array); every run is verified and the one with the lowest
         inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
-    tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. The circuit still
-        runs all ``max_iter`` iterations (its depth is fixed); the fit reports what ``KMeans`` would have stopped
-        at: ``n_iter_`` is the first iteration after which the centroids moved by at most ``tol`` (or the
-        assignment repeated), and ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there. The default
-        0 stops only when nothing changes (then later iterations repeat the same state).
+    tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. ``n_iter_`` is the
+        first iteration after which the centroids moved by at most ``tol`` (or the assignment repeated), and
+        ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there, as ``KMeans`` stops there. Lloyd's
+        circuit is run up to that iteration and no further (:mod:`analysis.estimator_run`: the result is exactly
+        that of running all ``max_iter``; ``circuit_``, ``capture_`` and ``report_`` are of the iterations run);
+        the variants run all ``max_iter``. The default 0 stops only when nothing changes (then later iterations
+        would repeat the same state).
     random_state : seed of the initialisation: an int, a ``numpy.random.RandomState`` (one seed is drawn from it),
         or ``None``, which means 0 so that results are reproducible.
     variant : registered circuit variant (see :mod:`circuits.variants`).

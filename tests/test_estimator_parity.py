@@ -124,16 +124,17 @@ def test_refits_and_predictions_reuse_built_circuits(X, monkeypatch):
     monkeypatch.setattr(estimator_module, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
     first = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
     again = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
-    assert len(builds) == 1 and not derived and again.circuit_ is first.circuit_
+    # One build (the structure's two-block circuit), the fit's circuit derived from it; the refit finds it cached.
+    assert builds == [(3, 4, 0)] and len(derived) == 1 and again.circuit_ is first.circuit_
     labels = first.predict(X[:50])
     groups = estimator_module._magnitude_groups(X[:50], first.cluster_centers_)
     # One two-block predict circuit per group of points, each derived from a cached circuit of the same structure
     # (new assign heads, 0 iterations: Lloyd's weights are tied, so any depth derives from any other).
-    assert len(builds) == 1 and len(derived) == len(groups)
-    assert all(args[2] == 0 for args in derived)
+    assert len(builds) == 1 and len(derived) == 1 + len(groups)
+    assert all(args[2] == 0 for args in derived[1:])
     np.testing.assert_array_equal(first.predict(X[:50]), labels)
     np.testing.assert_array_equal(again.predict(X[:50]), labels)
-    assert len(builds) == 1 and len(derived) == len(groups)
+    assert len(builds) == 1 and len(derived) == 1 + len(groups)
 
 
 def test_grid_search_over_k_matches_kmeans_choice(X):

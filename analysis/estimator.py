@@ -23,11 +23,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
+from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (stopping_point: part of this API)
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
-from circuits.blocks import ASSIGN, assign_block
+from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
@@ -66,15 +67,20 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
 
     Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
-    ``beta``, ``tie_break`` and ``mask``): only its assign heads are rebuilt (:func:`with_assign_knobs`), which is
-    what a new fold or a new data set of the same shape needs.
+    ``beta``, ``tie_break``, ``mask`` and the iterations): only its assign heads are rebuilt and its tied blocks
+    repeated to the depth asked for (:func:`with_assign_knobs`), which is what a new fold, a new data set of the same
+    shape or a run stopped early (:mod:`analysis.estimator_run`) needs. A first Lloyd circuit of a structure is
+    derived from its two-block circuit (0 iterations, built and kept), so that its tied layers share tensors.
     """
     key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
         template = None if options else _same_structure(key)
+        if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
+            # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
+            template = built_circuit(variant, d, k, 0, sharpness, dtype)
         if template is not None:
-            circuit = with_assign_knobs(template, sharpness)
+            circuit = with_assign_knobs(template, sharpness, iterations)
         else:
             circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
         entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()))
@@ -90,10 +96,11 @@ ASSIGN_KNOBS = ("beta", "tie_break", "mask")
 
 
 def _structure(key: tuple) -> tuple:
-    """``key`` without the assign head's knobs: circuits equal under it differ in their assign heads alone."""
-    variant, d, k, iterations, sharpness, dtype, options = key
+    """``key`` without the assign head's knobs and the iterations: circuits equal under it differ in their assign
+    heads and depth alone (Lloyd's weights are tied: a shallower circuit is a prefix of a deeper one)."""
+    variant, d, k, _, sharpness, dtype, options = key
     knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
-    return (variant, d, k, iterations, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
+    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
 
 
 def _same_structure(key: tuple):
@@ -108,13 +115,16 @@ def _same_structure(key: tuple):
     return None
 
 
-def with_assign_knobs(template, sharpness: Sharpness):
-    """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``).
+def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = None):
+    """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``),
+    of ``iterations`` iterations (``None``: ``template``'s).
 
-    In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, so
-    the result is the circuit a fresh build with ``sharpness`` makes (tests/unit/test_estimator_reuse.py compares every
-    parameter): the assign layers' ``W_Q``, ``W_K``, ``W_V``, ``W_O`` are rebuilt in a new state dict, every other
-    parameter tensor is ``template``'s, shared (read only: no path writes a circuit's weights). ``template`` keeps
+    In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, and the
+    weights are tied: the schedule is ``U A U A ... U A`` (``2 iterations + 2`` blocks) and every ``U`` (every
+    ``A``) block has the same weights. So the result is the circuit a fresh build with ``sharpness`` and
+    ``iterations`` makes (tests/unit/test_estimator_reuse.py compares every parameter): the assign layers' ``W_Q``,
+    ``W_K``, ``W_V``, ``W_O`` are rebuilt once, every other parameter tensor is ``template``'s first ``U`` or ``A``
+    block's, shared by every layer of that kind (read only: no path writes a circuit's weights). ``template`` keeps
     its own weights; the derived circuit builds its ``HookedTransformer`` only if asked for it, like any other.
     """
     import torch
@@ -122,38 +132,46 @@ def with_assign_knobs(template, sharpness: Sharpness):
     if {**template.sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)} != \
             {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}:
         raise ValueError("with_assign_knobs: the circuits differ in more than the assign head's knobs")
-    dtype, old = template.dtype, template.weights
+    iterations = template.iterations if iterations is None else int(iterations)
+    schedule = lloyd_schedule(iterations)
+    if iterations < 0 or template.schedule != lloyd_schedule(template.iterations):
+        raise ValueError("with_assign_knobs: not a Lloyd schedule (U A U A ... U A)")
+    dtype, old, n_layers = template.dtype, template.weights, len(schedule)
     assign = assign_block(template.layout, sharpness)
     head = assign.head.padded(old.config.d_head)
     matrices = {name: torch.as_tensor(getattr(head, name)[None], dtype=dtype) for name in head.MATRICES}
     if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
         # A knob too large for the dtype: the fresh build says so (WeightRangeError).
-        return get_variant(template.variant).build(template.layout.d, template.layout.k, template.iterations,
+        return get_variant(template.variant).build(template.layout.d, template.layout.k, iterations,
                                                    sharpness=sharpness, dtype=dtype)
-    parameters = dict(old.parameters)
-    for layer in template.layers_of(ASSIGN):
-        for name, value in matrices.items():
-            parameters[hook_names.param(layer, "attn", name)] = value.to(old.config.device)
-    blocks = [assign if kind == ASSIGN else block for kind, block in zip(template.schedule, template.blocks)]
-    return replace(template, weights=replace(old, parameters=parameters), sharpness=sharpness, blocks=blocks)
+    # Layer 0 is the template's U block, layer 1 its A block (with the new assign matrices); the others repeat them.
+    tied = {layer: _block_parameters(old.parameters, layer) for layer in (0, 1)}
+    tied[1].update({("attn", name): value.to(old.config.device) for name, value in matrices.items()})
+    parameters = {hook_names.param(layer, component, name): value
+                  for layer in range(n_layers) for (component, name), value in tied[layer % 2].items()}
+    parameters.update({name: value for name, value in old.parameters.items()
+                       if not _block_parameters({name: value}, None)})  # the unembedding
+    blocks = [assign if kind == ASSIGN else template.blocks[0] for kind in schedule]
+    weights = replace(old, config=replace(old.config, n_layers=n_layers), parameters=parameters)
+    return replace(template, weights=weights, sharpness=sharpness, blocks=blocks, schedule=schedule,
+                   iterations=iterations)
+
+
+def _block_parameters(parameters: dict, layer: int | None) -> dict:
+    """``{(component, name): tensor}`` of block ``layer``'s parameters (any block's for ``None``), named as the
+    hook_names module's ``param`` spells them."""
+    out = {}
+    for full, value in parameters.items():
+        parts = full.split(".", 3)
+        if len(parts) == 4 and parts[1].isdigit() and (layer is None or int(parts[1]) == layer) \
+                and hook_names.param(int(parts[1]), parts[2], parts[3]) == full:
+            out[(parts[2], parts[3])] = value
+    return out
 
 
 def clear_circuit_cache() -> None:
     """Forget every built circuit (:func:`built_circuit`)."""
     _BUILT.clear()
-
-
-def stopping_point(cap, tol: float, b: int = 0) -> int:
-    """``n_iter_`` as ``KMeans`` counts it, from a run of every iteration: the first iteration ``t`` after which the
-    assignment repeats the previous one, or the centroids moved by at most ``tol`` (sum of squared shifts, in the
-    data's units; 0 means not at all); the number of iterations run if neither happens."""
-    T = cap.circuit.iterations
-    for t in range(1, T + 1):
-        same_labels = t >= 2 and np.array_equal(cap.assignments(t - 1)[b], cap.assignments(t - 2)[b])
-        shift = float(((cap.centroids(t)[b] - cap.centroids(t - 1)[b]) ** 2).sum())
-        if same_labels or shift <= tol:
-            return t
-    return T
 
 
 def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
@@ -176,16 +194,18 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     Parameters
     ----------
     n_clusters : number of clusters ``k``.
-    max_iter : Lloyd iterations (the circuit has ``2 * max_iter + 2`` blocks).
+    max_iter : at most this many Lloyd iterations (a circuit of ``t`` iterations has ``2 t + 2`` blocks).
     init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
     n_init : number of initialisations (seeds ``seed, seed + 1, ...``), or ``"auto"`` (``KMeans``'s rule: 10 for
         ``init="random"``, 1 for ``"k-means++"`` and an array); every run is verified and the one with the lowest
         inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
-    tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. The circuit still
-        runs all ``max_iter`` iterations (its depth is fixed); the fit reports what ``KMeans`` would have stopped
-        at: ``n_iter_`` is the first iteration after which the centroids moved by at most ``tol`` (or the
-        assignment repeated), and ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there. The default
-        0 stops only when nothing changes (then later iterations repeat the same state).
+    tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. ``n_iter_`` is the
+        first iteration after which the centroids moved by at most ``tol`` (or the assignment repeated), and
+        ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there, as ``KMeans`` stops there. Lloyd's
+        circuit is run up to that iteration and no further (:mod:`analysis.estimator_run`: the result is exactly
+        that of running all ``max_iter``; ``circuit_``, ``capture_`` and ``report_`` are of the iterations run);
+        the variants run all ``max_iter``. The default 0 stops only when nothing changes (then later iterations
+        would repeat the same state).
     random_state : seed of the initialisation: an int, a ``numpy.random.RandomState`` (one seed is drawn from it),
         or ``None``, which means 0 so that results are reproducible.
     variant : registered circuit variant (see :mod:`circuits.variants`).
@@ -283,15 +303,17 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         inits = self._inits(X)
         # Every initialisation runs the same circuit: built once (or reused), sharp enough for all of them.
         sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
-        circuit = built_circuit(self.variant, X.shape[1], inits[0].shape[0], int(self.max_iter), sharpness,
-                                self.dtype)
+        T = int(self.max_iter)
+
+        def circuit_for(iterations: int):
+            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype)
+
         tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
         best = None
         for C0 in inits:
-            result = run_problem(X, C0, int(self.max_iter), self.variant, circuit=circuit, path=self.path,
-                                 resolution=resolution)
-            t = stopping_point(result.capture, tol)
-            final = t == int(self.max_iter)
+            # Up to the stopping point, not beyond: the same result as running all max_iter (estimator_run).
+            result, t = run_to_stop(X, C0, T, tol, self.variant, circuit_for, self.path, resolution)
+            final = t == result.circuit.iterations
             labels = result.labels if final else result.capture.assignments(t)[0]
             centres = result.centroids if final else result.capture.centroids(t)[0]
             kept = labels >= 0  # trimmed k-means' outliers (-1) are in no cluster

@@ -29,6 +29,7 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -215,12 +216,32 @@ class MLPPlan:
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 
+#: Plans by the memory their parameters occupy, for modules whose parameters are views of the very same tensors (tied
+#: layers of one circuit, circuits derived from one another): ``signature -> (weak references, plan)``. An entry
+#: counts only while every parameter it was made from is alive (memory in use is no other tensor's).
+_SHARED_PLANS: dict = {}
+
+
 def _cached_plan(module, plan_type):
-    """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``)."""
-    key = tuple((p.data_ptr(), p._version) for p in module.parameters())
+    """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``).
+
+    A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
+    strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan."""
+    params = tuple(module.parameters())
+    key = tuple((p.data_ptr(), p._version) for p in params)
     cached = module.__dict__.get("_structured_plan")
     if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):
-        cached = (key, plan_type.of(module))
+        signature = (plan_type,) + tuple((p.data_ptr(), p._version, tuple(p.shape), p.stride(), p.dtype, p.device)
+                                         for p in params)
+        shared = _SHARED_PLANS.get(signature)
+        if shared is not None and all(ref() is not None for ref in shared[0]):
+            cached = (key, shared[1])
+        else:
+            cached = (key, plan_type.of(module))
+            if len(_SHARED_PLANS) >= 256:  # forget the plans of freed parameters
+                for dead in [sig for sig, (refs, _) in _SHARED_PLANS.items() if any(r() is None for r in refs)]:
+                    del _SHARED_PLANS[dead]
+            _SHARED_PLANS[signature] = (tuple(weakref.ref(p) for p in params), cached[1])
         module.__dict__["_structured_plan"] = cached
     return cached[1]
 

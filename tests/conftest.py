@@ -125,7 +125,7 @@ SLOW = frozenset({
     "test_estimator.py::test_paths_agree_and_large_data_takes_the_structured_path",
     "test_estimator_parity.py::test_check_estimator_fails_only_where_documented",
     "test_estimator_parity.py::test_n_init_auto_follows_kmeans",
-    "test_estimator_parity.py::test_tol_stops_where_kmeans_stops_and_the_circuit_runs_every_layer",
+    "test_estimator_parity.py::test_tol_stops_where_kmeans_stops_and_the_circuit_runs_until_then",
     "test_exactness_contract.py::test_did_not_converge_is_said",
     "test_exactness_contract.py::test_verdict_and_labels_agree",
     "test_general_checkpoint.py::test_at_or_below_lloyds_after_the_last_step_on_average",

@@ -38,21 +38,24 @@ def exact_nearest(X, C) -> np.ndarray:
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(d=st.integers(1, 4), k=st.integers(1, 4), iterations=st.integers(0, 2),
+@given(d=st.integers(1, 4), k=st.integers(1, 4), template_iterations=st.integers(0, 3), iterations=st.integers(0, 3),
        beta=st.floats(1.0, 1e200), tie_break=st.floats(0.0, 9e-4), mask=st.floats(4.5, 1e3),
        dtype=st.sampled_from([torch.float64, torch.float32]))
-def test_derived_circuit_is_the_fresh_build(d, k, iterations, beta, tie_break, mask, dtype):
-    template = build_lloyd_circuit(d, k, iterations, Sharpness(), dtype=dtype)
+def test_derived_circuit_is_the_fresh_build(d, k, template_iterations, iterations, beta, tie_break, mask, dtype):
+    """Derived at any depth, shallower or deeper than the template (Lloyd's weights are tied)."""
+    template = build_lloyd_circuit(d, k, template_iterations, Sharpness(), dtype=dtype)
     before = {name: value.clone() for name, value in template.weights.parameters.items()}
     sharp = Sharpness(beta=beta, tie_break=tie_break, mask=mask)
     try:
         fresh = build_lloyd_circuit(d, k, iterations, sharp, dtype=dtype)
     except ValueError:  # float32 cannot hold these weights: the derivation must refuse alike
         with pytest.raises(ValueError):
-            with_assign_knobs(template, sharp)
+            with_assign_knobs(template, sharp, iterations)
         return
-    derived = with_assign_knobs(template, sharp)
-    assert same_weights(derived, fresh)
+    derived = with_assign_knobs(template, sharp, iterations)
+    assert same_weights(derived, fresh) and list(derived.weights.parameters) == list(fresh.weights.parameters)
+    assert derived.weights.config == fresh.weights.config and derived.schedule == fresh.schedule
+    assert derived.iterations == iterations
     assert derived.sharpness == sharp and derived.model.kmeans_circuit is derived
     assert [b.notes for b in derived.blocks] == [b.notes for b in fresh.blocks]
     # The template keeps its own weights and knobs.
@@ -116,11 +119,12 @@ def test_cache_never_serves_knobs_chosen_for_other_data(monkeypatch):
         # Each fit's circuit carries its own data's knobs, and the weights of exactly those knobs, even after
         # later fits derived circuits from it.
         assert est.circuit_.sharpness == wanted
-        assert same_weights(est.circuit_, build_lloyd_circuit(3, 4, 3, wanted))
+        assert same_weights(est.circuit_, build_lloyd_circuit(3, 4, est.circuit_.iterations, wanted))
         knobs.add(wanted)
     assert len(knobs) == len(problems)  # the problems did need different knobs
     # A cache hit is keyed on the knobs: asking again for one fit's knobs serves that fit's circuit.
-    assert built_circuit("lloyd", 3, 4, 3, fits[0].circuit_.sharpness, "float64") is fits[0].circuit_
+    assert built_circuit("lloyd", 3, 4, fits[0].circuit_.iterations, fits[0].circuit_.sharpness, "float64") \
+        is fits[0].circuit_
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ def test_tol_stops_where_kmeans_stops_and_the_circuit_runs_until_then(X, tol):
     np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(est.labels_, km.labels_)
     assert est.inertia_ == pytest.approx(km.inertia_, rel=1e-12)
-    # The circuit runs until KMeans's stop, no further (tests/test_estimator_stop.py: the result is the full run's).
+    # The circuit runs until KMeans's stop, no further (tests/unit/test_estimator_stop.py: the result is the full run's).
     assert est.n_iter_ <= est.circuit_.iterations < 15
     assert len(est.capture_.layers) == est.circuit_.n_layers == 2 * est.circuit_.iterations + 2
     if tol == 1e-2:  # the test bites: tol stops before the assignment stops changing

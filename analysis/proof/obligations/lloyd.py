@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from analysis.proof.algebra import Poly, exact
-from analysis.proof.specs import (
+from analysis.proof.obligations.specs import (
     BlockSpec, Entry, FormSpec, MLPGroup, MLPSpec, identity_block, label, squared_norm_change, var,
 )
 from circuits.blocks import ASSIGN, UPDATE

@@ -1,4 +1,5 @@
-"""Checking one layer's exact weights against a :class:`~analysis.proof.specs.BlockSpec`, and the unembedding.
+"""Checking one layer's exact weights against a :class:`~analysis.proof.obligations.specs.BlockSpec`, and the
+unembedding.
 
 * **QK / OV / unembedding** obligations are statements about exact rational matrices (:mod:`analysis.proof.exact`):
   named blocks equal the intended entries and every other entry, the augmented bias row and column included, is
@@ -6,9 +7,9 @@
   (``beta * mask``, ``tie_break * j``) may differ from the exact product by that one rounding,
   ``|w - v| <= 2^-53 |v|``; all others must be equal.
 * **MLP** obligations are functional: for each token type and every residual in the valid domain
-  (:mod:`analysis.proof.domain`), the MLP's change to each coordinate equals the intended polynomial, proven region
-  by region (:func:`analysis.proof.algebra.prove_piecewise_identity`); a structural ``support`` obligation adds that
-  live units read and write only the intended subspaces and that there are no biases.
+  (:mod:`analysis.proof.obligations.domain`), the MLP's change to each coordinate equals the intended polynomial,
+  proven region by region (:func:`analysis.proof.algebra.prove_piecewise_identity`); a structural ``support``
+  obligation adds that live units read and write only the intended subspaces and that there are no biases.
 
 Every check returns the problems it found (empty: the statement holds), named by obligation.
 """
@@ -19,12 +20,12 @@ from fractions import Fraction
 from collections.abc import Callable
 
 from analysis.proof.algebra import GatedTerm, Poly, exact, prove_piecewise_identity
-from analysis.proof.domain import token_flags, token_forms, valid_domain
+from analysis.proof.obligations.domain import token_flags, token_forms, valid_domain
 from analysis.proof.exact import (
     BIAS, HeadParams, LayerParams, ModelParams, Sparse, Unit, affine, coordinate_label, mlp_units, ov_form, qk_form,
     unembed_form,
 )
-from analysis.proof.specs import UNIT_ROUNDOFF, BlockSpec, Entry, FormSpec, MLPSpec, SinkSpec, label
+from analysis.proof.obligations.specs import UNIT_ROUNDOFF, BlockSpec, Entry, FormSpec, MLPSpec, SinkSpec, label
 from circuits.layout import ResidualLayout
 
 #: Problems per obligation name.

@@ -3,15 +3,13 @@ compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as 
 (``evaluate --construction swap``).
 
 The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
-Lloyd circuits of the estimator. *Verified* means what it means for the Lloyd circuit: the transformer's result
-*is* its reference's — the algorithm as specified (:func:`circuits.swap.reference.safeguarded_swap` without a
-tie-break: exact float comparisons, the lower index on equality): at every step the same candidate kept, every
-centroid within :data:`CENTROID_TOLERANCE` of the data's spread of the reference's. When they differ but the
-reference given the circuit's own tie-break (``tie_break * scale^2`` in the user's units) agrees with the circuit,
-the circuit's tie-break decided something the data does not tie — a problem too wide for its fixed knobs (one far
-point makes the unit scale huge): NOT VERIFIED, with that cause, never a silent pass. Lloyd's
+Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.SwapReport`'s contract: the
+transformer's result *is* its reference's (:func:`circuits.swap.reference.safeguarded_swap` without a tie-break)
+at every step, the same candidate kept and every centroid within :data:`CENTROID_TOLERANCE` of the data's spread;
+a difference the circuit's tie-break explains is NOT VERIFIED with that cause. Lloyd's
 (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
-beat, never to match.
+beat, never to match. ``CENTROID_TOLERANCE``, ``spread`` and ``differences`` live in :mod:`analysis.verify.swap`
+and are importable from here as before.
 """
 
 from __future__ import annotations
@@ -22,12 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
+from analysis.verify.swap import CENTROID_TOLERANCE, differences, spread, verify_swap
 from circuits import reference
+
+__all__ = ["CAPACITY", "CENTROID_TOLERANCE", "CONSTRUCTIONS", "ConstructionConfig", "SwapModel",
+           "SwapPathUnavailable", "choice_gap", "circuit_for", "cluster_with_swap", "differences", "label_agreement",
+           "path_for", "run_on_path", "smallest_gap", "spread", "swap_circuit"]
 
 #: The constructions ``--construction`` accepts (one today).
 CONSTRUCTIONS = ("swap",)
-#: Centroids agree with the reference within this fraction of the data's spread (largest ``|x - mean|``).
-CENTROID_TOLERANCE = 1e-9
 #: The general evaluation draws its tasks as for a general checkpoint of this capacity (``d <= 64``, ``k <= 16``).
 CAPACITY = (64, 16)
 
@@ -57,10 +58,6 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
         units.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
     sharp, _ = for_problem(units, d, swap_layout(d, k).d_model)
     return swap_circuit(d, k, steps, sharp.beta, sharp.tie_break)
-
-
-def spread(X: Float[np.ndarray, "n d"]) -> float:
-    return float(np.abs(X - X.mean(axis=0)).max()) or 1.0
 
 
 class SwapPathUnavailable(ValueError):
@@ -106,22 +103,14 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
                       path: str = "auto") -> dict:
     """Run the construction on one problem on ``path`` (:func:`run_on_path`); the ``cluster --json`` document
     (see the module docstring)."""
-    from circuits.swap.reference import safeguarded_swap
-
     path_for(X.shape[0], C0.shape[0], path)  # refuse before building
     circ = circuit_for([(X, C0)], iterations)
     run = run_on_path(circ, X, C0, path)
     tie_break = circ.user_tie_break(X, C0)
     scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
-    ref = safeguarded_swap(X, C0, iterations, circ.knobs.select_margin)
+    checked = verify_swap(run, X, C0, circ.knobs.select_margin, tie_break)
+    ref = checked.reference
     lloyd = reference.lloyd(X, C0, iterations)
-    size = spread(X)
-    problems = differences(run, ref, size)
-    if problems and not differences(run, safeguarded_swap(X, C0, iterations, circ.knobs.select_margin, tie_break),
-                                    size):
-        problems.insert(0, f"cause tie-break: the circuit's tie-break, {tie_break:.3g} squared data units on this"
-                           " problem, decides what the data does not tie (float64 cannot resolve the problem's"
-                           " gaps at its scale); the reference given that tie-break agrees with the circuit")
     per_iteration = []
     for t in range(1, iterations + 1):
         error = float(np.abs(run.centroids[t] - ref.centroids[t]).max())
@@ -143,8 +132,8 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
     inertia, lloyd_inertia = reference.objective(X, final), float(lloyd.objectives[-1])
     return {
         "variant": "construction:swap", "k": int(C0.shape[0]), "iterations": iterations,
-        "labels": [int(v) for v in reference.sq_distances(X, final).argmin(1)], "centroids": final.tolist(),
-        "verified": not problems, "problems": problems, "per_iteration": per_iteration,
+        "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),
+        "verified": checked.verified, "problems": checked.problems, "per_iteration": per_iteration,
         "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
         "ratio_to_lloyd": reference.objective_ratio(inertia, lloyd_inertia), "knobs": circ.knobs.to_dict(),
         "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
@@ -157,7 +146,7 @@ def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
 
 def label_agreement(X: Float[np.ndarray, "n d"], A: Float[np.ndarray, "k d"], B: Float[np.ndarray, "k d"]) -> float:
     """The fraction of points whose nearest centroid has the same index in ``A`` and in ``B``."""
-    return float((reference.sq_distances(X, A).argmin(1) == reference.sq_distances(X, B).argmin(1)).mean())
+    return float((reference.assign(X, A) == reference.assign(X, B)).mean())
 
 
 def smallest_gap(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> float:
@@ -171,19 +160,6 @@ def choice_gap(objectives: Float[np.ndarray, " 3"]) -> float | None:
     candidate had the same objective (then the tie order decided, as the reference's does)."""
     low, second = np.sort(objectives)[:2]
     return float((second - low) / low) if second > low and low > 0 else None
-
-
-def differences(run, ref, size: float) -> list[str]:
-    """Where a circuit run and a reference trajectory part: a different candidate kept, or centroids farther
-    apart than :data:`CENTROID_TOLERANCE` of the data's ``size``; empty when they agree at every step."""
-    out = []
-    for t in range(1, len(run.centroids)):
-        error = float(np.abs(run.centroids[t] - ref.centroids[t]).max())
-        if run.choices[t - 1] != ref.choices[t - 1]:
-            out.append(f"step {t}: the circuit kept {run.choices[t - 1]!r}, the reference {ref.choices[t - 1]!r}")
-        elif error > CENTROID_TOLERANCE * size:
-            out.append(f"step {t}: centroids {error:.3g} from the reference's ({error / size:.3g} of the spread)")
-    return out
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ class VariantSpec:
     reference_factory: ReferenceFactory | None = field(default=None, repr=False)
     #: Assignment scores may go to the attention sink (``use_attention_sinks``) with this logit (unit-scaled).
     sink_logit: float | None = None
+    #: The exact construction itself, no alteration (:data:`LLOYD` only): its reference is Lloyd's, its problems
+    #: are encoded with Lloyd's scaling, and reports name it "Lloyd's algorithm" rather than a variant.
+    unaltered: bool = False
 
     @property
     def defaults(self) -> dict[str, float]:
@@ -207,5 +210,6 @@ LLOYD = VariantSpec(
     proof=ObligationSet.LLOYD,
     bounded=True,
     distance_head=True,
+    unaltered=True,
     reference_factory=lambda scale, tie_break_abs, problem: Reference(tie_break=tie_break_abs),
 )

@@ -374,6 +374,35 @@ def evaluate(poly: Poly, point: Mapping[str, Fraction]) -> Fraction:
     return total
 
 
+def _fold_constant_gates(terms: list[GatedTerm], constant: Fraction) -> tuple[Fraction, list[GatedTerm]]:
+    """Drop zero terms, fold constant gates (relu of a constant is a constant): the constant part, the other terms."""
+    total_const = Fraction(constant)
+    variable_terms = []
+    for t in terms:
+        if t.weight == 0 or (t.linear.is_constant() and t.linear.const == 0):
+            continue
+        if t.gate.is_constant():
+            g = max(t.gate.const, ZERO)
+            if t.linear.is_constant():
+                total_const += t.weight * g * t.linear.const
+            else:
+                variable_terms.append(GatedTerm(t.weight * g, Lin.of({}, ONE), t.linear, t.unit))
+        else:
+            variable_terms.append(t)
+    return total_const, variable_terms
+
+
+def _cell_value(terms: list[GatedTerm], cell) -> Poly:
+    """The sum of the terms active in ``cell`` (a sign for each hyperplane): the polynomial the MLP computes there."""
+    signs = {(tuple(sorted(h.coeffs.items())), h.const): s for h, s in cell}
+    value = Poly()
+    for t in terms:
+        h, orientation = (None, 0) if t.gate.is_constant() else t.gate.canonical()
+        if (t.gate.const > 0) if h is None else signs[(tuple(sorted(h.coeffs.items())), h.const)] * orientation > 0:
+            value = value + (t.gate.to_poly() * t.linear.to_poly()).scale(t.weight)
+    return value
+
+
 def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intended: Poly,
                              domain: Mapping[str, Sign], context: str = "") -> IdentityResult:
     """Prove ``sum(t.weight * relu(t.gate) * t.linear) + constant == intended`` for all points of ``domain``.
@@ -382,19 +411,7 @@ def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intende
     listed. Returns whether the identity holds, how many cells were examined, and, if it fails, a cell and the
     difference found there.
     """
-    terms = [t for t in terms if t.weight != 0 and not (t.linear.is_constant() and t.linear.const == 0)]
-    total_const = Fraction(constant)
-    variable_terms = []
-    for t in terms:
-        if t.gate.is_constant():
-            # relu of a constant is a constant: the term is linear.
-            g = max(t.gate.const, ZERO)
-            if t.linear.is_constant():
-                total_const += t.weight * g * t.linear.const
-            else:
-                variable_terms.append(GatedTerm(t.weight * g, Lin.of({}, ONE), t.linear, t.unit))
-        else:
-            variable_terms.append(t)
+    total_const, variable_terms = _fold_constant_gates(terms, constant)
     n_cells = 0
     remainder = intended.constant_term()
     for comp in _components(variable_terms, intended):
@@ -410,16 +427,7 @@ def prove_piecewise_identity(terms: list[GatedTerm], constant: Fraction, intende
         constants = set()
         for cell in cells:
             n_cells += 1
-            signs = {(tuple(sorted(h.coeffs.items())), h.const): s for h, s in cell}
-            value = Poly()
-            for t in comp_terms:
-                if t.gate.is_constant():
-                    active = t.gate.const > 0
-                else:
-                    h, orientation = t.gate.canonical()
-                    active = signs[(tuple(sorted(h.coeffs.items())), h.const)] * orientation > 0
-                if active:
-                    value = value + (t.gate.to_poly() * t.linear.to_poly()).scale(t.weight)
+            value = _cell_value(comp_terms, cell)
             diff = value - target
             if not diff.is_constant():
                 where = " and ".join(f"{h} {'>' if s > 0 else '<'} 0" for h, s in cell) or "everywhere"

@@ -38,7 +38,7 @@ minimisers of that sum would be split evenly and is outside the theorem), centro
 clusters keep their centroid."""
 
 BOUND_TEXT = """\
-**Finite sharpness.** The model runs softmax, not hardmax. `analysis/proof/bound.py` derives, from the margins of
+**Finite sharpness.** The model runs softmax, not hardmax. `analysis/proof/bound/` derives, from the margins of
 a concrete problem, a proven bound (real arithmetic, evaluated with outward rounding) on how far each layer's
 softmax is from hardmax (`sum |softmax - hardmax|` per query) and propagates it: assign layers bound
 `|Y - one-hot|` and certify the labels, update layers bound how far each centroid is from the hard trajectory,

@@ -6,11 +6,11 @@ A prover is a function of the built circuit returning a :class:`~analysis.proof.
 
 from __future__ import annotations
 
-from analysis.proof.lloyd_spec import lloyd_assign_spec, lloyd_update_spec
+from analysis.proof.obligations.lloyd import lloyd_assign_spec, lloyd_update_spec
 from analysis.proof.obligations import SpecOfLayer, circuit_obligations
 from analysis.proof.report import ProofReport
 from analysis.proof.theorem import lloyd_theorem
-from analysis.proof.variant_spec import damped_update_spec, trimmed_specs
+from analysis.proof.obligations.variants import damped_update_spec, trimmed_specs
 from circuits.blocks import ASSIGN
 
 

@@ -1,8 +1,16 @@
-"""Verification: is a circuit's run its reference algorithm's, layer by layer? Returns a report, never asserts.
+"""Verification: is a run its reference's? One report type per meaning of "verified"; each returns, never asserts.
 
-:func:`verify_problem` (:mod:`analysis.verify.procedure`) is the one procedure for Lloyd's circuit and every
-variant; :mod:`analysis.verify.checks` holds the comparisons (tie windows, one assignment against its reference,
-certificates); :mod:`analysis.verify.report` the report it returns.
+* **Lloyd's circuit and its variants**, layer by layer: :func:`verify_problem` (:mod:`analysis.verify.procedure`,
+  stages in :mod:`~analysis.verify.problem` and :mod:`~analysis.verify.steps`) returns a
+  :class:`VerificationReport` (:mod:`analysis.verify.report`): VERIFIED means every block's output is the
+  reference step on its decoded input and the run follows the reference trajectory (every label the reference's,
+  decided by the circuit's dtype; every centroid within the stated tolerance). :mod:`analysis.verify.checks` holds
+  its comparisons (tie windows, one assignment against its reference, certificates).
+* **The safeguarded-swap construction**, step by step: :func:`verify_swap` (:mod:`analysis.verify.swap`) returns a
+  :class:`SwapReport`: VERIFIED means the same candidate kept at every step and every centroid within
+  ``CENTROID_TOLERANCE`` of the data's spread of its numpy reference's.
+* **Export parity of a trained model** (the exported weights compute what the trained model computes): its own
+  report type, in its own module of this package.
 """
 
 from analysis.verify.checks import (
@@ -12,9 +20,10 @@ from analysis.verify.procedure import verify, verify_problem
 from analysis.verify.report import (
     Check, IterationRecord, Mismatch, MismatchKind, Tie, Tolerances, VerificationReport, tolerances, verdict_text,
 )
+from analysis.verify.swap import SwapReport, verify_swap
 
 __all__ = [
-    "Check", "IterationRecord", "MismatchKind", "Mismatch", "Tie", "Tolerances", "VerificationReport", "circuit_converged", "circuit_n_iter",
-    "distance_uncertainty", "make_reference", "reference_trace", "resolution_window", "tolerances", "verdict_text",
-    "verify", "verify_problem",
+    "Check", "IterationRecord", "MismatchKind", "Mismatch", "SwapReport", "Tie", "Tolerances", "VerificationReport",
+    "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reference_trace",
+    "resolution_window", "tolerances", "verdict_text", "verify", "verify_problem", "verify_swap",
 ]

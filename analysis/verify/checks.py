@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
 from circuits import reference
+from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
 from circuits.reference import Costs, assign_within
@@ -139,17 +141,40 @@ def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
     return make_reference(cap, b).run(enc.X[b], enc.C0[b], cap.circuit.iterations)
 
 
-def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, iteration: int, rounding: float,
-                bias_scale: float, check: str, expected: np.ndarray | None = None, E: np.ndarray | None = None,
-                tie_break_abs: float = 0.0, E_circuit: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
+@dataclass(frozen=True)
+class At:
+    """Where an assignment is checked: its layer, its iteration, and which comparison (step-wise or trajectory)."""
+
+    layer: int
+    iteration: int
+    check: Check
+
+
+@dataclass(frozen=True)
+class TieRule:
+    """How close two costs must be to tie (see :func:`check_costs`): a per-entry uncertainty ``E`` (distance costs)
+    with the circuit's tie-break ``tie_break_abs`` and own rounding ``E_circuit`` for naming causes; or, without
+    ``E`` (cosine costs), the tie-break the circuit applies scaled by ``bias_scale``, plus ``rounding``."""
+
+    rounding: float
+    bias_scale: float = 1.0
+    E: np.ndarray | None = None
+    tie_break_abs: float = 0.0
+    E_circuit: np.ndarray | None = None
+
+
+def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule: TieRule,
+                expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
     """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
 
-    With a per-entry uncertainty ``E`` (distance costs) two columns tie for a point when their costs differ by at
-    most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break ``tie_break_abs * |j1 - j2|``
-    is marked ``"tie-break"`` in ``Mismatch.cause``, one within the circuit's own rounding ``E_circuit`` (centroid
-    columns) ``"resolution"``. Without ``E`` (cosine costs) the window is
-    ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
+    With a per-entry uncertainty ``rule.E`` (distance costs) two columns tie for a point when their costs differ
+    by at most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break
+    ``rule.tie_break_abs * |j1 - j2|`` is marked ``"tie-break"`` in ``Mismatch.cause``, one within the circuit's
+    own rounding ``rule.E_circuit`` (centroid columns) ``"resolution"``. Without ``E`` (cosine costs) the window
+    is ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
     """
+    E, E_circuit, tie_break_abs = rule.E, rule.E_circuit, rule.tie_break_abs
+    layer, iteration, check = at.layer, at.iteration, at.check
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
     if expected is None:
@@ -159,7 +184,7 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, layer: int, i
         exp_col = np.array([col_of[int(e)] for e in expected])
     rows = np.arange(len(V))
     if E is None:
-        window = bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rounding
+        window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
     else:
         window = E + E[rows, exp_col][:, None]
     within = np.abs(V - V[rows, exp_col][:, None]) <= window
@@ -285,7 +310,7 @@ def assign_certificate(att, spec, b: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def max_stiffness(circ) -> float:
-    betas = [blk.notes.get("beta", 0.0) for blk in circ.blocks if blk.kind == "assign"]
+    betas = [blk.notes.get("beta", 0.0) for blk in circ.blocks if blk.kind == ASSIGN]
     return max(betas) if betas else 0.0
 
 

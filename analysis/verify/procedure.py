@@ -44,16 +44,14 @@ import torch
 
 from analysis.capture import Capture, capture
 from analysis.verify.checks import (
-    FLOOR_FACTOR, assign_certificate, by_distance, check_costs, circuit_converged, circuit_n_iter, make_reference,
-    max_stiffness, noise_floor, resolution_window, cause_failures, circuit_window, trajectory_verdict,
-    circuit_input_window, resolution_failures, unresolved_decisions, update_weight_error, widest_tie_window,
+    FLOOR_FACTOR, At, assign_certificate, cause_failures, circuit_converged, circuit_n_iter, noise_floor,
+    trajectory_verdict,
 )
-from analysis.verify.report import (
-    Check, IterationRecord, Mismatch, MismatchKind, Tie, Unresolved, VerificationReport, tolerances,
-)
+from analysis.verify.problem import Findings, Problem
+from analysis.verify.report import Check, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances
+from analysis.verify.steps import check_blocks
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import one_hot, sq_distances
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
@@ -75,12 +73,8 @@ def verify(circuit: KMeansCircuit, encoded: EncodedBatch) -> list[VerificationRe
     return [verify_problem(cap, b) for b in range(encoded.batch)]
 
 
-def _is_lloyd(circ: KMeansCircuit) -> bool:
-    return circ.spec.name == "lloyd"
-
-
 def _reference_text(circ: KMeansCircuit, ref) -> str:
-    if _is_lloyd(circ):
+    if circ.spec.unaltered:
         return "Lloyd's k-means (circuits.reference.lloyd)"
     return f"{type(ref).__name__} ({type(ref).__module__}): {circ.spec.algorithm}"
 
@@ -102,234 +96,140 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
 
 
 def _verify(cap: Capture, b: int) -> VerificationReport:
-    circ, enc = cap.circuit, cap.encoded
-    spec = circ.spec
-    X, C0 = enc.X[b], enc.C0[b]
-    T, d, n = circ.iterations, circ.layout.d, enc.n
-    s = float(enc.scaling.scale[b])
-    max_abs = float(np.abs(np.concatenate([X, C0])).max())
-    tol = tolerances(circ.dtype, d, s, max_abs)
-    eps = tol.eps
-    tie_break_abs = circ.sharpness.tie_break * s**2
-    ref = make_reference(cap, b)
-    trace = ref.run(X, C0, T)
-    hard = ref.hard
-    distance = hard and by_distance(circ)
-    if distance:
-        tol.tie_window = widest_tie_window(trace, X, resolution_window(circ, enc, b))
-        tol.tie_break = tie_break_abs
-    beta = max_stiffness(circ)
-    tol_R = 32 * (d + 2) * eps * (1 + 4 * beta)
-    member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])
-    tol_W = 1e3 * eps + 16 * (d + 3) * eps * member * math.sqrt(n)
-    seq = enc.sequence
+    """The stages in order: capture (:meth:`Problem.of`), per-block checks (:func:`check_blocks`), trajectory,
+    certificate; then the report."""
     from analysis.proof.bound import bound_for_capture
 
+    p = Problem.of(cap, b)
     # The proven finite-sharpness bound exists for Lloyd's, damped and trimmed circuits (None for the others).
     proven = bound_for_capture(cap, b)
     sharpness_bound = proven[0] if proven is not None else None
+    found = Findings(notes=_variant_notes(p))
+    check_blocks(p, found)
+    records, diverged, floor = _trajectory(p, found, sharpness_bound)
+    _trajectory_notes(p, found, diverged, floor)
+    hard_attention, (final_margin, final_leak) = _certificate(p, found)
+    final_labels = cap.assignments(p.T)[b]
+    return VerificationReport(
+        variant=p.circ.variant, dtype=p.dtype_name, n=p.enc.n, d=p.enc.d, k=p.enc.k, iterations=p.T,
+        verified=not found.failures, exact=p.circ.dtype == torch.float64, hard_attention=hard_attention,
+        per_iteration=records,
+        final_label_agreement=float(np.mean(final_labels == p.trace.assignments[p.T])),
+        final_min_margin=float(final_margin.min()), final_leak_bound=float(final_leak.max()),
+        mismatches=found.mismatches, ties=found.ties, tolerances=p.tol, scale=p.scale,
+        n_iter=circuit_n_iter(cap, b), converged=circuit_converged(cap, b), diverged_after_tie=diverged,
+        failures=found.failures, notes=found.notes, variant_params=p.circ.params,
+        reference=_reference_text(p.circ, p.ref), sharpness_bound=sharpness_bound, unresolved=found.unresolved,
+    )
 
-    mismatches: list[Mismatch] = []
-    ties: list[Tie] = []
-    failures: list[str] = []
-    notes: list[str] = []
-    if not _is_lloyd(circ):
-        params = ", ".join(f"{key}={value:g}" for key, value in circ.params.items())
-        notes += [f"variant {spec.name}" + (f" ({params})" if params else "") + f": {spec.algorithm}",
-                  f"alteration: {spec.alteration}"]
-    if hard:
-        notes += circ.sharpness.warnings(seq.n_tokens)
 
-    def bias_scale(state) -> float:
-        # Spherical: the circuit's tie-break is tau j / |c_j| in cosine, |c_j| the stored (unnormalised) length.
-        if spec.normalise_centroids:
-            norms = np.linalg.norm(state.unit_centroids[b], axis=-1)
-            return float(1.0 / norms.min()) if norms.min() > 0 else math.inf
-        return 1.0
+def _variant_notes(p: Problem) -> list[str]:
+    notes = []
+    if not p.spec.unaltered:
+        params = ", ".join(f"{key}={value:g}" for key, value in p.circ.params.items())
+        notes += [f"variant {p.spec.name}" + (f" ({params})" if params else "") + f": {p.spec.algorithm}",
+                  f"alteration: {p.spec.alteration}"]
+    if p.hard:
+        notes += p.circ.sharpness.warnings(p.enc.sequence.n_tokens)
+    return notes
 
-    own_rounding = circuit_window(circ, enc, b) if distance else None
-    # float64's knobs are derived so that its tie-break exceeds its rounding (circuits/sharpness.py); a coarser
-    # dtype's cannot be (float32's tie-break is capped), so each of its decisions is checked for resolution.
-    check_resolution = distance and circ.dtype != torch.float64
-    unresolved: list[Unresolved] = []
 
-    coarse = circuit_input_window(circ, enc, b) if distance else None
-
-    def check_hard(C, got, margins, layer, t, state, kind, expected=None):
-        cost = ref.costs(X, C, t)
-        E = ref.cost_uncertainty(cost, C)
-        if kind == Check.STEP and coarse is not None and E is not None:
-            # A block's decoded input carries the circuit dtype's rounding of the true centroids (float32's), so
-            # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
-            E = E.copy()
-            E[:, : C.shape[0]] += coarse(C)
-        return check_costs(cost, got, margins, layer, t, tol.tie_window, bias_scale(state), kind, expected,
-                           E=E, tie_break_abs=tie_break_abs,
-                           E_circuit=own_rounding(C) if own_rounding is not None else None)
-
-    # -- step-wise --------------------------------------------------------------------------------------------
-    step_c_err: dict[int, float] = {}
-    step_w_err: dict[int, float] = {}
-    step_counts: dict[int, tuple[int, int, float]] = {}
-    for lc in cap.layers:
-        if lc.kind == "assign":
-            t = circ.assignment_layers.index(lc.layer)
-            C_in, Y = lc.pre.centroids[b], lc.post.assignments[b]
-            margins, _ = assign_certificate(lc.attention, spec, b)
-            if hard:
-                found, tied = check_hard(C_in, lc.post.labels[b], margins, lc.layer, t, lc.pre, Check.STEP)
-                mismatches.extend(found)
-                ties.extend(tied)
-                a_err = float(np.abs(Y - one_hot(lc.post.labels[b], Y.shape[1])).max())
-                step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in found), len(tied), a_err)
-                if check_resolution:
-                    unresolved.extend(unresolved_decisions(sq_distances(X, C_in), lc.post.labels[b], tie_break_abs,
-                                                           own_rounding(C_in), lc.layer, t))
-            else:
-                R_ref = ref.assign(X, C_in, t)
-                a_err = float(np.abs(Y - R_ref).max())
-                # The hard label is only a readout (argmax) of the responsibilities, which are what is checked; where
-                # the largest ones are equal within tol_R the readout may go either way: a tie, reported as such.
-                within = R_ref >= R_ref.max(axis=1, keepdims=True) - 2 * tol_R
-                got_labels = lc.post.labels[b]
-                tied = [Tie(int(i), lc.layer, t, [int(j) for j in np.flatnonzero(within[i])], int(got_labels[i]),
-                            float(margins[i])) for i in np.flatnonzero(within.sum(axis=1) > 1)]
-                ties.extend(tied)
-                step_counts[t] = (0, len(tied), a_err)
-                if a_err > tol_R:
-                    failures.append(f"layer {lc.layer} (assign {t}): responsibilities off the reference step by"
-                                    f" {a_err:.3g} > {tol_R:.3g}")
-        elif lc.kind == "update":
-            u = circ.centroid_layers.index(lc.layer)
-            if u == 0:
-                # The first update commits the initial centroids from C_stage.
-                expected_c = C0
-                W = np.zeros((C0.shape[0], n + 1))
-                W[:, -1] = 1.0
-            else:
-                R_in, C_in = lc.pre.assignments[b], lc.pre.centroids[b]
-                expected_c = ref.update(X, R_in, C_in, u)
-                W = ref.update_weights(X, R_in, C_in, u)
-            err = float(np.abs(lc.post.centroids[b] - expected_c).max())
-            step_c_err[u] = err
-            if err > tol.centroid:
-                failures.append(f"layer {lc.layer} (update {u}): centroid off its reference step by {err:.3g} > {tol.centroid:.3g}")
-            if spec.swapped_update_normalisation:
-                w_err = update_weight_error(lc.attention, W, seq, b)
-                step_w_err[u] = w_err
-                if w_err > tol_W:
-                    failures.append(f"layer {lc.layer} (update {u}): attention pattern off the reference weights by"
-                                    f" {w_err:.3g} > {tol_W:.3g}")
-            unit_c = lc.post.unit_centroids[b]
-            n_err = float(np.abs(lc.post.unit_sq_norms[b] - (unit_c**2).sum(-1)).max())
-            if n_err > tol.sq_norm * max(1.0, float((unit_c**2).sum(-1).max())):
-                failures.append(f"layer {lc.layer}: N differs from |c|^2 by {n_err:.3g} (unit-scaled) > {tol.sq_norm:.3g}")
-    n_step_errors = sum(m.kind == MismatchKind.ERROR for m in mismatches)
-    if n_step_errors:
-        failures.append(f"{n_step_errors} assignment(s) differ from the reference's beyond the tie window")
-    failures.extend(resolution_failures(unresolved, str(circ.dtype).replace("torch.", "")))
-
-    # -- trajectory -------------------------------------------------------------------------------------------
-    floor = None if hard else noise_floor(spec, enc, b, T, trace)
+def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecord], int | None, np.ndarray | None]:
+    """The circuit's iterates against the reference run from the same initial centroids: the iteration records,
+    the iteration whose tie sent the run another way (``None``: none did), and a soft run's noise floor."""
+    cap, b, T, circ = p.cap, p.b, p.T, p.circ
+    floor = None if p.hard else noise_floor(p.spec, p.enc, b, T, p.trace)
     diverged: int | None = None
     records = []
-    R_circ = [cap.layers[layer].post.assignments[b] for layer in circ.assignment_layers]
     for t in range(T + 1):
-        att = cap.assign_attention(t)
-        margins, leaks = assign_certificate(att, spec, b)
+        certificate = assign_certificate(cap.assign_attention(t), p.spec, b)
         labels_t = cap.assignments(t)[b]
-        if hard:
-            traj, _ = check_hard(trace.centroids[t], labels_t, margins, circ.assignment_layers[t], t,
-                                 cap.layers[circ.assignment_layers[t]].pre, Check.TRAJECTORY, trace.assignments[t])
+        if p.hard:
+            layer = circ.assignment_layers[t]
+            traj, _ = p.check_hard(p.trace.centroids[t], labels_t, certificate[0], At(layer, t, Check.TRAJECTORY),
+                                   cap.layers[layer].pre, p.trace.assignments[t])
             if diverged is None:
-                mismatches.extend(traj)
+                found.mismatches.extend(traj)
                 if any(m.kind == MismatchKind.TIE for m in traj):
                     diverged = t
         if t == T:
             break
-        C_next = cap.centroids(t + 1)[b]
-        c_err = float(np.abs(C_next - trace.centroids[t + 1]).max())
-        limit = tol.centroid if hard else max(tol.centroid, FLOOR_FACTOR * float(floor[: t + 2].max()))
+        c_err = float(np.abs(cap.centroids(t + 1)[b] - p.trace.centroids[t + 1]).max())
+        limit = p.tol.centroid if p.hard else max(p.tol.centroid, FLOOR_FACTOR * float(floor[: t + 2].max()))
         if diverged is None and c_err > limit:
-            failures.append(f"iteration {t + 1}: centroids differ from the reference by {c_err:.3g} > {limit:.3g}")
-        upd = cap.layers[circ.centroid_layers[t + 1]].attention
-        errors_t, ties_t, a_err = step_counts[t]
-        records.append(IterationRecord(
-            iteration=t + 1,
-            label_agreement=float(np.mean(labels_t == trace.assignments[t])),
-            max_centroid_error=c_err,
-            objective_circuit=ref.objective(X, C_next, R_circ[t + 1]),
-            objective_reference=float(trace.objectives[t + 1]),
-            min_margin=float(margins.min()),
-            leak_bound=float(leaks.max()),
-            update_min_margin=float(upd.margin[b].min()),
-            update_leak_bound=float(upd.leak_bound[b].max()),
-            step_centroid_error=step_c_err[t + 1],
-            step_label_errors=errors_t,
-            ties=ties_t,
-            max_assignment_error=0.0 if hard else float(np.abs(R_circ[t] - trace.responsibilities[t]).max()),
-            step_assignment_error=a_err,
-            update_weight_error=step_w_err.get(t + 1, 0.0),
-            outliers=int((labels_t < 0).sum()),
-            proven_bound=sharpness_bound.iteration_bound(t + 1) if sharpness_bound is not None else None,
-        ))
-    trajectory_verdict(diverged, mismatches, failures, notes, ties_fail=hard)
+            found.failures.append(f"iteration {t + 1}: centroids differ from the reference by {c_err:.3g}"
+                                  f" > {limit:.3g}")
+        records.append(_iteration_record(p, found, t, labels_t, certificate, c_err, bound))
+    return records, diverged, floor
+
+
+def _iteration_record(p: Problem, found: Findings, t: int, labels_t: np.ndarray, certificate, c_err: float,
+                      bound) -> IterationRecord:
+    cap, b, circ = p.cap, p.b, p.circ
+    margins, leaks = certificate
+    R_t, R_next = (cap.layers[circ.assignment_layers[i]].post.assignments[b] for i in (t, t + 1))
+    upd = cap.layers[circ.centroid_layers[t + 1]].attention
+    errors_t, ties_t, a_err = found.step_counts[t]
+    return IterationRecord(
+        iteration=t + 1,
+        label_agreement=float(np.mean(labels_t == p.trace.assignments[t])),
+        max_centroid_error=c_err,
+        objective_circuit=p.ref.objective(p.X, cap.centroids(t + 1)[b], R_next),
+        objective_reference=float(p.trace.objectives[t + 1]),
+        min_margin=float(margins.min()),
+        leak_bound=float(leaks.max()),
+        update_min_margin=float(upd.margin[b].min()),
+        update_leak_bound=float(upd.leak_bound[b].max()),
+        step_centroid_error=found.step_centroid_error[t + 1],
+        step_label_errors=errors_t,
+        ties=ties_t,
+        max_assignment_error=0.0 if p.hard else float(np.abs(R_t - p.trace.responsibilities[t]).max()),
+        step_assignment_error=a_err,
+        update_weight_error=found.step_weight_error.get(t + 1, 0.0),
+        outliers=int((labels_t < 0).sum()),
+        proven_bound=bound.iteration_bound(t + 1) if bound is not None else None,
+    )
+
+
+def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:
+    """The trajectory's verdict, the causes of the errors found, and notes on ties, outliers and softness."""
+    trajectory_verdict(diverged, found.mismatches, found.failures, found.notes, ties_fail=p.hard)
     # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
     # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
-    failures.extend(cause_failures(mismatches, tie_break_abs, s))
+    found.failures.extend(cause_failures(found.mismatches, p.tie_break_abs, p.scale))
     # Ties are the reference's, float64's whatever the circuit's dtype (checks.resolution_window).
-    notes.extend(_tie_notes(ties, hard, tol.tie_window, tol_R, "float64"))
-    final_labels = cap.assignments(T)[b]
-    if spec.sink_logit is not None:
-        outliers = np.flatnonzero(final_labels < 0)
+    found.notes.extend(_tie_notes(found.ties, p.hard, p.tol.tie_window, p.tol_R, "float64"))
+    if p.spec.sink_logit is not None:
+        outliers = np.flatnonzero(p.cap.assignments(p.T)[p.b] < 0)
         shown = ", ".join(map(str, outliers[:20])) + (" ..." if len(outliers) > 20 else "")
-        notes.append(f"{len(outliers)} outlier(s) at the final assignment (label -1)" + (f": points {shown}" if len(outliers) else ""))
-    if not hard:
-        notes.append(f"soft by design: responsibilities checked to {tol_R:.2g} (float64 at stiffness {beta:g});"
-                     f" trajectory within {FLOOR_FACTOR:g}x the reference's own float64 noise floor"
-                     f" ({float(floor.max()):.2g})")
+        found.notes.append(f"{len(outliers)} outlier(s) at the final assignment (label -1)"
+                           + (f": points {shown}" if len(outliers) else ""))
+    if not p.hard:
+        found.notes.append(f"soft by design: responsibilities checked to {p.tol_R:.2g} (float64 at stiffness"
+                           f" {p.beta:g}); trajectory within {FLOOR_FACTOR:g}x the reference's own float64 noise"
+                           f" floor ({float(floor.max()):.2g})")
 
+
+def _certificate(p: Problem, found: Findings) -> tuple[bool, tuple[np.ndarray, np.ndarray]]:
+    """Whether every attention pattern was exactly hard, and the final assignment's certificate (margins, leak
+    bounds); notes where attention was not hard and where the dtype makes the run an approximation."""
+    cap, b, spec, T = p.cap, p.b, p.spec, p.T
     all_assign = [assign_certificate(cap.assign_attention(t), spec, b) for t in range(T + 1)]
-    all_update = [] if spec.swapped_update_normalisation else [cap.layers[layer].attention for layer in circ.centroid_layers]
-    hard_attention = hard and all(float(leak.max()) == 0.0 for _, leak in all_assign) and all(
+    all_update = [] if spec.swapped_update_normalisation else [cap.layers[layer].attention
+                                                                for layer in p.circ.centroid_layers]
+    hard_attention = p.hard and all(float(leak.max()) == 0.0 for _, leak in all_assign) and all(
         float(a.leak_bound[b].max()) == 0.0 for a in all_update)
-    if hard and not hard_attention:
+    if p.hard and not hard_attention:
         worst = min(float(m.min()) for m, _ in all_assign)
-        notes.append(f"some attention is not exactly hard (smallest assignment margin {worst:.3g}; margins above"
-                     f" {FLOAT64_UNDERFLOW:.0f} give exactly one-hot patterns in float64)")
-    exact = circ.dtype == torch.float64
-    if not exact:
-        what = "Lloyd's algorithm" if _is_lloyd(circ) else spec.name
-        dtype_name = str(circ.dtype).replace("torch.", "")
-        notes.append(f"{dtype_name} cannot hold beta * score exactly: this run is an approximation of {what}, held"
-                     f" to its float64 reference" + (f"; every assignment was checked against {dtype_name}'s"
-                                                      " resolution window" if check_resolution else ""))
-    final_margin, final_leak = all_assign[T]
-    return VerificationReport(
-        variant=circ.variant,
-        dtype=str(circ.dtype).replace("torch.", ""),
-        n=enc.n, d=enc.d, k=enc.k, iterations=T,
-        verified=not failures,
-        exact=exact,
-        hard_attention=hard_attention,
-        per_iteration=records,
-        final_label_agreement=float(np.mean(final_labels == trace.assignments[T])),
-        final_min_margin=float(final_margin.min()),
-        final_leak_bound=float(final_leak.max()),
-        mismatches=mismatches,
-        ties=ties,
-        tolerances=tol,
-        scale=s,
-        n_iter=circuit_n_iter(cap, b),
-        converged=circuit_converged(cap, b),
-        diverged_after_tie=diverged,
-        failures=failures,
-        notes=notes,
-        variant_params=circ.params,
-        reference=_reference_text(circ, ref),
-        sharpness_bound=sharpness_bound,
-        unresolved=unresolved,
-    )
+        found.notes.append(f"some attention is not exactly hard (smallest assignment margin {worst:.3g}; margins"
+                           f" above {FLOAT64_UNDERFLOW:.0f} give exactly one-hot patterns in float64)")
+    if p.circ.dtype != torch.float64:
+        what = "Lloyd's algorithm" if spec.unaltered else spec.name
+        found.notes.append(f"{p.dtype_name} cannot hold beta * score exactly: this run is an approximation of {what},"
+                           f" held to its float64 reference" + (f"; every assignment was checked against"
+                                                                f" {p.dtype_name}'s resolution window"
+                                                                if p.check_resolution else ""))
+    return hard_attention, all_assign[T]
 
 
 def _tie_notes(ties: list[Tie], hard: bool, window: float, tol_R: float, dtype: str = "float64") -> list[str]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.proof.examples import run_examples
-from analysis.proof.exact_lloyd import exact_lloyd
+from analysis.proof.theorem.examples import run_examples
+from analysis.proof.theorem.exact_lloyd import exact_lloyd
 from analysis.proof.explain import SECTION_D, SECTION_K, exactness_section
-from analysis.proof.hard_forward import hard_forward
+from analysis.proof.theorem.hard_forward import hard_forward
 from analysis.proof.obligation import Status
 from analysis.proof.prover import prove_circuit
 from circuits import reference

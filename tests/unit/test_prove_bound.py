@@ -206,7 +206,7 @@ def test_damped_bound_with_lloyds_propagation_is_caught(monkeypatch):
     """Damping carries a fraction |1 - eta| of each centroid's error into the next iteration. Lloyd's propagation
     (the new error is the head's alone) is too small for damped: once the assignments are hard again the head adds
     nothing, but half of the earlier error is still there; the layer-by-layer check finds it."""
-    import analysis.proof.bound as bound
+    import analysis.proof.bound.sharpness as bound
 
     X = DATASETS["blobs"]
     result = run_variant("damped", {"eta": 0.5}, X, initial_centroids(X, 5, "random", 0), 3, 1e6, 4000.0)

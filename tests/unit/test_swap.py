@@ -103,6 +103,30 @@ def test_transformer_equals_the_hand_computed_cases():
     assert circuit(1, 2).run(*LLOYD_WINS).choices[0] == "lloyd"
 
 
+def test_swap_report_holds_a_run_to_its_reference_and_names_what_parts():
+    """SwapReport's contract (analysis.verify.swap): the same candidate kept at every step and centroids within
+    CENTROID_TOLERANCE of the data's spread; a run that keeps another candidate, or whose centroids move further,
+    is not verified, and the step is named."""
+    from dataclasses import replace
+
+    from analysis.verify.swap import CENTROID_TOLERANCE, spread, verify_swap
+
+    X, C0 = SWAP_WINS
+    run = circuit(1, 2).run(X, C0)
+    report = verify_swap(run, X, C0, MARGIN, 0.0)
+    assert report.verified and report.problems == [] and report.spread == spread(X) == 5.5
+    ref = report.reference
+    assert ref.choices == run.choices[: len(ref.choices)]
+    # Centroids off by twice the tolerance at step 2 (and within it at step 1): not verified, step 2 named.
+    shifted = [np.array(c, copy=True) for c in ref.centroids]
+    shifted[1] += 0.5 * CENTROID_TOLERANCE * 5.5
+    shifted[2] += 2 * CENTROID_TOLERANCE * 5.5
+    moved = verify_swap(replace(ref, centroids=np.stack(shifted)), X, C0, MARGIN, 0.0)
+    assert not moved.verified and len(moved.problems) == 1 and moved.problems[0].startswith("step 2: centroids")
+    other = verify_swap(replace(ref, choices=["lloyd"] + list(ref.choices[1:])), X, C0, MARGIN, 0.0)
+    assert not other.verified and other.problems[0] == "step 1: the circuit kept 'lloyd', the reference 'swap'"
+
+
 # Batches of the held-out general stream (n = 20, shapes drawn with d <= 4, k <= 4); random index 6 reaches a
 # step where Lloyd's reference chain wins.
 GENERAL = [("random", 6), ("random", 10), ("random", 17), ("k-means++", 0), ("k-means++", 3)]

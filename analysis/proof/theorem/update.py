@@ -9,9 +9,9 @@ the MLP moves ``C`` to the staged centroid (or a fraction ``eta`` of the way) wi
 from __future__ import annotations
 
 from analysis.proof.exact import HeadParams, ov_form, qk_form
-from analysis.proof.specs import BlockSpec, labels
-from analysis.proof.symbolic import apply_delta, check_eq, rational, score, subspace_state, value_out
-from analysis.proof.theorem_steps import TheoremContext
+from analysis.proof.obligations.specs import BlockSpec, labels
+from analysis.proof.theorem.symbolic import apply_delta, check_eq, rational, score, subspace_state, value_out
+from analysis.proof.theorem.steps import TheoremContext
 
 SCORE_USES = ("update.QK.membership", "update.QK.self", "update.QK.sink", "update.QK.zero_elsewhere")
 

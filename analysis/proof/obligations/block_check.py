@@ -1,4 +1,5 @@
-"""Checking one layer's exact weights against a :class:`~analysis.proof.specs.BlockSpec`, and the unembedding.
+"""Checking one layer's exact weights against a :class:`~analysis.proof.obligations.specs.BlockSpec`, and the
+unembedding.
 
 * **QK / OV / unembedding** obligations are statements about exact rational matrices (:mod:`analysis.proof.exact`):
   named blocks equal the intended entries and every other entry, the augmented bias row and column included, is
@@ -6,25 +7,26 @@
   (``beta * mask``, ``tie_break * j``) may differ from the exact product by that one rounding,
   ``|w - v| <= 2^-53 |v|``; all others must be equal.
 * **MLP** obligations are functional: for each token type and every residual in the valid domain
-  (:mod:`analysis.proof.domain`), the MLP's change to each coordinate equals the intended polynomial, proven region
-  by region (:func:`analysis.proof.algebra.prove_piecewise_identity`); a structural ``support`` obligation adds that
-  live units read and write only the intended subspaces and that there are no biases.
+  (:mod:`analysis.proof.obligations.domain`), the MLP's change to each coordinate equals the intended polynomial,
+  proven region by region (:func:`analysis.proof.algebra.prove_piecewise_identity`); a structural ``support``
+  obligation adds that live units read and write only the intended subspaces and that there are no biases.
 
 Every check returns the problems it found (empty: the statement holds), named by obligation.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
 from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
 
 from analysis.proof.algebra import GatedTerm, Poly, exact, prove_piecewise_identity
-from analysis.proof.domain import token_flags, token_forms, valid_domain
+from analysis.proof.obligations.domain import token_flags, token_forms, valid_domain
 from analysis.proof.exact import (
     BIAS, HeadParams, LayerParams, ModelParams, Sparse, Unit, affine, coordinate_label, mlp_units, ov_form, qk_form,
     unembed_form,
 )
-from analysis.proof.specs import UNIT_ROUNDOFF, BlockSpec, Entry, FormSpec, MLPSpec, SinkSpec, label
+from analysis.proof.obligations.specs import UNIT_ROUNDOFF, BlockSpec, Entry, FormSpec, MLPSpec, SinkSpec, label
 from circuits.layout import ResidualLayout
 
 #: Problems per obligation name.
@@ -37,10 +39,19 @@ UNEMBED_STATEMENT = ("The unembedding reads exactly the assignment: W_U maps Y[j
                      " b_U are 0, so the logits at a point are its assignment.")
 
 
-def _index(layout: ResidualLayout) -> dict[str, int]:
+@dataclass(frozen=True)
+class Axis:
+    """One side of a form's matrix: the index of each coordinate label, and the label of each index."""
+
+    index: dict[str, int]
+    label: Callable[[int], str]
+
+
+def _residual_axis(layout: ResidualLayout) -> Axis:
+    """The residual stream's coordinates, and the augmented bias row or column (:data:`BIAS`) after them."""
     idx = {name: i for i, name in enumerate(layout.labels)}
     idx[BIAS] = layout.d_model
-    return idx
+    return Axis(idx, lambda i: coordinate_label(layout, i))
 
 
 def show(v: Fraction) -> str:
@@ -52,8 +63,7 @@ def _entry_holds(got: Fraction, e: Entry) -> bool:
     return got == e.value or (e.rounded and abs(got - e.value) <= UNIT_ROUNDOFF * abs(e.value))
 
 
-def check_form(actual: Sparse, specs: tuple[FormSpec, ...], row_index: dict[str, int], col_index: dict[str, int],
-               row_label: Callable[[int], str], col_label: Callable[[int], str], matrix: str,
+def check_form(actual: Sparse, specs: tuple[FormSpec, ...], rows: Axis, cols: Axis, matrix: str,
                extra_zero: dict[str, Fraction] | None = None) -> tuple[Problems, list[str]]:
     """Problems per named spec, and problems of the ``zero elsewhere`` obligation."""
     problems: Problems = {}
@@ -61,7 +71,7 @@ def check_form(actual: Sparse, specs: tuple[FormSpec, ...], row_index: dict[str,
     for spec in specs:
         found = []
         for e in spec.entries:
-            key = (row_index[e.row], col_index[e.col])
+            key = (rows.index[e.row], cols.index[e.col])
             covered.add(key)
             got = actual.get(key, Fraction(0))
             if not _entry_holds(got, e):
@@ -69,7 +79,7 @@ def check_form(actual: Sparse, specs: tuple[FormSpec, ...], row_index: dict[str,
                 found.append(f"{matrix}[{e.row}, {e.col}] = {show(got)}, intended {e.formula}{value}")
         problems[spec.name] = found
     zero = [
-        f"{matrix}[{row_label(i)}, {col_label(j)}] = {show(v)}, intended 0"
+        f"{matrix}[{rows.label(i)}, {cols.label(j)}] = {show(v)}, intended 0"
         for (i, j), v in sorted(actual.items()) if (i, j) not in covered
     ]
     zero += [f"{name} = {show(v)}, intended 0" for name, v in (extra_zero or {}).items() if v != 0]
@@ -146,14 +156,13 @@ def check_sink(head: HeadParams, sink: SinkSpec) -> list[str]:
 
 def check_block(layout: ResidualLayout, params: LayerParams, spec: BlockSpec) -> dict[str, tuple[str, list[str]]]:
     """``{obligation name: (method, problems)}`` for one layer."""
-    idx = _index(layout)
-    name_of = lambda i: coordinate_label(layout, i)  # noqa: E731
+    residual = _residual_axis(layout)
     out: dict[str, tuple[str, list[str]]] = {}
-    named, zero = check_form(qk_form(params.head), spec.qk, idx, idx, name_of, name_of, "W_QK")
+    named, zero = check_form(qk_form(params.head), spec.qk, residual, residual, "W_QK")
     out |= {name: (EXACT_METHOD, problems) for name, problems in named.items()}
     out[f"{spec.kind}.QK.zero_elsewhere"] = (EXACT_METHOD, zero)
     ov, b_O = ov_form(params.head)
-    named, zero = check_form(ov, spec.ov, idx, idx, name_of, name_of, "W_OV",
+    named, zero = check_form(ov, spec.ov, residual, residual, "W_OV",
                              extra_zero={f"b_O[{layout.labels[i]}]": v for i, v in b_O.items()})
     out |= {name: (EXACT_METHOD, problems) for name, problems in named.items()}
     out[f"{spec.kind}.OV.zero_elsewhere"] = (EXACT_METHOD, zero)
@@ -168,13 +177,11 @@ def check_block(layout: ResidualLayout, params: LayerParams, spec: BlockSpec) ->
 
 def check_unembed(layout: ResidualLayout, params: ModelParams) -> list[str]:
     """Problems of ``unembed.reads_y``: ``W_U`` is the identity from ``Y`` to the logits, ``b_U = 0``."""
-    idx = _index(layout)
-    cols = {f"logit[{j}]": j for j in range(params.W_U.shape[1])}
+    cols = Axis({f"logit[{j}]": j for j in range(params.W_U.shape[1])}, lambda j: f"logit[{j}]")
     spec = FormSpec("unembed.reads_y", "", tuple(Entry(label(layout, "Y", i), f"logit[{j}]", Fraction(int(i == j)),
                                                        "1" if i == j else "0")
                                                  for i in range(layout.k) for j in range(layout.k)))
     if params.W_U.shape[1] != layout.k:
         return [f"W_U has {params.W_U.shape[1]} logits, intended k = {layout.k}"]
-    named, zero = check_form(unembed_form(params.W_U, params.b_U), (spec,), idx, cols,
-                             lambda i: coordinate_label(layout, i), lambda j: f"logit[{j}]", "W_U")
+    named, zero = check_form(unembed_form(params.W_U, params.b_U), (spec,), _residual_axis(layout), cols, "W_U")
     return named["unembed.reads_y"] + [z.replace(f"W_U[{BIAS},", "b_U[") for z in zero]

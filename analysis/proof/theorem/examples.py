@@ -2,8 +2,8 @@
 
 Small random problems on a dyadic grid inside the unit ball (exact in float64, many exact ties, which exercise the
 tie rule) are encoded by the circuit's own encoder (:func:`circuits.encoding.encode`, with the identity scaling:
-the grid is already in unit coordinates), run through :func:`~analysis.proof.hard_forward.hard_forward`, and
-compared at every layer with :func:`~analysis.proof.exact_lloyd.exact_lloyd`. Evidence (``CHECKED``), not proof.
+the grid is already in unit coordinates), run through :func:`~analysis.proof.theorem.hard_forward.hard_forward`, and
+compared at every layer with :func:`~analysis.proof.theorem.exact_lloyd.exact_lloyd`. Evidence (``CHECKED``), not proof.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from fractions import Fraction
 import numpy as np
 
 from analysis.proof.exact import ModelParams
-from analysis.proof.exact_lloyd import Vector, exact_lloyd
-from analysis.proof.hard_forward import hard_forward
+from analysis.proof.theorem.exact_lloyd import Vector, exact_lloyd
+from analysis.proof.theorem.hard_forward import hard_forward
 from analysis.proof.obligation import Obligation, Status, verdict
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.layout import ResidualLayout, SequenceLayout

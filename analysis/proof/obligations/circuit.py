@@ -1,22 +1,22 @@
 """The obligations of a circuit: every statement the theorem uses, checked on the model's actual weights.
 
-``model.*`` rows check the configuration and the library's forward pass (:mod:`analysis.proof.architecture`) and
-the block schedule; one row per block obligation (:mod:`analysis.proof.block_check`) is merged over the layers it
-covers (layers with bit-identical parameters share one check, which is sound: the same numbers satisfy the same
-statements); ``unembed.reads_y`` closes the list.
+``model.*`` rows check the configuration and the library's forward pass (:mod:`analysis.proof.obligations.architecture`)
+and the block schedule; one row per block obligation (:mod:`analysis.proof.obligations.block_check`) is merged over the
+layers it covers (layers with bit-identical parameters share one check, which is sound: the same numbers satisfy the
+same statements); ``unembed.reads_y`` closes the list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from analysis.proof.architecture import (
+from analysis.proof.obligations.architecture import (
     ARCHITECTURE_STATEMENT, SEMANTICS_STATEMENT, check_architecture, check_semantics,
 )
-from analysis.proof.block_check import UNEMBED_STATEMENT, check_block, check_unembed
+from analysis.proof.obligations.block_check import UNEMBED_STATEMENT, check_block, check_unembed
 from analysis.proof.exact import ModelParams, read_params
 from analysis.proof.obligation import Obligation, Status, verdict
-from analysis.proof.specs import BlockSpec
+from analysis.proof.obligations.specs import BlockSpec
 from circuits.blocks import ASSIGN, UPDATE, lloyd_schedule
 
 #: ``layer -> the spec its weights must satisfy``.

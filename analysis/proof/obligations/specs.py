@@ -1,8 +1,8 @@
 """What a block must satisfy, as data: intended entries of its exact forms and intended MLP changes.
 
-A :class:`BlockSpec` is the statement side of the proof; :mod:`analysis.proof.block_check` checks a layer's weights
-against it and :mod:`analysis.proof.lloyd_spec` / :mod:`analysis.proof.variant_spec` write the specs of the
-construction. Labels are the residual layout's coordinate labels (``X[0]``, ``N``, ...).
+A :class:`BlockSpec` is the statement side of the proof; :mod:`analysis.proof.obligations.block_check` checks a layer's
+weights against it and :mod:`analysis.proof.obligations.lloyd` / :mod:`analysis.proof.obligations.variants` write the
+specs of the construction. Labels are the residual layout's coordinate labels (``X[0]``, ``N``, ...).
 """
 
 from __future__ import annotations

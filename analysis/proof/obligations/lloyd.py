@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from analysis.proof.algebra import Poly, exact
-from analysis.proof.specs import (
+from analysis.proof.obligations.specs import (
     BlockSpec, Entry, FormSpec, MLPGroup, MLPSpec, identity_block, label, squared_norm_change, var,
 )
 from circuits.blocks import ASSIGN, UPDATE
@@ -18,6 +18,8 @@ from circuits.layout import ResidualLayout
 
 
 def lloyd_assign_spec(layout: ResidualLayout, sharp) -> BlockSpec:
+    """The assign block's statements (QK, OV, MLP). Long because it is a declaration: one statement after another,
+    each with its text, as the proof report prints them."""
     beta, M, tau = exact(sharp.beta), exact(sharp.mask), exact(sharp.tie_break)
     d, k = layout.d, layout.k
     qk = (
@@ -84,6 +86,7 @@ def lloyd_assign_spec(layout: ResidualLayout, sharp) -> BlockSpec:
 
 
 def lloyd_update_spec(layout: ResidualLayout, sharp) -> BlockSpec:
+    """The update block's statements (QK, OV, MLP); long for the same reason as :func:`lloyd_assign_spec`."""
     bu = exact(sharp.beta_update)
     d, k = layout.d, layout.k
     qk = (

@@ -1,4 +1,4 @@
-"""The obligations of the exact variants, as changes to Lloyd's specs (:mod:`analysis.proof.lloyd_spec`).
+"""The obligations of the exact variants, as changes to Lloyd's specs (:mod:`analysis.proof.obligations.lloyd`).
 
 * ``damped``: the update MLP moves ``C`` a fraction ``eta`` of the way to ``C_stage`` and keeps ``N`` the new
   centroid's squared norm;
@@ -12,8 +12,8 @@ from dataclasses import replace
 from fractions import Fraction
 
 from analysis.proof.algebra import Poly, exact
-from analysis.proof.lloyd_spec import lloyd_assign_spec, lloyd_update_spec
-from analysis.proof.specs import (
+from analysis.proof.obligations.lloyd import lloyd_assign_spec, lloyd_update_spec
+from analysis.proof.obligations.specs import (
     UNIT_ROUNDOFF, BlockSpec, Entry, FormSpec, MLPGroup, MLPSpec, SinkSpec, label, squared_norm_change, var,
 )
 from circuits.layout import ResidualLayout

@@ -11,9 +11,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from analysis.proof.exact import HeadParams, ov_form, qk_form
-from analysis.proof.specs import BlockSpec, labels
-from analysis.proof.symbolic import apply_delta, check_eq, rational, score, short, subspace_state, value_out
-from analysis.proof.theorem_steps import TheoremContext
+from analysis.proof.obligations.specs import BlockSpec, labels
+from analysis.proof.theorem.symbolic import apply_delta, check_eq, rational, score, short, subspace_state, value_out
+from analysis.proof.theorem.steps import TheoremContext
 
 SCORE_USES = ("assign.QK.distance", "assign.QK.tie_break", "assign.QK.mask", "assign.QK.zero_elsewhere")
 

@@ -12,8 +12,8 @@ from fractions import Fraction
 
 from analysis.proof.exact import ModelParams
 from analysis.proof.obligation import Obligation, Status
-from analysis.proof.obligations import SpecOfLayer
-from analysis.proof.symbolic import SymbolicTokens, rational
+from analysis.proof.obligations.circuit import SpecOfLayer
+from analysis.proof.theorem.symbolic import SymbolicTokens, rational
 from circuits.blocks import ASSIGN, UPDATE
 
 

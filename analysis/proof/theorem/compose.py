@@ -26,7 +26,7 @@ conditions on the knobs are checked in exact arithmetic; the MLP steps apply the
 and check that the state lies in the domain they were proven on. Finally the whole circuit is run on small random
 problems in exact rational arithmetic with hardmax attention and compared with Lloyd's algorithm in exact rational
 arithmetic (evidence, marked CHECKED, not part of the proof;
-:mod:`analysis.proof.examples`).
+:mod:`analysis.proof.theorem.examples`).
 
 Variants with an obligation set run the same steps with their blocks' specs: damped updates move ``C`` a fraction
 ``eta`` of the way (``BlockSpec.step``; centroids may then leave the unit ball, which the masking step accounts
@@ -40,14 +40,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from analysis.proof.examples import run_examples
+from analysis.proof.theorem.examples import run_examples
 from analysis.proof.exact import ModelParams
 from analysis.proof.obligation import Obligation
-from analysis.proof.obligations import SpecOfLayer
-from analysis.proof.symbolic import check_eq, rational
-from analysis.proof.theorem_assign import prove_assign_block
-from analysis.proof.theorem_steps import Steps, TheoremContext
-from analysis.proof.theorem_update import prove_update_block
+from analysis.proof.obligations.circuit import SpecOfLayer
+from analysis.proof.theorem.symbolic import check_eq, rational
+from analysis.proof.theorem.assign import prove_assign_block
+from analysis.proof.theorem.steps import Steps, TheoremContext
+from analysis.proof.theorem.update import prove_update_block
 from circuits.blocks import ASSIGN, UPDATE
 
 
@@ -88,7 +88,7 @@ def lloyd_theorem(circuit, params: ModelParams, obligations: dict[str, Obligatio
                   examples: int = 1, seed: int = 0) -> list[Obligation]:
     """Execute the theorem's steps on the circuit's weights; one row per step.
 
-    ``specs(layer)`` gives each layer's :class:`~analysis.proof.specs.BlockSpec`; an update spec's ``step``
+    ``specs(layer)`` gives each layer's :class:`~analysis.proof.obligations.specs.BlockSpec`; an update spec's ``step``
     (``eta``) makes the commit a damped one, ``C + eta (C_stage - C)``.
     """
     ctx = TheoremContext(circuit, params, specs, Steps(obligations))

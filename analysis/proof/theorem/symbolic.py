@@ -10,9 +10,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from analysis.proof.algebra import Poly
-from analysis.proof.domain import TOKEN_FLAGS, token_flags
+from analysis.proof.obligations.domain import TOKEN_FLAGS, token_flags
 from analysis.proof.exact import Sparse
-from analysis.proof.specs import MLPSpec, label
+from analysis.proof.obligations.specs import MLPSpec, label
 from circuits.layout import ResidualLayout
 
 

@@ -1,0 +1,100 @@
+"""What a sharpness bound is made of: its per-layer records, the hard trajectory, and outward-rounded arithmetic.
+
+Every evaluated bound passes through :func:`round_up` (a relative push of :data:`SLACK`, never below the smallest
+positive float64); exponents are evaluated in log space (:func:`logsumexp`, rounded outward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from jaxtyping import Float
+
+#: float64's unit roundoff.
+U = 2.0**-53
+#: The smallest positive float64: no bound is reported below it.
+TINY = 5e-324
+#: Outward rounding applied to every evaluated bound.
+SLACK = 1 + 1e-9
+
+
+def round_up(x: float | np.ndarray):
+    """Round a non-negative bound up, and never below the smallest positive float64."""
+    return np.maximum(np.asarray(x, dtype=np.float64) * SLACK, TINY)
+
+
+def gamma(m: int) -> float:
+    """The classical bound ``m u / (1 - m u)`` on the relative rounding of ``m`` float64 operations."""
+    return m * U / (1 - m * U)
+
+
+def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """``log sum exp`` along ``axis``, rounded outward."""
+    top = np.max(a, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):
+        out = np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
+    # Outward: a tiny relative and absolute push up covers the float evaluation of the sum.
+    return out + 1e-12 * np.abs(out) + 1e-12
+
+
+def exp(a) -> np.ndarray | float:
+    """``exp`` in float64 without underflow or overflow warnings."""
+    with np.errstate(under="ignore", over="ignore"):
+        return np.exp(np.asarray(a, dtype=np.float64))
+
+
+@dataclass
+class LayerBound:
+    """Bound for one layer. ``softmax_l1`` bounds ``sum_keys |softmax - hardmax|`` for every algorithmic query
+    (point queries of an assign layer, centroid queries of an update layer)."""
+
+    layer: int
+    kind: str
+    iteration: int
+    softmax_l1: float
+    log10_softmax_l1: float
+    assignment_l1: float | None = None
+    uncertified_labels: int | None = None
+    centroid: float | None = None
+
+
+@dataclass
+class SharpnessBound:
+    """Per-layer bounds and, per iteration ``t``, the bound on the centroid error in the user's units."""
+
+    scale: float
+    certified: bool
+    layers: list[LayerBound]
+    centroid_user: list[float]
+    assumptions: str = ("real-arithmetic bound, valid for circuits whose obligations hold (kmeans-circuits prove);"
+                        " float rounding inside the forward pass is covered by the verifier's tolerance, not here")
+    notes: list[str] = field(default_factory=list)
+
+    def iteration_bound(self, t: int) -> float:
+        """Bound on ``max_j |c_circuit - c_hard|`` after ``t`` iterations, user units."""
+        return self.centroid_user[t]
+
+    def layer(self, layer: int) -> LayerBound:
+        return next(lb for lb in self.layers if lb.layer == layer)
+
+
+@dataclass
+class HardTrajectory:
+    """The hard circuit's trajectory in unit coordinates (float64, with its rounding bounds)."""
+
+    centroids: list[Float[np.ndarray, "k d"]]
+    labels: list[np.ndarray]
+    certified: list[bool]
+
+
+def format_bound(x: float | None) -> str:
+    """Table text: ``0``, or ``<2.2e-308`` below float64's normal range (an outward-rounded subnormal, not a value)."""
+    if x is None:
+        return "n/a"
+    if x == 0:
+        return "0"
+    if x < np.finfo(np.float64).tiny:
+        return f"<{np.finfo(np.float64).tiny:.1e}"
+    return f"{x:.1e}"

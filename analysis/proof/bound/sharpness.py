@@ -1,0 +1,328 @@
+"""Finite sharpness: a proven bound on how far each softmax is from hardmax, and what that does to the answer.
+
+The hard-attention theorem (:mod:`analysis.proof.theorem`) says the circuit *with hardmax* is Lloyd's algorithm.
+The circuit runs softmax with finite ``beta`` and ``beta_update``. This module bounds, for one concrete problem and in
+exact real arithmetic, the distance between the softmax circuit and the hard one, layer by layer, from the margins
+of the hard trajectory. Everything is in the encoder's unit-scaled coordinates; centroid bounds are also given in
+the user's units (times the scale ``s``).
+
+Notation: ``x_i`` the points (the float64 values the circuit receives), ``c_j`` the hard trajectory's centroids,
+``t_j`` the tie-breaks, ``V_ij = |x_i - c_j|^2 + t_j``, ``a(i) = argmin_j V_ij``. ``Delta_j`` bounds
+``|c~_j - c_j|`` for the soft circuit's centroid ``c~_j``. Facts used, all consequences of the proven obligations
+and valid for softmax as well as hardmax: the MLPs copy exactly (``Y := Y_stage``, ``C := C_stage``,
+``N := |C_stage|^2``, slots emptied), so ``N_j = |c~_j|^2`` exactly; point and BOS tokens only ever get
+``N >= 0``; every leak into a token's staging slot that is not part of the algorithm is emptied by the next MLP;
+``softmax(s)_key <= exp(s_key - s_top)`` for any key ``top``.
+
+**Assign layer** (point query ``i``). Scores: centroid ``j``: ``beta (|x_i|^2 - |x_i - c~_j|^2 - t_j)``; point and BOS
+keys ``<= -beta mask``. With ``eta_ij = 2 |x_i - c_j| Delta_j + Delta_j^2 >= ||x_i - c~_j|^2 - |x_i - c_j|^2|`` the
+mass off ``a = a(i)`` is at most::
+
+    eps_i = sum_{j != a} exp(-beta (V_ij - V_ia - eta_ij - eta_ia)) + (n + 1) exp(-beta (mask - V_ia - eta_ia))
+
+(``|x_i|^2 >= 0`` dropped). ``|softmax - hardmax|_1 = 2 (1 - p_ia) <= 2 eps_i``, and ``Y_i = Y_stage_i`` is the
+pattern over centroid keys, so ``|Y_i - e_a|_1 <= 2 eps_i``; the label (argmax of ``Y``) is ``a`` when ``eps_i < 1/2``.
+
+**Update layer** (centroid query ``j``, members ``S_j = {i : a(i) = j}``). Scores: point ``i``: ``beta_u y_ij``
+with ``y_ij >= 1 - eps_i`` for members and ``<= eps_i`` otherwise; own key ``beta_u / 2``; other keys 0. For a
+non-empty cluster write ``z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]`` and
+``S = sum_{S_j} (1 - exp(-beta_u eps_i))``. The normalised member weights ``z_i / sum z`` satisfy
+``sum |z_i / sum z - 1/|S_j|| <= sum |z_i - mean z| / sum z <= 2 S / (|S_j| - S)`` (and always ``<= 2``), and the
+off-support mass is::
+
+    W_j <= (sum_{i not in S_j} exp(beta_u (eps_i - 1)) + exp(-beta_u / 2) + k exp(-beta_u)) / (|S_j| - S)
+
+so ``|o_j - mean_{S_j} x| <= 2 r_x min(2, 2 S / (|S_j| - S)) + W_j R`` (``r_x = max |x_i|``, ``R`` bounds
+``|value - target|`` over all keys, and also bounds the error outright) and ``|softmax - hardmax|_1 <=
+min(2, 2 S / (|S_j| - S)) + 2 W_j``. An empty cluster attends to its own key (value ``c~_j``) with off-support mass
+``W_j <= sum_i exp(beta_u (eps_i - 1/2)) + k exp(-beta_u / 2)``, so ``Delta_j`` grows by at most ``W_j`` times the
+largest distance of a value from ``c~_j``. The first update commits ``c0 + o_j`` where every key but the own
+(value 0) scores ``beta_u / 2`` below it: ``|o_j| <= n exp(-beta_u / 2) r_x``.
+
+**Rigour of the evaluation.** The hard trajectory's distances are computed in float64, and each carries a stated
+rounding bound (``gamma_{d+2} D`` for the squared distance, ``(|S| + 1) u max|x|`` per coordinate for a mean,
+``u = 2^-53``); a margin counts only after subtracting those bounds. If a float reference cannot certify which
+centroid is nearest (margin below its rounding bound), the trajectory is uncertain and every bound from there on
+is ``inf``. Exponents are evaluated in log space; every bound is rounded up and never reported below the smallest
+positive float64 (a true value smaller than that is still bounded by it).
+
+What is *not* covered: the floating-point rounding inside the circuit's own forward pass. Observed errors are
+therefore compared with ``bound + the verifier's rounding tolerance`` (:mod:`analysis.verify`).
+
+**Damped** (``eta``; :mod:`circuits.variants.damped`). The heads are Lloyd's, so the assign bound and the update
+head's bound on ``|o_j - m_j|`` (``m_j`` the hard head output: the members' mean, or ``c_j`` for an empty cluster)
+carry over unchanged. Only the commit differs: the MLP writes ``c~_j + eta (o_j - c~_j)`` where the hard circuit
+writes ``c_j + eta (m_j - c_j)``; the difference is ``(1 - eta)(c~_j - c_j) + eta (o_j - m_j)``, so
+``Delta_j' <= |1 - eta| Delta_j + eta |o_j - m_j|``: a damped step carries a fraction ``|1 - eta|`` of the old error
+forward instead of discarding it (Lloyd's, ``eta = 1``, discards it). For an empty cluster write the difference as
+``(c~_j - c_j) + eta (o_j - c~_j)``: ``Delta_j' <= Delta_j + eta |o_j - c~_j|``, with ``|o_j - c~_j|`` bounded as for
+Lloyd's. ``N_j = |c~_j|^2`` still holds exactly only because the norm units read ``(1 - eta) C + eta C_stage``
+with ``1 - eta`` a float64 (obligation ``update.MLP.damped_square_norm``); for an ``eta`` where it is not, no bound
+is given. The first update commits fully, as Lloyd's. The float64 reference evaluates ``c + eta (m - c)``; its
+per-coordinate error grows by ``|1 - eta| e + eta e_mean`` plus three roundings.
+
+**Trimmed** (assign sink logit ``L``; :mod:`circuits.variants.trimmed`). With ``NX = |x|^2`` exact the centroid
+scores are exactly ``-beta V_ij`` and the sink is one more key of score ``L = -beta V_sink`` (``V_sink =
+-L / beta``, evaluated with its rounding) and value 0, so it is a competitor like a centroid with ``Delta = 0``:
+``a(i)`` is the argmin over the ``k`` centroids *and* the sink, its margin is the gap to the runner-up among all
+``k + 1`` (an outlier's runner-up is its nearest centroid, a member's may be the sink), and ``eps_i`` sums over all of
+them (masked keys still score ``<= -beta (mask + |x_i|^2)``). An outlier's hard ``Y`` is 0 and its soft ``Y`` holds
+the mass off the sink, ``<= eps_i``: so ``|Y_i - 0|_1 <= eps_i``, every ``y_ij <= eps_i`` and its label reads -1 when
+``eps_i < 1/2``. In the update head an outlier is therefore a non-member (score ``beta_u y_ij <= beta_u eps_i``),
+exactly the role Lloyd's bound gives non-members, so the update bound carries over with members ``S_j`` = the
+non-outlier points labelled ``j``. The update heads' own sink (logit ``L_u``, value 0) is one more off-support key:
+``exp(L_u - beta_u)`` joins ``W_j`` (``exp(L_u - beta_u / 2)`` for an empty cluster, one more key in the first
+update). The observed ``|softmax - hardmax|_1`` counts the sink's mass too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from jaxtyping import Float
+
+from analysis.proof.bound.records import (
+    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, logsumexp, round_up,
+)
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.reference import sq_distances
+
+
+def commit_error(delta: float, head: float, eta: float) -> float:
+    """Bound on ``|c~' - c'|`` after an update that commits ``c + eta (o - c)`` for a non-empty cluster, given
+    ``delta >= |c~ - c|`` before it and ``head >= |o~ - mean|`` for the head's output: the two commits differ by
+    ``(1 - eta)(c~ - c) + eta (o~ - mean)``. Lloyd's (``eta = 1``) discards the old error."""
+    if eta == 1.0:
+        return head
+    return float(round_up(abs(1 - eta) * delta + eta * head))
+
+
+def tie_breaks(tie_break: float, k: int) -> np.ndarray:
+    """``t_j`` as the circuit's weights hold them: ``tie_break * j`` rounded once to float64."""
+    return np.array([float(tie_break * j) for j in range(k)])
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """What stays fixed along the bound: the unit-scaled points with their norms (rounded up) and largest
+    coordinate, the tie-breaks, the knobs, the damped step ``eta`` and the sinks (``sink_terms``: the update heads'
+    logit, or empty)."""
+
+    X: np.ndarray
+    t: np.ndarray
+    beta: float
+    beta_update: float
+    mask: float
+    eta: float
+    sink: float | None
+    sink_terms: np.ndarray
+    r_x: float
+    x_inf: np.ndarray
+
+
+@dataclass
+class _State:
+    """The hard trajectory at one iteration: centroids ``C``, their per-coordinate float error ``e``, and ``delta``,
+    the bound on each soft centroid's distance from its hard one."""
+
+    C: np.ndarray
+    e: np.ndarray
+    delta: np.ndarray
+
+
+@dataclass
+class _Margins:
+    """An assign layer's hard decisions: labels ``a`` (``k``: the sink), the certified gaps to every other
+    candidate (``inf`` at ``a``), the distances ``D`` and centroid errors ``E``, and ``V``, rounding at ``a``."""
+
+    a: np.ndarray
+    gap: np.ndarray
+    D: np.ndarray
+    E: np.ndarray
+    Va: np.ndarray
+    rho_a: np.ndarray
+
+    @property
+    def certified(self) -> bool:
+        return bool(np.all(self.gap > 0)) if self.gap.shape[1] > 1 else True
+
+
+def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, beta: float,
+                    beta_update: float, mask: float, tie_break: float, scale: float = 1.0, *, eta: float = 1.0,
+                    sink: float | None = None, update_sink: float | None = None,
+                    ) -> tuple[SharpnessBound, HardTrajectory]:
+    """The bound for unit-scaled points ``X`` and initial centroids ``C0`` (as the circuit receives them).
+
+    Lloyd's circuit by default; ``eta`` the damped variant's step (updates after the first); ``sink`` the assign
+    heads' attention-sink logit and ``update_sink`` the update heads' (trimmed). Outliers get label -1. (The
+    parameters are the circuit's knobs one by one, as :func:`analysis.proof.bound.bound_for_capture` and the tests
+    pass them.)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    state = _State(np.asarray(C0, dtype=np.float64).copy(), np.zeros(len(C0)), np.zeros(len(C0)))
+    n, d = X.shape
+    x_norm = np.sqrt((X**2).sum(axis=1)) * (1 + (d + 2) * U) + TINY
+    p = _Problem(X, tie_breaks(tie_break, len(C0)), beta, beta_update, mask, eta, sink,
+                 np.array([] if update_sink is None else [float(update_sink)]),
+                 float(x_norm.max()) if n else 0.0, np.abs(X).max(axis=1) if n else np.zeros(0))
+    traj = HardTrajectory([state.C.copy()], [], [])
+    first = _first_update(p, state, update_sink is not None)
+    layers, centroid_user, notes = [first], [float(round_up(state.delta.max() * scale))], []
+    certified = True
+    for it in range(iterations + 1):
+        m = _margins(p, state)
+        if not m.certified and certified:
+            certified = False
+            notes.append(f"iteration {it}: the float reference cannot certify the nearest centroid of"
+                         f" {int((m.gap <= 0).any(axis=1).sum())} point(s) (margins below rounding); bounds are inf"
+                         " from here")
+        traj.labels.append(np.where(m.a == len(state.C), -1, m.a))
+        traj.certified.append(certified)
+        if not certified:
+            layers.extend(_uncertified(it, iterations, n))
+            centroid_user.extend([math.inf] * (iterations - it))
+            break
+        eps, bound = _assign_layer(p, state, m, it)
+        layers.append(bound)
+        if it == iterations:
+            break
+        l1 = _update_layer(p, state, m.a, eps)
+        traj.centroids.append(state.C.copy())
+        worst_l1 = float(l1.max())
+        layers.append(LayerBound(2 * it + 2, UPDATE, it + 1, worst_l1,
+                                 math.log10(worst_l1) if 0 < worst_l1 < math.inf else (math.inf if worst_l1 else -math.inf),
+                                 centroid=float(state.delta.max())))
+        centroid_user.append(float(round_up(state.delta.max() * scale)))
+    return SharpnessBound(scale, certified, layers, centroid_user, notes=notes), traj
+
+
+def _first_update(p: _Problem, state: _State, update_sink: bool) -> LayerBound:
+    """Layer 0: the first update commits C0; centroid j attends to its own key (value 0), every other key scores
+    beta_update / 2 below it and only point keys carry a non-zero value. Sets ``state.delta``."""
+    n, k = len(p.X), len(state.C)
+    log_off = math.log(n + k + (1 if update_sink else 0)) - p.beta_update / 2
+    log_delta = math.log(n * p.r_x) - p.beta_update / 2 if n and p.r_x > 0 else -math.inf
+    state.delta = np.full(k, float(round_up(exp(log_delta))) if log_delta > -math.inf else 0.0)
+    return LayerBound(0, UPDATE, 0, float(round_up(2 * exp(log_off))), (math.log(2) + log_off) / math.log(10),
+                      centroid=float(state.delta.max()))
+
+
+def _uncertified(it: int, iterations: int, n: int) -> list[LayerBound]:
+    """Infinite bounds from iteration ``it``'s assign layer on (assign layer of iteration s at 2s + 1, update
+    layer at 2s)."""
+    out = [LayerBound(2 * it + 1, ASSIGN, it, math.inf, math.inf, math.inf, n)]
+    for s in range(it + 1, iterations + 1):
+        out.append(LayerBound(2 * s, UPDATE, s, math.inf, math.inf, centroid=math.inf))
+        out.append(LayerBound(2 * s + 1, ASSIGN, s, math.inf, math.inf, math.inf, n))
+    return out
+
+
+def _margins(p: _Problem, state: _State) -> _Margins:
+    """The hard assignment to ``state.C`` (and the sink, as a (k+1)-th candidate) with its certified gaps."""
+    X, n, d = p.X, len(p.X), p.X.shape[1]
+    D = sq_distances(X, state.C)
+    E = np.sqrt(d) * state.e  # Euclidean error of the float centroids
+    g = gamma(d + 2)
+    rho = (g * D * (1 + 2 * g) + 2 * np.sqrt(D) * (1 + g) * E[None, :] + E[None, :] ** 2
+           + U * (D + p.t[None, :])) * 1.01 + 1e-300
+    V = D + p.t[None, :]
+    if p.sink is not None:
+        # The sink as a (k+1)-th candidate: V_sink = -L / beta (one division, rounded), no centroid error.
+        v_sink = -p.sink / p.beta
+        V = np.concatenate([V, np.full((n, 1), v_sink)], axis=1)
+        rho = np.concatenate([rho, np.full((n, 1), 2 * U * abs(v_sink) + 1e-300)], axis=1)
+    a = np.argmin(V, axis=1)
+    rows = np.arange(n)
+    Va, rho_a = V[rows, a], rho[rows, a]
+    gap = V - Va[:, None] - rho - rho_a[:, None]
+    gap[rows, a] = np.inf
+    return _Margins(a, gap, D, E, Va, rho_a)
+
+
+def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.ndarray, LayerBound]:
+    """Each point's mass off its hard label, ``eps_i`` (at most 1), and the assign layer's bound."""
+    n, d = len(p.X), p.X.shape[1]
+    rows, a, delta = np.arange(n), m.a, state.delta
+    dist = np.sqrt(m.D * (1 + gamma(d + 2))) + m.E[None, :]
+    shift = 2 * dist * delta[None, :] + delta[None, :] ** 2
+    if p.sink is not None:
+        shift = np.concatenate([shift, np.zeros((n, 1))], axis=1)
+    with np.errstate(invalid="ignore"):
+        expo = -p.beta * (m.gap - shift - shift[rows, a][:, None])
+    expo[rows, a] = -np.inf
+    mask_expo = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift[rows, a])
+    log_eps = logsumexp(np.concatenate([expo, mask_expo[:, None]], axis=1), axis=1)
+    log_eps = np.minimum(log_eps, 0.0)  # eps <= 1 always
+    eps = np.minimum(round_up(exp(log_eps)), 1.0)
+    worst = float(log_eps.max()) if n else -math.inf
+    l1 = float(round_up(2 * eps.max())) if n else 0.0
+    return eps, LayerBound(2 * it + 1, ASSIGN, it, l1, (math.log(2) + worst) / math.log(10), l1,
+                           int((eps >= 0.5).sum()))
+
+
+def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """Advance ``state`` by one update (centroids of the next iteration, their float error and ``delta``); returns
+    each centroid query's bound on ``|softmax - hardmax|_1``."""
+    d, k = p.X.shape[1], len(state.C)
+    E = np.sqrt(d) * state.e
+    c_norm = np.sqrt((state.C**2).sum(axis=1)) * (1 + (d + 2) * U) + E
+    r_v = p.r_x + max(p.r_x, float((c_norm + state.delta).max()))
+    new = _State(state.C.copy(), state.e.copy(), state.delta.copy())
+    l1 = np.zeros(k)
+    for j in range(k):
+        members = a == j
+        if members.any():
+            l1[j] = _member_update(p, state, new, j, members, eps, r_v)
+        else:
+            # An empty cluster keeps its own key (score beta_u / 2, value c~_j); points score <= beta_u eps_i.
+            with np.errstate(over="ignore", under="ignore"):
+                log_w = float(logsumexp(np.concatenate([p.beta_update * (eps - 0.5),
+                                                        [math.log(k) - p.beta_update / 2],
+                                                        p.sink_terms - p.beta_update / 2])))
+            w_off = min(1.0, float(round_up(exp(min(log_w, 1.0)))))
+            reach = r_v + c_norm[j] + state.delta[j]
+            move = min(float(round_up(w_off * reach)), float(round_up(reach)))
+            # (c~ - c) + eta (o - c~): damping scales only the move (eta = 1: Lloyd's).
+            new.delta[j] = float(round_up(state.delta[j] + p.eta * move))
+            l1[j] = min(2.0, float(round_up(2 * w_off)))
+    state.C, state.e, state.delta = new.C, new.e, new.delta
+    return l1
+
+
+def _member_update(p: _Problem, old: _State, new: _State, j: int, members: np.ndarray, eps: np.ndarray,
+                   r_v: float) -> float:
+    """A non-empty cluster ``j``: writes its next centroid, float error and ``delta`` into ``new``; returns its
+    query's bound on ``|softmax - hardmax|_1``."""
+    size, k, beta_u = int(members.sum()), len(old.C), p.beta_update
+    # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
+    # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).
+    with np.errstate(under="ignore"):
+        S = float(round_up(np.sum(-np.expm1(-beta_u * eps[members]))))
+    denom = size - S
+    if denom > 0:
+        spread = min(2.0, float(round_up(2 * S / denom)))
+        with np.errstate(over="ignore", under="ignore"):
+            log_num = float(logsumexp(np.concatenate([beta_u * (eps[~members] - 1),
+                                                      [-beta_u / 2, math.log(k) - beta_u],
+                                                      p.sink_terms - beta_u])))
+        log_w = log_num - math.log(denom)
+        w_off = min(1.0, float(round_up(exp(min(log_w, 1.0)))))
+    else:
+        spread, w_off = 2.0, 1.0
+    head = min(float(round_up(2 * p.r_x * spread + w_off * r_v)), float(round_up(r_v)))  # |o_j - mean_j|
+    mean = p.X[members].mean(axis=0)
+    e_mean = (size + 1) * U * 1.01 * float(p.x_inf[members].max())
+    new.delta[j] = commit_error(float(old.delta[j]), head, p.eta)
+    if p.eta == 1.0:
+        new.C[j], new.e[j] = mean, e_mean
+    else:
+        eta, C, e = p.eta, old.C, old.e
+        new.C[j] = C[j] + eta * (mean - C[j])
+        # Reference rounding: inputs' errors pass as |1 - eta| e + eta e_mean; the subtraction, the product and the
+        # sum each round by u times at most eta (|m| + |c|) or |c| + eta (|m| + |c|).
+        c_inf, m_inf = float(np.abs(C[j]).max()), float(np.abs(mean).max())
+        new.e[j] = (abs(1 - eta) * e[j] + eta * e_mean
+                    + 3 * U * (eta * (m_inf + c_inf + e_mean + e[j]) + c_inf + e[j])) * 1.01 + 1e-300
+    return min(2.0, float(round_up(spread + 2 * w_off)))

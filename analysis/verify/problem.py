@@ -1,0 +1,154 @@
+"""The records a verification passes between its stages: the problem as captured, and what the checks found.
+
+:class:`Problem` is the first stage of :func:`analysis.verify.verify_problem` (one problem of a captured batch
+with its reference run, tolerances and rounding windows, computed once); :class:`Findings` collects what the
+step-wise and trajectory checks find, from which the report is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from analysis.capture import Capture
+from analysis.verify.checks import (
+    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
+    resolution_window, widest_tie_window,
+)
+from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
+from circuits.reference import Reference, Trace
+
+#: ``centroids -> per-entry rounding window`` of the squared distances to them (user units).
+Rounding = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class Problem:
+    """Problem ``b`` of a captured batch and what every check of it shares.
+
+    ``ref``/``trace``: the reference in the user's units and its run from the circuit's initial centroids.
+    ``tol_R`` bounds soft responsibilities, ``tol_W`` swapped update patterns (module docstring of
+    :mod:`analysis.verify.procedure`). ``own_rounding`` is the circuit dtype's rounding of distances to given
+    centroids, ``coarse`` that of a block's decoded input (both for distance costs only, else ``None``)."""
+
+    cap: Capture
+    b: int
+    ref: Reference
+    trace: Trace
+    tol: Tolerances
+    tol_R: float
+    tol_W: float
+    beta: float
+    tie_break_abs: float
+    distance: bool
+    own_rounding: Rounding | None
+    coarse: Rounding | None
+
+    @classmethod
+    def of(cls, cap: Capture, b: int) -> Problem:
+        """The capture stage: read problem ``b``, run its reference, and state the tolerances."""
+        circ, enc = cap.circuit, cap.encoded
+        X, C0 = enc.X[b], enc.C0[b]
+        d, s = circ.layout.d, float(enc.scaling.scale[b])
+        tol = tolerances(circ.dtype, d, s, float(np.abs(np.concatenate([X, C0])).max()))
+        ref = make_reference(cap, b)
+        trace = ref.run(X, C0, circ.iterations)
+        distance = ref.hard and by_distance(circ)
+        tie_break_abs = circ.sharpness.tie_break * s**2
+        if distance:
+            tol.tie_window = widest_tie_window(trace, X, resolution_window(circ, enc, b))
+            tol.tie_break = tie_break_abs
+        beta = max_stiffness(circ)
+        member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])
+        return cls(
+            cap=cap, b=b, ref=ref, trace=trace, tol=tol, beta=beta, tie_break_abs=tie_break_abs, distance=distance,
+            tol_R=32 * (d + 2) * tol.eps * (1 + 4 * beta),
+            tol_W=1e3 * tol.eps + 16 * (d + 3) * tol.eps * member * math.sqrt(enc.n),
+            own_rounding=circuit_window(circ, enc, b) if distance else None,
+            coarse=circuit_input_window(circ, enc, b) if distance else None,
+        )
+
+    @property
+    def circ(self):
+        return self.cap.circuit
+
+    @property
+    def enc(self):
+        return self.cap.encoded
+
+    @property
+    def spec(self):
+        return self.cap.circuit.spec
+
+    @property
+    def X(self) -> np.ndarray:
+        return self.cap.encoded.X[self.b]
+
+    @property
+    def C0(self) -> np.ndarray:
+        return self.cap.encoded.C0[self.b]
+
+    @property
+    def T(self) -> int:
+        return self.cap.circuit.iterations
+
+    @property
+    def scale(self) -> float:
+        return float(self.cap.encoded.scaling.scale[self.b])
+
+    @property
+    def hard(self) -> bool:
+        return self.ref.hard
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.circ.dtype).replace("torch.", "")
+
+    @property
+    def check_resolution(self) -> bool:
+        """float64's knobs are derived so that its tie-break exceeds its rounding (circuits/sharpness.py); a coarser
+        dtype's cannot be (float32's tie-break is capped), so each of its decisions is checked for resolution."""
+        return self.distance and self.circ.dtype != torch.float64
+
+    def bias_scale(self, state) -> float:
+        """Spherical: the circuit's tie-break is ``tau j / |c_j|`` in cosine, ``|c_j|`` the stored length."""
+        if self.spec.normalise_centroids:
+            norms = np.linalg.norm(state.unit_centroids[self.b], axis=-1)
+            return float(1.0 / norms.min()) if norms.min() > 0 else math.inf
+        return 1.0
+
+    def check_hard(self, C: np.ndarray, got: np.ndarray, margins: np.ndarray, at: At, state,
+                   expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
+        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``)."""
+        cost = self.ref.costs(self.X, C, at.iteration)
+        E = self.ref.cost_uncertainty(cost, C)
+        if at.check == Check.STEP and self.coarse is not None and E is not None:
+            # A block's decoded input carries the circuit dtype's rounding of the true centroids (float32's), so
+            # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
+            E = E.copy()
+            E[:, : C.shape[0]] += self.coarse(C)
+        rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
+                       self.own_rounding(C) if self.own_rounding is not None else None)
+        return check_costs(cost, got, margins, at, rule, expected)
+
+
+@dataclass
+class Findings:
+    """What the checks of one problem found, stage by stage: mismatches, ties, undecided assignments, failures and
+    notes, and per block the step-wise errors the iteration records show (keyed by assign/update index)."""
+
+    mismatches: list[Mismatch] = field(default_factory=list)
+    ties: list[Tie] = field(default_factory=list)
+    unresolved: list[Unresolved] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: update index -> the largest centroid error against the reference step.
+    step_centroid_error: dict[int, float] = field(default_factory=dict)
+    #: update index -> the largest error of a swapped update pattern against the reference's weights.
+    step_weight_error: dict[int, float] = field(default_factory=dict)
+    #: assign index -> (label errors, ties, largest assignment error) against the reference step.
+    step_counts: dict[int, tuple[int, int, float]] = field(default_factory=dict)

@@ -1,0 +1,95 @@
+"""The step-wise stage of a verification: each block's output against the reference step on its decoded input.
+
+This localises a fault to a block. Assign layers of hard algorithms: the labels must minimise the reference's cost
+with ties as in :mod:`analysis.verify.checks` (and, in a dtype coarser than float64, be decided by it); of soft
+ones: the responsibilities must equal the reference's within ``tol_R``. Update layers: the centroids must equal the
+reference update of the block's input and ``N`` must hold ``|c|^2``; where a hook swaps the update head's
+normalisation, its pattern must equal the reference's weights within ``tol_W``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.verify.checks import (
+    At, assign_certificate, resolution_failures, unresolved_decisions, update_weight_error,
+)
+from analysis.verify.problem import Findings, Problem
+from analysis.verify.report import Check, MismatchKind, Tie
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.reference import one_hot, sq_distances
+
+
+def check_blocks(p: Problem, found: Findings) -> None:
+    """Check every captured block of ``p`` against its reference step; what fails goes to ``found``."""
+    for lc in p.cap.layers:
+        if lc.kind == ASSIGN:
+            _check_assign(p, lc, found)
+        elif lc.kind == UPDATE:
+            _check_update(p, lc, found)
+    n_step_errors = sum(m.kind == MismatchKind.ERROR for m in found.mismatches)
+    if n_step_errors:
+        found.failures.append(f"{n_step_errors} assignment(s) differ from the reference's beyond the tie window")
+    found.failures.extend(resolution_failures(found.unresolved, p.dtype_name))
+
+
+def _check_assign(p: Problem, lc, found: Findings) -> None:
+    t = p.circ.assignment_layers.index(lc.layer)
+    margins, _ = assign_certificate(lc.attention, p.spec, p.b)
+    if not p.hard:
+        _check_soft_assign(p, lc, t, margins, found)
+        return
+    C_in, Y, labels = lc.pre.centroids[p.b], lc.post.assignments[p.b], lc.post.labels[p.b]
+    mismatches, tied = p.check_hard(C_in, labels, margins, At(lc.layer, t, Check.STEP), lc.pre)
+    found.mismatches.extend(mismatches)
+    found.ties.extend(tied)
+    a_err = float(np.abs(Y - one_hot(labels, Y.shape[1])).max())
+    found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
+    if p.check_resolution:
+        found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
+                                                     p.own_rounding(C_in), lc.layer, t))
+
+
+def _check_soft_assign(p: Problem, lc, t: int, margins: np.ndarray, found: Findings) -> None:
+    R_ref = p.ref.assign(p.X, lc.pre.centroids[p.b], t)
+    a_err = float(np.abs(lc.post.assignments[p.b] - R_ref).max())
+    # The hard label is only a readout (argmax) of the responsibilities, which are what is checked; where the
+    # largest ones are equal within tol_R the readout may go either way: a tie, reported as such.
+    within = R_ref >= R_ref.max(axis=1, keepdims=True) - 2 * p.tol_R
+    got_labels = lc.post.labels[p.b]
+    tied = [Tie(int(i), lc.layer, t, [int(j) for j in np.flatnonzero(within[i])], int(got_labels[i]),
+                float(margins[i])) for i in np.flatnonzero(within.sum(axis=1) > 1)]
+    found.ties.extend(tied)
+    found.step_counts[t] = (0, len(tied), a_err)
+    if a_err > p.tol_R:
+        found.failures.append(f"layer {lc.layer} (assign {t}): responsibilities off the reference step by"
+                              f" {a_err:.3g} > {p.tol_R:.3g}")
+
+
+def _check_update(p: Problem, lc, found: Findings) -> None:
+    u, b, tol = p.circ.centroid_layers.index(lc.layer), p.b, p.tol
+    if u == 0:
+        # The first update commits the initial centroids from C_stage.
+        expected_c = p.C0
+        W = np.zeros((p.C0.shape[0], p.enc.n + 1))
+        W[:, -1] = 1.0
+    else:
+        R_in, C_in = lc.pre.assignments[b], lc.pre.centroids[b]
+        expected_c = p.ref.update(p.X, R_in, C_in, u)
+        W = p.ref.update_weights(p.X, R_in, C_in, u)
+    err = float(np.abs(lc.post.centroids[b] - expected_c).max())
+    found.step_centroid_error[u] = err
+    if err > tol.centroid:
+        found.failures.append(f"layer {lc.layer} (update {u}): centroid off its reference step by {err:.3g}"
+                              f" > {tol.centroid:.3g}")
+    if p.spec.swapped_update_normalisation:
+        w_err = update_weight_error(lc.attention, W, p.enc.sequence, b)
+        found.step_weight_error[u] = w_err
+        if w_err > p.tol_W:
+            found.failures.append(f"layer {lc.layer} (update {u}): attention pattern off the reference weights by"
+                                  f" {w_err:.3g} > {p.tol_W:.3g}")
+    unit_c = lc.post.unit_centroids[b]
+    n_err = float(np.abs(lc.post.unit_sq_norms[b] - (unit_c**2).sum(-1)).max())
+    if n_err > tol.sq_norm * max(1.0, float((unit_c**2).sum(-1).max())):
+        found.failures.append(f"layer {lc.layer}: N differs from |c|^2 by {n_err:.3g} (unit-scaled)"
+                              f" > {tol.sq_norm:.3g}")

@@ -9,8 +9,9 @@
 * **The safeguarded-swap construction**, step by step: :func:`verify_swap` (:mod:`analysis.verify.swap`) returns a
   :class:`SwapReport`: VERIFIED means the same candidate kept at every step and every centroid within
   ``CENTROID_TOLERANCE`` of the data's spread of its numpy reference's.
-* **Export parity of a trained model** (the exported weights compute what the trained model computes): its own
-  report type, in its own module of this package.
+* **Export parity of a trained model**: :func:`check_export` (:mod:`analysis.verify.export`) returns an
+  :class:`ExportParity`: VERIFIED means the exported ``HookedTransformer``'s centroids agree with the training
+  forward's within the derived export tolerance.
 """
 
 from analysis.verify.checks import (
@@ -23,7 +24,16 @@ from analysis.verify.report import (
 from analysis.verify.swap import SwapReport, verify_swap
 
 __all__ = [
-    "Check", "IterationRecord", "MismatchKind", "Mismatch", "SwapReport", "Tie", "Tolerances", "VerificationReport",
-    "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reference_trace",
+    "Check", "ExportParity", "IterationRecord", "MismatchKind", "Mismatch", "SwapReport", "Tie", "Tolerances", "VerificationReport",
+    "check_export", "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reference_trace",
     "resolution_window", "tolerances", "verdict_text", "verify", "verify_problem", "verify_swap",
 ]
+
+
+def __getattr__(name: str):
+    # Export parity needs torch and the trained model's module; a Lloyd's run that only verifies should not load them.
+    if name in ("ExportParity", "check_export"):
+        from analysis.verify import export
+
+        return getattr(export, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ What it does not certify: that the model computes Lloyd's algorithm, a variant, 
 is meant to beat Lloyd's, not to match it: :mod:`analysis.evaluation` compares the two), nor anything about other
 problems. The other meanings of "verified" are other reports: a constructed circuit against its reference
 algorithm, layer by layer (:mod:`analysis.verify`), and the swap construction against its numpy reference
-(:func:`analysis.swap.differences`).
+(:func:`analysis.verify.swap.verify_swap`).
 """
 
 from __future__ import annotations

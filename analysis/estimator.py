@@ -110,7 +110,7 @@ def _same_structure(key: tuple):
     wanted = _structure(key)
     for other, (circuit, _) in reversed(_BUILT.items()):
         if other[4] is not None and _structure(other) == wanted and circuit.spec is LLOYD_SPEC \
-                and circuit.variant == "lloyd" and not circuit.hooks and circuit.weights is not None:
+                and not circuit.hooks and circuit.weights is not None:
             return circuit
     return None
 

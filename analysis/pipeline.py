@@ -67,7 +67,7 @@ class RunResult:
         rep = self.report.to_dict()
         keys = ["iteration", "label_agreement", "max_centroid_error", "objective_circuit", "objective_reference",
                 "min_margin", "leak_bound", "ties", "proven_bound"]
-        if self.circuit.spec.name != "lloyd":
+        if not self.circuit.spec.unaltered:
             keys += ["max_assignment_error", "update_weight_error", "outliers"]
         per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
         return {
@@ -185,7 +185,6 @@ def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "llo
         return sharpness, None
     given = dict(sharpness or {})
     declared = get_variant(variant)
-    name = declared.name
     # Only Lloyd's distance head (VariantSpec.distance_head) has knobs chosen from the data.
     if not declared.distance_head:
         return (Sharpness(**given) if given else None), None
@@ -193,7 +192,7 @@ def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "llo
     d, k = X.shape[1], np.asarray(inits[0]).shape[0]
     problems = []
     for C0 in inits:
-        scaling = lloyd_scaling(X, C0) if name == "lloyd" else fit_unit_scaling(X, C0)
+        scaling = lloyd_scaling(X, C0) if declared.unaltered else fit_unit_scaling(X, C0)
         problems.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
     u = float(torch.finfo(dtype).eps) / 2
     underflow = FLOAT64_UNDERFLOW if dtype == torch.float64 else FLOAT32_UNDERFLOW
@@ -221,7 +220,7 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     if circuit is None:
         sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype)
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype)
-    scaling = lloyd_scaling(X, C0) if circuit.spec.name == "lloyd" else None
+    scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling)
     cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
     return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)

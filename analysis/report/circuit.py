@@ -52,7 +52,7 @@ SectionBuilder = Callable[[object, ReportContext], "Section | None"]
 def _variant_caveat(run) -> str:
     """For a variant circuit: the construction described is the exact one, altered as the header says."""
     circ = as_circuit(run)
-    if circ.variant == "lloyd":
+    if circ.spec.unaltered:
         return ""
     return (f"\n\nThis run is the `{circ.variant}` variant: the description above is the exact Lloyd "
             "construction, which the variant alters as stated in the header (alteration, parameters, hooks); the "

@@ -2,7 +2,7 @@
 
 :func:`bound_for_capture` reads a captured circuit's knobs and encoded problem and bounds it
 (:func:`analysis.proof.bound.sharpness.sharpness_bound`); :func:`bound_violations` compares what the run did,
-against the hard trajectory, with that bound (what ``tests/test_prove_bound.py`` holds every layer to).
+against the hard trajectory, with that bound (what ``tests/unit/test_prove_bound.py`` holds every layer to).
 """
 
 from __future__ import annotations

@@ -217,17 +217,19 @@ def signed_log(values: np.ndarray, floor: float) -> np.ndarray:
     mag = np.abs(values)
     out = np.zeros_like(values, dtype=float)
     nz = mag > 0
-    out[nz] = np.sign(values[nz]) * (1.0 + np.log10(np.maximum(mag[nz], floor) / floor))
+    # A difference of logarithms, not the log of a ratio: a subnormal floor (a tie-break of 5e-324 beside beta)
+    # would overflow the ratio to inf.
+    out[nz] = np.sign(values[nz]) * (1.0 + np.log10(np.maximum(mag[nz], floor)) - np.log10(floor))
     return out
 
 
 def signed_log_ticks(floor: float, top: float) -> tuple[list[float], list[str]]:
     """Colour-bar ticks (positions on the :func:`signed_log` scale, and the values they stand for)."""
-    decades = int(np.ceil(np.log10(top / floor))) if top > floor else 0
+    decades = int(np.ceil(np.log10(top) - np.log10(floor))) if top > floor else 0
     step = max(1, int(np.ceil((decades + 1) / 6)))
     vals, text = [0.0], ["0"]
     for e in range(0, decades + 1, step):
-        v = floor * 10.0**e
+        v = 10.0 ** (np.log10(floor) + e)  # floor * 10**e, which overflows for a subnormal floor's decades
         vals = [-(1.0 + e)] + vals + [1.0 + e]
         text = [f"-{v:.0e}"] + text + [f"{v:.0e}"]
     return vals, text

@@ -97,7 +97,9 @@ def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
     top = keys[a, rows].argmax(axis=-1)
     # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
     # every assign layer, and strings per cell would dominate the file.
-    gap_to_top = (scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True)).astype(np.float32)
+    # Clipped to float32's range first: with a huge beta (a subnormal tie-break) the gaps exceed it.
+    f32 = float(np.finfo(np.float32).max)
+    gap_to_top = np.clip(scores[a, rows] - scores[a, rows].max(axis=-1, keepdims=True), -f32, f32).astype(np.float32)
     z, xlab = data["pattern"][a, rows].astype(np.float32), clabels
     if sink is not None:
         z = np.concatenate([z, sink[a, rows][:, None].astype(np.float32)], axis=1)

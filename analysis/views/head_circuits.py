@@ -83,7 +83,9 @@ def subspace_blocks(matrix: np.ndarray, layout) -> tuple[np.ndarray, np.ndarray]
             flat = block.ravel()
             if flat.size:
                 peak[i, j] = flat[np.abs(flat).argmax()]
-                frob[i, j] = np.linalg.norm(flat)
+                # Scaled by the peak first, so that entries near float64's largest (beta) do not overflow.
+                scale = float(np.abs(flat).max())
+                frob[i, j] = scale * np.linalg.norm(flat / scale) if scale > 0 else 0.0
     return peak, frob
 
 

@@ -299,6 +299,18 @@ def test_signed_log_colour_scale():
                                   [0.0, 1.0, -1.0, 12.0, -(1 + np.log10(2))])
 
 
+def test_signed_log_scale_of_a_subnormal_floor_beside_a_huge_weight_is_finite():
+    # A tie-break of 5e-324 beside beta near 1e300 (report --tie-break 5e-324): the ratio top / floor is inf in
+    # float64, the scale and its ticks must not be.
+    from analysis.views._common import signed_log, signed_log_ticks
+
+    values = signed_log(np.array([5e-324, -1e300]), 5e-324)
+    assert values[0] == 1.0 and -values[1] == pytest.approx(1 + 300 + 323.306, abs=1e-3)
+    ticks, text = signed_log_ticks(5e-324, 1e300)
+    assert np.isfinite(ticks).all() and 1 < max(ticks) <= 1 + 625 and len(text) == len(ticks)
+    assert all(np.isfinite(float(t)) for t in text) and float(text[-1]) <= 1e300
+
+
 # ------------------------------------------------------------------------------------------- trajectories
 
 

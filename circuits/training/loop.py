@@ -201,7 +201,8 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     """Train (or resume) into checkpoint folder ``out``; returns the last log record.
 
     ``progress(step, total, info)`` is called after every optimiser step (``info`` holds the running loss and the
-    latest validation ratio) so the command line can draw a bar.
+    latest validation ratio) so the command line can draw a bar. (Its 67 lines include ``config_doc``, a closure
+    over the loop's running state: the checkpoint's header at any step.)
     """
     out = Path(out)
     dtype = DTYPES[cfg.dtype]
@@ -211,26 +212,8 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     # Adam leaves a weight whose gradient is always 0 where it is (both moments stay 0).
     frozen = ({name: (p == 0) for name, p in initial.named_parameters() if not name.split("_", 1)[1].startswith("mlp")}
               if cfg.support == "construction" else {})
-    log: list[dict] = []
-    start, best, best_state = 0, None, None
-    elapsed_wall, elapsed_cpu = 0.0, 0.0
-    if resume:
-        saved = read_config(out)
-        differ = sorted(key for key, value in cfg.to_dict().items()
-                        if key != "steps" and saved.get("training", {}).get(key) != value)
-        if differ:
-            raise ValueError(f"--resume needs the checkpoint's training options (only --steps may change);"
-                             f" these differ: {', '.join(differ)}")
-        load_training_state(out, model, optimizer)
-        log = read_log(out)
-        prog = saved.get("progress", {})
-        start = int(prog.get("step", 0))
-        best = prog.get("best_val_ratio")
-        elapsed_wall, elapsed_cpu = float(prog.get("wall_s", 0.0)), float(prog.get("cpu_s", 0.0))
-        if cfg.keep_best and best is not None:
-            from circuits.training.checkpoint import load_model
-
-            best_state = {name: t.clone() for name, t in load_model(out)[0].state_dict().items()}
+    log, start, best, best_state, elapsed_wall, elapsed_cpu = (
+        _resumed(out, cfg, model, optimizer) if resume else ([], 0, None, None, 0.0, 0.0))
     validate = Validator.make(cfg)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     last_val = log[-1]["val_ratio"] if log else None
@@ -256,20 +239,8 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
         if np.isfinite(rec[validate.select_by]):
             best, best_state = rec[validate.select_by], {n: t.clone() for n, t in model.state_dict().items()}
     for step in range(start, cfg.steps):
-        tasks = cfg.batch_tasks(TRAIN, step)
-        if cfg.loss == "anytime":
-            loss = anytime_step_loss(model, tasks, cfg)
-        else:
-            enc = model.encode(tasks.X, tasks.C0)
-            C = unit_to_task(model.centroids_after(enc.resid, cfg.train_iterations, cfg.n), enc)
-            loss = soft_min_objective(torch.as_tensor(tasks.X, dtype=dtype, device=C.device), C, cfg.gamma).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        for name, p in model.named_parameters():
-            if name in frozen and p.grad is not None:
-                p.grad.masked_fill_(frozen[name], 0.0)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        optimizer.step()
+        loss = _batch_loss(model, cfg.batch_tasks(TRAIN, step), cfg, dtype)
+        _optimiser_step(model, optimizer, loss, frozen, cfg.clip)
         running.append(float(loss.detach()))
         done = step + 1
         if done % cfg.val_every == 0 or done == cfg.steps:
@@ -294,6 +265,46 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
                         optimizer=optimizer, log=log)
     return log[-1]
 
+
+
+def _resumed(out: Path, cfg: TrainConfig, model: RecurrentKMeans, optimizer) -> tuple:
+    """``(log, start step, best metric, best state, wall s, cpu s)`` of the checkpoint in ``out``, whose weights and
+    Adam moments are loaded into ``model`` and ``optimizer``; only ``steps`` may differ from its training options."""
+    saved = read_config(out)
+    differ = sorted(key for key, value in cfg.to_dict().items()
+                    if key != "steps" and saved.get("training", {}).get(key) != value)
+    if differ:
+        raise ValueError(f"--resume needs the checkpoint's training options (only --steps may change);"
+                         f" these differ: {', '.join(differ)}")
+    load_training_state(out, model, optimizer)
+    prog = saved.get("progress", {})
+    best, best_state = prog.get("best_val_ratio"), None
+    if cfg.keep_best and best is not None:
+        from circuits.training.checkpoint import load_model
+
+        best_state = {name: t.clone() for name, t in load_model(out)[0].state_dict().items()}
+    return (read_log(out), int(prog.get("step", 0)), best, best_state,
+            float(prog.get("wall_s", 0.0)), float(prog.get("cpu_s", 0.0)))
+
+
+def _batch_loss(model: RecurrentKMeans, tasks, cfg: TrainConfig, dtype: torch.dtype) -> torch.Tensor:
+    """The training loss of one batch: the anytime loss, or the soft-min objective after ``train_iterations``."""
+    if cfg.loss == "anytime":
+        return anytime_step_loss(model, tasks, cfg)
+    enc = model.encode(tasks.X, tasks.C0)
+    C = unit_to_task(model.centroids_after(enc.resid, cfg.train_iterations, cfg.n), enc)
+    return soft_min_objective(torch.as_tensor(tasks.X, dtype=dtype, device=C.device), C, cfg.gamma).mean()
+
+
+def _optimiser_step(model: RecurrentKMeans, optimizer, loss: torch.Tensor, frozen: dict, clip: float) -> None:
+    """One Adam step on ``loss``, with the gradients of ``frozen``'s masked entries zeroed and the norm clipped."""
+    optimizer.zero_grad()
+    loss.backward()
+    for name, p in model.named_parameters():
+        if name in frozen and p.grad is not None:
+            p.grad.masked_fill_(frozen[name], 0.0)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
 
 def best_step(log: list[dict], metric: str = "val_ratio") -> int | None:
     finite = [r for r in log if r.get(metric) is not None and np.isfinite(r[metric])]

@@ -54,7 +54,7 @@ class SwapRun(SwapTrajectory):
     in user units; Lloyd's chain as the circuit's ``lloyd`` group holds it), every number read from the residual
     stream, plus every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference)."""
 
-    candidate_objectives: Float[np.ndarray, "steps 3"]
+    candidate_objectives: Float[np.ndarray, "steps candidates"]
     #: The execution path that ran it (``"structured"`` or ``"dense"``) and, when ``auto`` fell back, why.
     path: str = "dense"
     path_note: str = ""

@@ -1,7 +1,8 @@
 """Build the learned safeguarded swap as transformer weights and run it on a problem, in the user's units.
 
 ``build_learned_circuit(d, k, steps, alphas)`` builds the step's blocks (:mod:`circuits.learned.stages`: the swap
-step with an extrapolated centroid group and the trained candidate) with the swap circuit's config, and
+step with an extrapolated centroid group and the trained candidate, and the untrained swap's own chain, 31 blocks)
+with the swap circuit's config, and
 :class:`LearnedCircuit` runs them as :class:`circuits.swap.build.SwapCircuit` runs its own: the step model once
 per step on the structured path (:func:`circuits.structured.structured_forward`), or the ``steps`` steps stacked in
 one ``HookedTransformer`` (built on first use) on the dense path.
@@ -14,10 +15,8 @@ The structured path runs, for step ``t``, the step model of ``alpha_t``: the fir
 distinct factor.
 
 :meth:`LearnedCircuit.run` returns a :class:`LearnedRun`, the numpy reference's trajectory type
-(:class:`circuits.learned.reference.LearnedTrajectory`) read from the residual stream. The circuit builds four of
-the reference's five candidates (:data:`~circuits.learned.stages.CIRCUIT_CANDIDATES`; not the untrained swap's own
-trajectory), so it equals ``learned_swap(..., candidates=CIRCUIT_CANDIDATES)`` (:meth:`LearnedCircuit.reference`)
-and its ``swap_objectives`` and ``"swap_reference"`` column are NaN.
+(:class:`circuits.learned.reference.LearnedTrajectory`) read from the residual stream, all five candidates built:
+it equals ``learned_swap`` with the same factors, margin and tie-break (:meth:`LearnedCircuit.reference`).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from circuits.weights import dense
 @dataclass
 class LearnedRun(LearnedTrajectory):
     """One problem run through the circuit, as :class:`~circuits.learned.reference.LearnedTrajectory` (every number
-    read from the residual stream; ``swap_objectives`` and the ``"swap_reference"`` column NaN: not built)."""
+    read from the residual stream), with the path that ran it."""
 
     path: str = "dense"
     path_note: str = ""
@@ -116,8 +115,10 @@ class LearnedCircuit(SwapCircuit):
         per = np.full((self.steps, len(CANDIDATES)), np.nan)
         for slot, (cand, _) in enumerate(self.SPEC.candidates):
             per[:, CANDIDATES.index(cand)] = r.candidate_objectives[:, slot]
+        # The untrained swap's objectives are its chain's candidate's (step 0: the start, shared by all).
+        chain = [*r.objectives[:1], *per[:, CANDIDATES.index("swap_reference")]]
         return LearnedRun(r.centroids, r.choices, r.objectives, r.lloyd_centroids, r.lloyd_objectives,
-                          np.full(self.steps + 1, np.nan), per, r.path, r.path_note)
+                          np.array(chain), per, r.path, r.path_note)
 
     def _check_reach(self, X, C0, centroids) -> None:
         """Every step's extrapolated centroids were within the reach of the mask (:func:`mask_for`); a kept learned
@@ -155,7 +156,7 @@ def build_learned_circuit(d: int, k: int, steps: int, alphas: Float[np.ndarray, 
                       beta_select=beta_select, select_margin=select_margin)
     layout = learned_layout(d, k)
     blocks = step_blocks(layout, knobs, alpha_at(alphas, 0))
-    # W_U reads CHOICE: the logits at any token are the kept candidate (lloyd, swap, learned, reference).
+    # W_U reads CHOICE: the logits at any token are the kept candidate (in CANDIDATES order).
     W_U = np.stack([dense(layout, {("CHOICE", r): 1.0}) for r in range(len(CIRCUIT_CANDIDATES))], axis=1)
     weights = CircuitWeights.from_blocks(blocks, W_U, layout, dtype=dtype, device=device)
     return LearnedCircuit(weights.plain(), layout, knobs, steps, [b.kind for b in blocks] * steps, blocks, W_U,

@@ -132,4 +132,9 @@ class SwapSequence(SequenceLayout):
     @property
     def token_labels(self) -> list[str]:
         return ["BOS", *(f"x{i}" for i in range(self.n)),
-                *(f"{name[0]}{j}" for name in self.names for j in range(self.k))]
+                *(f"{_initials(name)}{j}" for name in self.names for j in range(self.k))]
+
+
+def _initials(group: str) -> str:
+    """A group's token label prefix: ``c``, ``l``, ``p`` for swap's groups (``sp`` for ``swapchain_proposal``)."""
+    return "".join(part[0] for part in group.split("_"))

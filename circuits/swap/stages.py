@@ -257,11 +257,13 @@ def objectives_block(layout: ResidualLayout, knobs: SwapKnobs, spec: StepGroups 
 
 
 def choose_block(layout: ResidualLayout, knobs: SwapKnobs, spec: StepGroups = SWAP_GROUPS) -> BlockWeights:
-    """Every query attends to the centroid tokens of least ``OWN_OBJ`` (score ``-beta_select * OWN_OBJ``, no large
-    term on them) and reads their group flags; the MLP hardens the one-hot: ``clamp(2 s - 1/2, 0, 1)``."""
+    """Every query attends to the candidates' centroid tokens of least ``OWN_OBJ`` (score ``-beta_select * OWN_OBJ``,
+    no large term on them; groups that hold no candidate are masked like points) and reads their group flags; the MLP
+    hardens the one-hot: ``clamp(2 s - 1/2, 0, 1)``."""
     head = HeadBuilder(layout)
     head.qk({ONE: -knobs.beta_select}, {("OWN_OBJ", 0): 1.0})
-    head.qk({ONE: -knobs.select_mask}, {("IS_POINT", 0): 1.0, ("IS_BOS", 0): 1.0})
+    bystanders = {(flag, 0): 1.0 for name, _, flag in spec.groups if name not in dict(spec.candidates).values()}
+    head.qk({ONE: -knobs.select_mask}, {("IS_POINT", 0): 1.0, ("IS_BOS", 0): 1.0, **bystanders})
     for cand, group in spec.candidates:
         head.ov({(spec.flag(group), 0): 1.0}, {("CHOICE_stage", spec.slot(cand)): 1.0})
     mlp = MLPBuilder(layout)

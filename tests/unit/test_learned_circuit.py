@@ -1,9 +1,10 @@
 """The learned safeguarded swap as transformer weights (:mod:`circuits.learned.build`) against its numpy reference.
 
-The transformer must equal :func:`circuits.learned.reference.learned_swap` (with the four candidates it builds)
-step for step, within the swap circuit's tolerances: the same candidate kept, the same centroids and objectives, for
-several factors including the checkpoint's; its Lloyd's group must be Lloyd's algorithm (an independent reference).
-A wrong factor must show: the learned candidate's objectives then differ from the reference's.
+The transformer must equal :func:`circuits.learned.reference.learned_swap` (all five candidates) step for step,
+within the swap circuit's tolerances: the same candidate kept, the same centroids and objectives, for several
+factors including the checkpoint's; its Lloyd's group must be Lloyd's algorithm and its swap chain the untrained
+safeguarded swap (independent references). A wrong factor must show: the extrapolated centroids and the learned
+candidate's objectives then differ from the reference's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from circuits import reference
 from circuits.learned import checkpoint
 from circuits.learned.build import build_learned_circuit, mask_for
 from circuits.learned.reference import CANDIDATES, learned_swap
-from circuits.learned.stages import ALPHA_BLOCK, CIRCUIT_CANDIDATES, STEP_BLOCKS
+from circuits.learned.stages import ALPHA_BLOCK, STEP_BLOCKS
+from circuits.swap.reference import safeguarded_swap
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST
 
@@ -44,23 +46,26 @@ def assert_matches_reference(X, C0, alphas, steps: int = STEPS):
     circ = circuit(X.shape[1], C0.shape[0], alphas, steps)
     tie = circ.user_tie_break(X, C0)
     run = circ.run(X, C0)
-    ref = learned_swap(X, C0, steps, list(alphas), MARGIN, tie, candidates=CIRCUIT_CANDIDATES)
+    ref = learned_swap(X, C0, steps, list(alphas), MARGIN, tie)
     assert run.path == "structured" and run.choices == ref.choices
     size = np.abs(ref.centroids - X.mean(axis=0)).max()
     np.testing.assert_allclose(run.centroids, ref.centroids, rtol=0, atol=1e-9 * size)
     np.testing.assert_allclose(run.lloyd_centroids, ref.lloyd_centroids, rtol=0, atol=1e-9 * size)
     np.testing.assert_allclose(run.objectives, ref.objectives, rtol=1e-9)
     np.testing.assert_allclose(run.lloyd_objectives, ref.lloyd_objectives, rtol=1e-9)
-    # Every built candidate's objective at every step; the untrained swap's chain is not built (NaN in both).
+    np.testing.assert_allclose(run.swap_objectives, ref.swap_objectives, rtol=1e-9)
     np.testing.assert_allclose(run.candidate_objectives, ref.candidate_objectives, rtol=1e-9)
-    assert np.isnan(run.candidate_objectives[:, CANDIDATES.index("swap_reference")]).all()
-    # Independent of the learned reference: the circuit's Lloyd's group is Lloyd's algorithm, and the kept
-    # objective never rises and is never above Lloyd's (beyond the tie-order margin of the reference candidate).
+    # Independent of the learned reference: the circuit's Lloyd's group is Lloyd's algorithm, its swap chain the
+    # untrained safeguarded swap, and the kept objective never rises and is never above either (beyond the
+    # tie-order margins of their candidates, ranks 3 and 4).
     lloyd = reference.lloyd(X, C0, steps, tie_break=tie)
     np.testing.assert_allclose(run.lloyd_centroids, lloyd.centroids, rtol=0, atol=1e-9 * size)
+    untrained = safeguarded_swap(X, C0, steps, MARGIN, tie)
+    np.testing.assert_allclose(run.swap_objectives, untrained.objectives, rtol=1e-9)
     lloyd_obj = np.array([reference.objective(X, c) for c in lloyd.centroids])
     assert (np.diff(run.objectives) <= 1e-12 * run.objectives[:-1]).all()
     assert (run.objectives <= lloyd_obj * (1 + 3 * MARGIN + 1e-12)).all()
+    assert (run.objectives <= untrained.objectives * (1 + 4 * MARGIN + 1e-12)).all()
     return run
 
 
@@ -101,6 +106,21 @@ def test_the_extrapolated_group_holds_c_plus_alpha_times_lloyds_move(alphas):
             np.testing.assert_allclose(E, want, rtol=0, atol=1e-9 * size * max(1.0, circ.alpha(t)), err_msg=str(t))
 
 
+def test_the_swap_chain_is_the_untrained_safeguarded_swap():
+    """After ``select_S``, step t's swap-chain tokens hold the untrained safeguarded swap's ``S_{t+1}``."""
+    from circuits.encoding import read
+
+    for X, C0 in tasks(6):
+        circ = circuit(X.shape[1], C0.shape[0], TRAINED)
+        resid, seq, scaling = circ.encode(X, C0)
+        after = circ.residuals(resid, "structured", ("select_S",))
+        untrained = safeguarded_swap(X, C0, circ.steps, MARGIN, circ.user_tie_break(X, C0))
+        size = np.abs(untrained.centroids - X.mean(axis=0)).max()
+        for t in range(circ.steps):
+            S = scaling.from_unit(read(circ.layout, after[t, "select_S"], "C", seq.group("swapchain")))[0]
+            np.testing.assert_allclose(S, untrained.centroids[t + 1], rtol=0, atol=1e-9 * size, err_msg=str(t))
+
+
 def test_a_wrong_factor_is_detected():
     """The circuit built with one factor is not the reference of another: the learned candidate's objectives
     differ (and the comparison of the test above would fail). On this task 2.0 and 2.5 differ by 20% at step 1."""
@@ -108,8 +128,8 @@ def test_a_wrong_factor_is_detected():
     circ = circuit(X.shape[1], C0.shape[0], (2.0,))
     run = circ.run(X, C0)
     col = CANDIDATES.index("learned")
-    right = learned_swap(X, C0, STEPS, [2.0], MARGIN, circ.user_tie_break(X, C0), candidates=CIRCUIT_CANDIDATES)
-    wrong = learned_swap(X, C0, STEPS, [2.5], MARGIN, circ.user_tie_break(X, C0), candidates=CIRCUIT_CANDIDATES)
+    right = learned_swap(X, C0, STEPS, [2.0], MARGIN, circ.user_tie_break(X, C0))
+    wrong = learned_swap(X, C0, STEPS, [2.5], MARGIN, circ.user_tie_break(X, C0))
     np.testing.assert_allclose(run.candidate_objectives[:, col], right.candidate_objectives[:, col], rtol=1e-9)
     assert not np.allclose(run.candidate_objectives[:, col], wrong.candidate_objectives[:, col], rtol=1e-6)
 

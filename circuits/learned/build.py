@@ -83,6 +83,19 @@ class LearnedCircuit(SwapCircuit):
     def stacked_blocks(self) -> list:
         return [b for t in range(self.steps) for b in self.blocks_at(t)]
 
+    def factors_in(self, state: dict[str, torch.Tensor]) -> np.ndarray:
+        """Each step's factor as a model's weights hold it, read in the named basis: the ``extrapolate`` layer's
+        ``W_O`` from its value channels (``X + C`` of the keys) into ``C_stage``, averaged over the ``d`` channels
+        (:func:`circuits.learned.stages.extrapolate_block`). ``state``: a state dict of the stacked model
+        (``circuit.model.state_dict()``, or a trained copy of it) — what a drift report compares with
+        :attr:`alphas`."""
+        lay, out = self.layout, []
+        for t in range(self.steps):
+            W_O = state[hook_names.param(self.layer(t, ALPHA_BLOCK), "attn", "W_O")][0].detach().cpu().numpy()
+            # The head's value channel m (its m-th row of W_O) carries X_m + C_m (HeadBuilder numbers them from 0).
+            out.append(np.mean([W_O[m, lay.index("C_stage", m)] for m in range(lay.d)]))
+        return np.array(out)
+
     def step_model_at(self, step: int) -> PlainTransformer:
         """The plain model of step ``step``: the first step's parameters with the ``extrapolate`` layer's rebuilt for
         ``alpha_t`` (one model per distinct factor, cached)."""

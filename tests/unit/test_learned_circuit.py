@@ -17,7 +17,7 @@ import torch
 from sklearn.datasets import load_iris
 from test_swap import assert_paths_agree
 
-from circuits import reference
+from circuits import hook_names, reference
 from circuits.learned import checkpoint
 from circuits.learned.build import build_learned_circuit, mask_for
 from circuits.learned.reference import CANDIDATES, learned_swap
@@ -145,6 +145,12 @@ def test_each_step_holds_its_factor_in_the_extrapolate_weights_only():
         layer = circ.layer(t, ALPHA_BLOCK)
         W_O, unit = model.blocks[layer].attn.W_O, base.model.blocks[at].attn.W_O
         torch.testing.assert_close(W_O, alphas[min(t, 2)] * unit, rtol=0, atol=0)
+    # Read back in the named basis, as a drift report would; a changed weight shows as a changed factor.
+    state = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    np.testing.assert_array_equal(circ.factors_in(state), [2.0, 4.0, 5.5, 5.5])
+    state[hook_names.param(circ.layer(1, ALPHA_BLOCK), "attn", "W_O")] *= 1.25
+    np.testing.assert_array_equal(circ.factors_in(state), [2.0, 5.0, 5.5, 5.5])
+    for t in range(circ.steps):
         for i in range(per):
             if i != at:
                 for name, param in model.blocks[t * per + i].named_parameters():

@@ -159,7 +159,7 @@ def test_structured_path_is_the_dense_forward_at_every_block(init, index):
 
 def assert_paths_agree(circ, X: np.ndarray, C0: np.ndarray) -> dict:
     """The two paths' residual streams after every block of every step, within 1e-12, and the same run read from
-    both (also used by tests/test_learned_circuit.py); the dense residuals, by ``(step, block)``."""
+    both (also used by tests/unit/test_learned_circuit.py); the dense residuals, by ``(step, block)``."""
     resid, _, _ = circ.encode(X, C0)
     dense, structured = (circ.residuals(resid, path, circ.STEP) for path in ("dense", "structured"))
     assert dense.keys() == structured.keys() and len(dense) == circ.n_layers == circ.model.cfg.n_layers

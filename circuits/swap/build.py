@@ -21,7 +21,7 @@ model, block for block; the tests hold the two paths' residual streams together 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from circuits.layout import ResidualLayout
 from circuits.plain import PlainTransformer
 from circuits.sharpness import Sharpness
 from circuits.swap.knobs import SwapKnobs
-from circuits.swap.layout import CANDIDATE_GROUPS, GROUPS, SwapSequence, swap_layout
+from circuits.swap.layout import SWAP_GROUPS, StepGroups, SwapSequence, swap_layout
 from circuits.swap.reference import SwapTrajectory
 from circuits.swap.stages import STEP_BLOCKS, step_blocks
 from circuits.weights import dense
@@ -54,7 +54,7 @@ class SwapRun(SwapTrajectory):
     in user units; Lloyd's chain as the circuit's ``lloyd`` group holds it), every number read from the residual
     stream, plus every candidate's objective at each step ``[steps, 3]`` (tie order: lloyd, swap, reference)."""
 
-    candidate_objectives: Float[np.ndarray, "steps 3"]
+    candidate_objectives: Float[np.ndarray, "steps candidates"]
     #: The execution path that ran it (``"structured"`` or ``"dense"``) and, when ``auto`` fell back, why.
     path: str = "dense"
     path_note: str = ""
@@ -68,6 +68,11 @@ READ_BLOCKS = ("removal", "choose", "select")
 
 @dataclass
 class SwapCircuit:
+    #: The names of one step's blocks and the step's groups and candidates (a subclass with more candidates,
+    #: :class:`circuits.learned.build.LearnedCircuit`, sets its own).
+    STEP: ClassVar[tuple[str, ...]] = STEP_BLOCKS
+    SPEC: ClassVar[StepGroups] = SWAP_GROUPS
+
     #: The 14 blocks of one step as plain torch modules (:class:`circuits.plain.PlainTransformer`).
     step_model: PlainTransformer
     layout: ResidualLayout
@@ -84,19 +89,27 @@ class SwapCircuit:
         """The whole circuit, ``steps`` copies of the step's blocks in one ``HookedTransformer`` (built on first use:
         the structured path runs :attr:`step_model` instead)."""
         if self._model is None:
-            self._model = build_model(self.blocks * self.steps, self.W_U, self.layout,
+            self._model = build_model(self.stacked_blocks(), self.W_U, self.layout,
                                       dtype=self.step_model.cfg.dtype, device=self.step_model.cfg.device)
         return self._model
 
+    def stacked_blocks(self) -> list:
+        """Every layer's block, step after step (the same weights in every step)."""
+        return self.blocks * self.steps
+
+    def step_model_at(self, step: int) -> PlainTransformer:
+        """The plain model of step ``step`` (0-based): :attr:`step_model`, the same for every step."""
+        return self.step_model
+
     @property
     def n_layers(self) -> int:
-        return self.steps * len(STEP_BLOCKS)
+        return self.steps * len(self.STEP)
 
     def layer(self, step: int, block: str) -> int:
         """The layer of ``block`` (a name of :data:`STEP_BLOCKS`) in step ``step`` (0-based)."""
         if not 0 <= step < self.steps:
             raise IndexError(f"step {step} out of range for {self.steps} steps")
-        return step * len(STEP_BLOCKS) + STEP_BLOCKS.index(block)
+        return step * len(self.STEP) + self.STEP.index(block)
 
     def user_tie_break(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"]) -> float:
         """The circuit's tie-break for this problem in squared user units (the reference's ``tie_break``)."""
@@ -115,7 +128,7 @@ class SwapCircuit:
         n = X.shape[1]
         if n < 1:
             raise ValueError("X has no points")
-        seq = SwapSequence(n, lay.k)
+        seq = SwapSequence(n, lay.k, tuple(name for name, _, _ in self.SPEC.groups))
         scaling = fit_unit_scaling(X, C0, CENTRE)
         ux, uc = scaling.to_unit(X)[0], scaling.to_unit(C0)[0]
         resid = np.zeros((1, seq.n_tokens, lay.d_model))
@@ -124,7 +137,7 @@ class SwapCircuit:
         resid[0, seq.points, lay["IS_POINT"]] = 1.0
         resid[0, seq.points, lay["X"]] = ux
         resid[0, seq.points, lay["PIDX"]] = (np.arange(n) / n)[:, None]
-        for name, ident, flag in GROUPS:
+        for name, ident, flag in self.SPEC.groups:
             pos = seq.group(name)
             resid[0, pos, lay["IS_CENTROID"]] = 1.0
             resid[0, pos, lay[ident]] = np.eye(lay.k)
@@ -161,23 +174,25 @@ class SwapCircuit:
         from circuits.structured import Recording, structured_forward
 
         out: dict[tuple[int, str], torch.Tensor] = {}
-        end = STEP_BLOCKS[-1]
+        names = self.STEP
+        end = names[-1]
         for t in range(self.steps):
             step: dict[str, torch.Tensor] = {}
 
             def take(layer: int, record, step: dict = step) -> None:
-                if STEP_BLOCKS[layer] in blocks or STEP_BLOCKS[layer] == end:
-                    step[STEP_BLOCKS[layer]] = record.resid_post.clone()
+                if names[layer] in blocks or names[layer] == end:
+                    step[names[layer]] = record.resid_post.clone()
 
             # In place (pre=False): the stream is updated block by block and each block read is copied as it ends;
             # the step's last block's stream enters the next step.
-            structured_forward(self.step_model, resid, recording=Recording(take, pre=False))
+            structured_forward(self.step_model_at(t), resid, recording=Recording(take, pre=False))
             out.update({(t, block): step[block] for block in blocks})
             resid = step[end]
         return out
 
     def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], path: str = "auto") -> SwapRun:
-        """The circuit on one problem, on ``path`` (:data:`PATHS`)."""
+        """The circuit on one problem, on ``path`` (:data:`PATHS`); ``candidate_objectives`` has a column per candidate
+        of :attr:`SPEC`."""
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
         resid, seq, scaling = self.encode(X, C0)
@@ -201,22 +216,19 @@ class SwapCircuit:
             objectives.append(n * s2 * read(self.layout, at(t, "removal"), "OBJ0", seq.bos)[0, 0])
             chosen = at(t, "choose")
             onehot = read(self.layout, chosen, "CHOICE", seq.bos)[0]
-            if not np.array_equal(np.sort(onehot), [0.0, 0.0, 1.0]):
+            if not np.array_equal(np.sort(onehot), np.eye(len(onehot))[-1]):
                 raise RuntimeError(f"step {t + 1}: the choice is not one-hot ({onehot}); a knob is outside its range")
-            choices.append(CANDIDATE_GROUPS[int(onehot.argmax())][0])
+            choices.append(self.SPEC.candidates[int(onehot.argmax())][0])
             candidates.append(n * s2 * read(self.layout, chosen, "OBJ", seq.bos)[0])
             final = at(t, "select")
             centroids.append(scaling.from_unit(read(self.layout, final, "C", seq.group("current")))[0])
             lloyd.append(scaling.from_unit(read(self.layout, final, "C", seq.group("lloyd")))[0])
-        candidates = np.array(candidates).reshape(self.steps, 3)
-        chosen_obj = candidates[np.arange(self.steps), [c for c in map(_rank, choices)]]
+        candidates = np.array(candidates).reshape(self.steps, len(self.SPEC.candidates))
+        chosen_obj = candidates[np.arange(self.steps), [self.SPEC.slot(c) for c in choices]]
         # Lloyd's chain's objectives are the circuit's "reference" candidate's (step 0: the start, shared by all).
         return SwapRun(np.stack(centroids), choices, np.array([*objectives[:1], *chosen_obj]), np.stack(lloyd),
-                       np.array([*objectives[:1], *candidates[:, 2]]), candidates, used, note)
-
-
-def _rank(choice: str) -> int:
-    return [c for c, _ in CANDIDATE_GROUPS].index(choice)
+                       np.array([*objectives[:1], *candidates[:, self.SPEC.slot("reference")]]), candidates,
+                       used, note)
 
 
 def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_break: float = 1e-11,

@@ -18,7 +18,7 @@ every assignment is staged and committed within one block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from circuits.layout import SUBSPACE_DOCS, ResidualLayout, SequenceLayout
 
@@ -29,6 +29,40 @@ GROUPS: tuple[tuple[str, str, str], ...] = (("current", "ID", "G_C"), ("lloyd", 
 ASSIGNMENT_OF: dict[str, str] = {"current": "Y", "lloyd": "Y_L", "proposal": "Y_P"}
 #: Candidates in tie order (:mod:`circuits.swap.reference`) and the group whose tokens hold each one.
 CANDIDATE_GROUPS: tuple[tuple[str, str], ...] = (("lloyd", "current"), ("swap", "proposal"), ("reference", "lloyd"))
+
+
+
+@dataclass(frozen=True)
+class StepGroups:
+    """Which centroid groups a safeguarded step has and what each does, so that :mod:`circuits.swap.stages` can build
+    the blocks of the swap step (:data:`SWAP_GROUPS`) and of steps with more candidates (:mod:`circuits.learned`).
+
+    ``groups``: ``(name, identity, flag)`` in token order, ``current`` first and ``proposal`` among them;
+    ``assignment_of``: each group's assignment subspace; ``candidates``: ``(candidate, group)`` in the order of the
+    ``D_CAND``/``OBJ``/``CHOICE`` slots; ``ranks``: each candidate's tie-order rank (the select margin's factor);
+    ``selected``: the groups that take the kept candidate at the end of a step; ``with_proposal``: further groups
+    whose ``C_stage`` the propose block commits."""
+
+    groups: tuple[tuple[str, str, str], ...]
+    assignment_of: dict[str, str]
+    candidates: tuple[tuple[str, str], ...]
+    ranks: dict[str, int]
+    selected: tuple[str, ...] = ("current",)
+    with_proposal: tuple[str, ...] = field(default=())
+
+    def ident(self, group: str) -> str:
+        return {name: ident for name, ident, _ in self.groups}[group]
+
+    def flag(self, group: str) -> str:
+        return {name: flag for name, _, flag in self.groups}[group]
+
+    def slot(self, candidate: str) -> int:
+        """The candidate's index in ``D_CAND``, ``OBJ`` and ``CHOICE``."""
+        return [c for c, _ in self.candidates].index(candidate)
+
+
+#: The safeguarded swap's groups and candidates.
+SWAP_GROUPS = StepGroups(GROUPS, ASSIGNMENT_OF, CANDIDATE_GROUPS, {c: r for r, (c, _) in enumerate(CANDIDATE_GROUPS)})
 
 #: What each subspace the swap circuit adds holds.
 SWAP_SUBSPACE_DOCS: dict[str, str] = {
@@ -79,11 +113,13 @@ class SwapSequence(SequenceLayout):
     """Token positions: ``[BOS, point_0 .. point_{n-1}, current_0.., lloyd_0.., proposal_0..]`` (``k`` each).
 
     A :class:`~circuits.layout.SequenceLayout` whose centroids (``centroids``, ``centroid(j)``) are the current
-    group, followed by the two other groups."""
+    group, followed by the other groups (``names``: the swap circuit's three by default)."""
+
+    names: tuple[str, ...] = tuple(g[0] for g in GROUPS)
 
     def group(self, name: str) -> slice:
-        """Positions of the ``k`` tokens of a centroid group (``"current"``, ``"lloyd"`` or ``"proposal"``)."""
-        names = [g[0] for g in GROUPS]
+        """Positions of the ``k`` tokens of a centroid group (``"current"``, ``"lloyd"``, ``"proposal"``, ...)."""
+        names = list(self.names)
         if name not in names:
             raise ValueError(f"unknown centroid group {name!r}; expected one of {names}")
         start = 1 + self.n + names.index(name) * self.k
@@ -91,9 +127,14 @@ class SwapSequence(SequenceLayout):
 
     @property
     def n_tokens(self) -> int:
-        return 1 + self.n + len(GROUPS) * self.k
+        return 1 + self.n + len(self.names) * self.k
 
     @property
     def token_labels(self) -> list[str]:
         return ["BOS", *(f"x{i}" for i in range(self.n)),
-                *(f"{name[0]}{j}" for name, _, _ in GROUPS for j in range(self.k))]
+                *(f"{_initials(name)}{j}" for name in self.names for j in range(self.k))]
+
+
+def _initials(group: str) -> str:
+    """A group's token label prefix: ``c``, ``l``, ``p`` for swap's groups (``sp`` for ``swapchain_proposal``)."""
+    return "".join(part[0] for part in group.split("_"))

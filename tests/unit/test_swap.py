@@ -154,16 +154,22 @@ def test_structured_path_is_the_dense_forward_at_every_block(init, index):
     dense forward hold the same residual stream after every block of every step, and read the same run."""
     batch = general_tasks(3, 20, 4, 4, 0, TEST, index, init=init)
     for X, C0 in zip(batch.X, batch.C0):
-        circ = circuit(X.shape[1], C0.shape[0])
-        resid, _, _ = circ.encode(X, C0)
-        dense, structured = (circ.residuals(resid, path, STEP_BLOCKS) for path in ("dense", "structured"))
-        assert dense.keys() == structured.keys() and len(dense) == circ.n_layers == circ.model.cfg.n_layers
-        for key, value in dense.items():
-            # Unit-scaled stream (points and centroids in the unit ball): only the summation order differs.
-            torch.testing.assert_close(structured[key], value, rtol=0, atol=1e-12, msg=str(key))
-        fast, slow = circ.run(X, C0), circ.run(X, C0, path="dense")
-        assert (fast.path, slow.path) == ("structured", "dense") and fast.choices == slow.choices
-        np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
+        assert_paths_agree(circuit(X.shape[1], C0.shape[0]), X, C0)
+
+
+def assert_paths_agree(circ, X: np.ndarray, C0: np.ndarray) -> dict:
+    """The two paths' residual streams after every block of every step, within 1e-12, and the same run read from
+    both (also used by tests/unit/test_learned_circuit.py); the dense residuals, by ``(step, block)``."""
+    resid, _, _ = circ.encode(X, C0)
+    dense, structured = (circ.residuals(resid, path, circ.STEP) for path in ("dense", "structured"))
+    assert dense.keys() == structured.keys() and len(dense) == circ.n_layers == circ.model.cfg.n_layers
+    for key, value in dense.items():
+        # Unit-scaled stream (points and centroids in the unit ball): only the summation order differs.
+        torch.testing.assert_close(structured[key], value, rtol=0, atol=1e-12, msg=str(key))
+    fast, slow = circ.run(X, C0), circ.run(X, C0, path="dense")
+    assert (fast.path, slow.path) == ("structured", "dense") and fast.choices == slow.choices
+    np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
+    return dense
 
 
 def test_steps_share_weights_and_leave_every_staging_slot_empty():

@@ -10,8 +10,8 @@ given by path (:func:`find_checkpoint` recognises the file, or a folder holding 
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
 every step, the same candidate kept and centroids within the tolerance of the data's spread; a difference the
 circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
-in :mod:`analysis.construction`; the drift numbers are :func:`learned_drift` (:mod:`analysis.report.learned`
-draws them).
+in :mod:`analysis.construction`; the drift numbers are
+:func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def learned_circuit(d: int, k: int, steps: int, alphas: tuple[float, ...], beta:
 
 
 def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
-                alphas: Float[np.ndarray, " p"] | None = None):
+                alphas: Float[np.ndarray, " p"] | list[float] | None = None):
     """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with factors ``alphas`` (the shipped
     checkpoint's when ``None``) and its tie-break and beta chosen from their data as the swap's
     (:func:`analysis.construction.sharpness_for`), with the extrapolated centroids' :func:`reach`: their squared
@@ -92,7 +92,7 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
 
 
 def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-                         path: str = "auto", alphas: Float[np.ndarray, " p"] | None = None) -> dict:
+                         path: str = "auto", alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> dict:
     """Run the learned construction on one problem on ``path``; the ``cluster --json`` document of the swap
     (:func:`analysis.construction.cluster_document`) with the factors (``alphas``), each step's untrained swap
     objective (``objective_swap``) and how often each candidate was kept (``kept``)."""
@@ -119,7 +119,7 @@ class LearnedModel(ConstructionModel):
     name = "learned"
     config = ConstructionConfig()
 
-    def __init__(self, alphas: Float[np.ndarray, " p"] | None = None):
+    def __init__(self, alphas: Float[np.ndarray, " p"] | list[float] | None = None):
         self.alphas = load_alphas() if alphas is None else np.asarray(alphas, dtype=np.float64).reshape(-1)
 
     def circuit(self, problems, steps: int):

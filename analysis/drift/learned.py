@@ -55,13 +55,21 @@ class LearnedDrift:
         return asdict(self)
 
 
+#: The parameters of one layer of the stacked model (:func:`circuits.hook_names.param`'s components and names).
+LAYER_PARAMS = (*(("attn", n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")),
+                *(("mlp", n) for n in ("W_in", "W_gate", "W_out", "b_in", "b_out")))
+
+
 def _layer_params(state: dict, layer: int) -> dict:
-    prefix = f"blocks.{layer}."
-    return {name: t.detach().cpu().numpy() for name, t in state.items() if name.startswith(prefix)}
+    from circuits import hook_names
+
+    names = (hook_names.param(layer, c, n) for c, n in LAYER_PARAMS)
+    return {name: state[name].detach().cpu().numpy() for name in names if name in state}
 
 
 def weight_drift(alphas: np.ndarray, steps: int) -> tuple[list[StepWeights], float]:
     """The weights part (module docstring) for ``steps`` steps at :data:`WEIGHTS_SHAPE`."""
+    from circuits import hook_names
     from circuits.learned.build import build_learned_circuit
     from circuits.learned.stages import ALPHA_BLOCK
 
@@ -78,17 +86,18 @@ def weight_drift(alphas: np.ndarray, steps: int) -> tuple[list[StepWeights], flo
     for t in range(steps):
         layer = trained.layer(t, ALPHA_BLOCK)
         mine, base, zero = (_layer_params(s, layer) for s in (state, untrained, lloyd))
-        w_o = f"blocks.{layer}.attn.W_O"
+        w_o = hook_names.param(layer, "attn", "W_O")
         diff = mine[w_o] - base[w_o]
         cols = np.flatnonzero(np.abs(diff).reshape(-1, diff.shape[-1]).max(axis=0) > 0)
-        mlp = sum(float(np.linalg.norm(mine[n] - base[n]) ** 2) for n in mine if ".mlp." in n) ** 0.5
+        mlp_names = [hook_names.param(layer, c, n) for c, n in LAYER_PARAMS if c == "mlp"]
+        mlp = sum(float(np.linalg.norm(mine[n] - base[n]) ** 2) for n in mlp_names if n in mine) ** 0.5
         out.append(StepWeights(t + 1, trained.alpha(t), float(read[t]), float(np.linalg.norm(diff)), mlp,
                                float(np.linalg.norm(mine[w_o] - zero[w_o])),
                                sorted({lay.subspace_of(c)[0] for c in cols})))
+    trained_keys = {name for layer in alpha_layers for name in _layer_params(state, layer)}
     other = 0.0
     for name, tensor in state.items():
-        layer = int(name.split(".")[1]) if name.startswith("blocks.") else None
-        if layer in alpha_layers:
+        if name in trained_keys:
             continue
         other = max(other, float((tensor - untrained[name]).abs().max()) if tensor.numel() else 0.0)
     return out, other

@@ -41,15 +41,15 @@ def find_checkpoint(path: str | Path) -> Path | None:
     from circuits.learned.checkpoint import FORMAT, MAX_BYTES
 
     path = Path(path)
-    if path.is_dir():
-        inside = path / CHECKPOINT_FILE
-        return inside if inside.is_file() and not (path / "config.json").exists() else None
-    if not path.is_file() or path.stat().st_size > MAX_BYTES:
-        return None
     try:
+        if path.is_dir():
+            inside = path / CHECKPOINT_FILE
+            return inside if inside.is_file() and not (path / "config.json").exists() else None
+        if not path.is_file() or path.stat().st_size > MAX_BYTES:
+            return None
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # not readable as a learned checkpoint: the trained-model reader says why
     return path if isinstance(obj, dict) and obj.get("format") == FORMAT else None
 
 

@@ -27,11 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--checkpoint", metavar="FILE", default=None,
                        help="run a trained model (checkpoint folder from `train`) instead of the construction;"
-                            " the data must have the model's d and --k its k")
-    which.add_argument("--construction", choices=("swap",), default=None,
+                            " the data must have the model's d and --k its k. A learned safeguarded-swap checkpoint"
+                            " (a learned.json file, or a folder holding one such as checkpoints/learned) runs"
+                            " --construction learned with its factors")
+    which.add_argument("--construction", choices=("swap", "learned"), default=None,
                        help="run a general construction instead of Lloyd's circuit, verified against its own numpy"
-                            " reference and compared with Lloyd's: swap = safeguarded swap (circuits/swap; k >= 2;"
-                            " --out gets labels.csv, centroids.csv, verification.json)")
+                            " reference and compared with Lloyd's: swap = safeguarded swap (circuits/swap), learned ="
+                            " learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json;"
+                            " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json")
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -60,15 +63,25 @@ CHECKPOINT_OUT_FILES = ("labels.csv", "centroids.csv", "evaluation.json")
 CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json")
 
 
+def learned_checkpoint(args: argparse.Namespace):
+    """The learned checkpoint file ``--checkpoint`` names (:func:`analysis.learned.find_checkpoint`), else ``None``."""
+    if getattr(args, "checkpoint", None) is None:
+        return None
+    from analysis.learned import find_checkpoint
+
+    return find_checkpoint(args.checkpoint)
+
+
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
-    construction = getattr(args, "construction", None)
+    learned = learned_checkpoint(args)
+    construction = "learned" if learned is not None else getattr(args, "construction", None)
     out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
                         CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
+    if construction is not None:
+        return run_construction(args, problem, out, construction, learned)
     if getattr(args, "checkpoint", None) is not None:
         return run_checkpoint(args, problem, out)
-    if construction is not None:
-        return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
     from analysis.cli.progress import Stages
@@ -151,43 +164,71 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     return 0 if doc["verified"] else 1
 
 
-def run_construction(args: argparse.Namespace, problem: Problem, out) -> int:
-    """``cluster --construction swap``: the safeguarded-swap transformer on this problem, verified against its numpy
-    reference and compared with Lloyd's (see :func:`analysis.swap.cluster_with_swap`)."""
-    if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
-        raise ProblemError("--construction swap has its own knobs: --variant and the exactness knobs do not apply")
+def construction_doc(args: argparse.Namespace, problem: Problem, name: str, learned) -> dict:
+    """Check the options of ``cluster --construction NAME`` (or ``--checkpoint`` of a learned checkpoint at
+    ``learned``) and run it: :func:`analysis.swap.cluster_with_swap` or :func:`analysis.learned.cluster_with_learned`."""
+    flag = f"--checkpoint {args.checkpoint}" if learned is not None else f"--construction {name}"
+    if args.variant != "lloyd" or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")):
+        raise ProblemError(f"{flag} has its own knobs: --variant and the exactness knobs do not apply")
     if problem.k < 2:
-        raise ProblemError("--construction swap needs --k >= 2")
+        raise ProblemError(f"{flag} needs --k >= 2")
+    if problem.iterations < 1:
+        raise ProblemError(f"{flag} needs --iterations >= 1 (each iteration is one step)")
     if args.dtype != "float64":
-        raise ProblemError("--construction swap is exact only in float64: --dtype float32 does not apply")
+        raise ProblemError(f"{flag} is exact only in float64: --dtype float32 does not apply")
     from analysis.cli.progress import Stages
-    from analysis.swap import SwapPathUnavailable, cluster_with_swap
+    from analysis.swap import SwapPathUnavailable
 
-    with Stages(NAME, ["swap circuit"]):
+    alphas = None
+    if name == "learned":
+        from analysis.learned import load_alphas
+
         try:
-            doc = cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
+            alphas = load_alphas(learned)
+        except ValueError as exc:
+            raise ProblemError(f"{flag}: {exc}") from None
+    with Stages(NAME, [f"{name} circuit"]):
+        try:
+            if name == "learned":
+                from analysis.learned import cluster_with_learned
+
+                return cluster_with_learned(problem.X, problem.C0, problem.iterations, args.path, alphas)
+            from analysis.swap import cluster_with_swap
+
+            return cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
         except SwapPathUnavailable as exc:
-            raise ProblemError(f"--construction swap: {exc}") from None
+            raise ProblemError(f"{flag}: {exc}") from None
+
+
+def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:
+    """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
+    its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap)."""
+    doc = construction_doc(args, problem, name, learned)
     d = doc["d"]
     if out is not None:
         write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)
     if args.json:
         print(json.dumps(doc))
         return 0 if doc["verified"] else 1
-    print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, safeguarded-swap construction"
+    title = ("learned safeguarded-swap construction (factors " + ", ".join(f"{a:g}" for a in doc["alphas"]) + ")"
+             if name == "learned" else "safeguarded-swap construction")
+    print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, {title}"
           f" ({doc['layers']} layers), {problem.iterations} steps, {doc['path']} path"
           + (f" ({doc['path_note']})" if doc["path_note"] else ""))
-    print(" step  kept        objective  reference objective  Lloyd's objective  labels = reference's"
-          "  min margin  choice gap")
+    swap = "objective_swap" in doc["per_iteration"][0]
+    width = 14 if swap else 9  # the learned construction's candidates have longer names
+    print(" step  kept" + " " * (width - 1) + "objective  reference objective  Lloyd's objective"
+          + ("   swap objective" if swap else "") + "  labels = reference's  min margin  choice gap")
     for rec in doc["per_iteration"]:
         gap = "tie" if rec["choice_gap"] is None else f"{rec['choice_gap']:.2e}"
-        print(f"{rec['iteration']:5d}  {rec['choice']:9s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
-              f" {rec['objective_lloyd']:18.8g} {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g} {gap:>11s}")
+        print(f"{rec['iteration']:5d}  {rec['choice']:{width}s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
+              f" {rec['objective_lloyd']:18.8g}" + (f" {rec['objective_swap']:16.8g}" if swap else "")
+              + f" {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g} {gap:>11s}")
     more = len(doc["problems"]) - 2
     verdict = "VERIFIED: equal to its numpy reference at every step" if doc["verified"] else (
         "NOT VERIFIED: " + "; ".join(doc["problems"][:2]) + (f" (and {more} more: --json lists them)" if more > 0 else ""))
     print(verdict)
-    print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f})"
-          + (f"; wrote {out}" if out else ""))
+    versus = f"; untrained swap's {doc['swap_inertia']:.10g}" if swap else ""
+    print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f}"
+          f"{versus})" + (f"; wrote {out}" if out else ""))
     return 0 if doc["verified"] else 1
-

@@ -15,10 +15,17 @@ HELP = "report (self-contained HTML) how a trained checkpoint differs from the e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", metavar="DIR", required=True, help="checkpoint folder written by train")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", metavar="DIR",
+                       help="checkpoint folder written by train; a learned safeguarded-swap checkpoint (a learned.json"
+                            " file or a folder holding one, such as checkpoints/learned) gets the learned report")
+    which.add_argument("--construction", choices=("learned",), default=None,
+                       help="learned: the learned safeguarded swap with the shipped factors against the untrained"
+                            " construction (alpha = 1) it started from")
     parser.add_argument("--out", metavar="FILE", required=True, help="HTML report to write (e.g. drift.html)")
     parser.add_argument("--tasks", type=int, default=16, help="held-out tasks for the behaviour views (default 16)")
-    parser.add_argument("--n", type=int, default=None, help="points per task (default: the checkpoint's)")
+    parser.add_argument("--n", type=int, default=None,
+                        help="points per task (default: the checkpoint's; 128 for the learned construction)")
     parser.add_argument("--steps", type=int, default=20, help="recurrent steps (default 20)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the test stream (default 0)")
     parser.add_argument("--no-ablations", action="store_true", help="skip the ablations and the stiffness sweep")
@@ -36,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, suffixes=None, example="drift.html")
+    from analysis.learned import find_checkpoint
+
+    if args.construction is not None or find_checkpoint(args.checkpoint) is not None:
+        return run_learned(args, out)
     model_cfg = check_checkpoint(args.checkpoint)["model"]
     general = bool(model_cfg.get("general", False))
     if args.shapes is not None and not general:
@@ -78,5 +89,44 @@ def run(args: argparse.Namespace) -> int:
             if shape:
                 print(f"d={shape[0]} k={shape[1]}:")
             print("\n".join(f"- {s}" for s in analysis.summary))
+        print(f"wrote {out}")
+    return 0
+
+
+def run_learned(args: argparse.Namespace, out) -> int:
+    """``drift --construction learned`` (or ``--checkpoint`` of a learned checkpoint): the factors in the weights
+    against the untrained construction's, and the learned candidate on held-out tasks
+    (:func:`analysis.drift.learned.learned_drift`, drawn by :mod:`analysis.report.learned`)."""
+    flag = f"--checkpoint {args.checkpoint}" if args.checkpoint is not None else "--construction learned"
+    if args.shapes is not None:
+        raise ProblemError(f"--shapes: {flag} reads its weights at one shape (the factors do not depend on it)")
+    n = args.n if args.n is not None else 128
+    if n < 12:
+        raise ProblemError(f"--n must be >= 12 (the general tasks' largest k), got {n}")
+    from analysis.learned import load_alphas
+
+    try:
+        alphas = load_alphas(args.checkpoint)
+    except ValueError as exc:
+        raise ProblemError(f"{flag}: {exc}") from None
+    import torch
+
+    from analysis.cli.progress import Stages
+    from analysis.drift.learned import learned_drift
+    from analysis.report.learned import learned_drift_report
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    with Stages(NAME, ["weights and behaviour", "report"]) as stages:
+        stages.start("weights and behaviour")
+        drift = learned_drift(alphas, steps=args.steps, tasks=args.tasks, n=n, seed=args.seed,
+                              with_behaviour=not args.no_ablations)
+        stages.start("report")
+        html = learned_drift_report(drift).to_html()
+    write_output_file(out, html)
+    if args.json:
+        print(json.dumps(drift.to_dict()))
+    else:
+        print("\n".join(f"- {s}" for s in drift.summary))
         print(f"wrote {out}")
     return 0

@@ -27,10 +27,14 @@ FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder written by train")
-    which.add_argument("--construction", choices=("swap",), default=None,
+    which.add_argument("--checkpoint", metavar="DIR",
+                       help="checkpoint folder written by train; a learned safeguarded-swap checkpoint (a learned.json"
+                            " file or a folder holding one, such as checkpoints/learned) evaluates --construction"
+                            " learned with its factors")
+    which.add_argument("--construction", choices=("swap", "learned"), default=None,
                        help="evaluate a general construction instead, like a general checkpoint (any d <= 64,"
-                            " 2 <= k <= 16): swap = safeguarded swap (circuits/swap), exact, float64, CPU")
+                            " 2 <= k <= 16): swap = safeguarded swap (circuits/swap), learned = learned safeguarded"
+                            " swap with the shipped factors (circuits/learned); exact, float64, CPU")
     parser.add_argument("--tasks", type=int, default=320, help="held-out random tasks (default 320; 0: none)")
     parser.add_argument("--steps", type=int, default=20, help="recurrent steps / Lloyd iterations (default 20)")
     parser.add_argument("--init", choices=("random", "k-means++"), default="random",
@@ -67,10 +71,33 @@ def parse_datasets(text: str) -> list[str]:
 @dataclass(frozen=True)
 class Plan:
     """What ``evaluate`` runs, from its validated options: the real ``datasets``, and for a general checkpoint or a
-    construction the ``shapes`` (d, k) of its held-out tasks (``None`` otherwise)."""
+    construction the ``shapes`` (d, k) of its held-out tasks (``None`` otherwise); ``construction`` the one it
+    evaluates (``--construction``, or ``learned`` for a learned checkpoint) and ``alphas`` a learned one's
+    factors."""
 
     datasets: list[str]
     shapes: list[tuple[int, int]] | None = None
+    construction: str | None = None
+    alphas: object = None
+
+
+def construction_of(args: argparse.Namespace) -> tuple[str | None, object]:
+    """The construction ``evaluate`` runs and a learned one's factors: ``--construction``, or ``learned`` with
+    the factors of a learned checkpoint ``--checkpoint`` names; ``(None, None)`` for a trained model."""
+    if args.construction == "learned" or (args.checkpoint is not None and _learned_file(args.checkpoint)):
+        from analysis.learned import load_alphas
+
+        try:
+            return "learned", load_alphas(args.checkpoint)
+        except ValueError as exc:
+            raise ProblemError(f"--checkpoint {args.checkpoint}: {exc}") from None
+    return args.construction, None
+
+
+def _learned_file(path: str) -> bool:
+    from analysis.learned import find_checkpoint
+
+    return find_checkpoint(path) is not None
 
 
 def validate(args: argparse.Namespace) -> Plan:
@@ -81,8 +108,9 @@ def validate(args: argparse.Namespace) -> Plan:
         raise ProblemError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
-    if args.construction is not None:
-        from analysis.swap import CAPACITY
+    construction, alphas = construction_of(args)
+    if construction is not None:
+        from analysis.construction import CAPACITY
 
         if args.device == "cuda":
             raise ProblemError("--construction runs in float64 on the CPU: --device cuda does not apply")
@@ -95,8 +123,8 @@ def validate(args: argparse.Namespace) -> Plan:
     shapes = None
     if general:
         shapes = parse_shapes(args.shapes, model["d"], model["k"])
-        if args.construction is not None and any(k < 2 for _, k in shapes):
-            raise ProblemError("--shapes: the swap construction needs k >= 2")
+        if construction is not None and any(k < 2 for _, k in shapes):
+            raise ProblemError(f"--shapes: the {construction} construction needs k >= 2")
     default = "iris,wine,breast_cancer,digits" if general else "digits,blobs"
     datasets = parse_datasets(args.datasets if args.datasets is not None else default)
     if general and "blobs" in datasets:
@@ -104,7 +132,7 @@ def validate(args: argparse.Namespace) -> Plan:
     if not args.tasks and not datasets:
         raise ProblemError("nothing to evaluate: --tasks is 0 and --datasets is none")
     engine.check(args.engine, args.address)
-    return Plan(datasets, shapes)
+    return Plan(datasets, shapes, construction, alphas)
 
 
 def format_table(doc: dict) -> str:
@@ -138,11 +166,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.construction is not None:
-        from analysis.swap import SwapModel
+    if plan.construction is not None:
+        if plan.construction == "learned":
+            from analysis.learned import LearnedModel
 
-        model = SwapModel()
-        doc = {"construction": args.construction, "general": True, "capacity": [model.config.d, model.config.k]}
+            model = LearnedModel(plan.alphas)
+        else:
+            from analysis.swap import SwapModel
+
+            model = SwapModel()
+        doc = {"construction": plan.construction, "general": True, "capacity": [model.config.d, model.config.k]}
+        if plan.construction == "learned":
+            doc["alphas"] = [float(a) for a in model.alphas]
+            if args.checkpoint is not None:
+                doc["checkpoint"] = str(args.checkpoint)
         return run_general(args, model, doc, args.n if args.n is not None else CONSTRUCTION_N, plan)
     device = resolve_device(args.device)
     try:

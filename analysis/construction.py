@@ -1,0 +1,189 @@
+"""What the hand-built general constructions share as users run them: the safeguarded swap (:mod:`analysis.swap`)
+and the learned safeguarded swap (:mod:`analysis.learned`).
+
+Both are a circuit of :class:`circuits.swap.build.SwapCircuit`'s kind (one step's blocks run ``steps`` times, a
+choice among candidates per step) held to a numpy reference by :mod:`analysis.verify.swap`. Here: the execution
+path a problem may take (:func:`path_for`, :func:`run_on_path`), the sharpness chosen from the data
+(:func:`sharpness_for`), the ``cluster --json`` document (:func:`cluster_document`), the per-step diagnostics
+(:func:`label_agreement`, :func:`smallest_gap`, :func:`choice_gap`) and the evaluation's model
+(:class:`ConstructionModel`, the trajectory protocol of :mod:`analysis.evaluation.protocol`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from jaxtyping import Float
+
+from analysis.verify.swap import CENTROID_TOLERANCE
+from circuits import reference
+
+#: The general evaluation draws its tasks as for a general checkpoint of this capacity (``d <= 64``, ``k <= 16``).
+CAPACITY = (64, 16)
+#: The swap circuit's centroid groups (:data:`circuits.swap.layout.GROUPS`), import-free.
+SWAP_GROUPS = ("current", "lloyd", "proposal")
+
+
+class SwapPathUnavailable(ValueError):
+    """The requested execution path cannot run this problem (the message says why)."""
+
+
+def _groups(circ) -> tuple[str, ...]:
+    return tuple(name for name, _, _ in circ.SPEC.groups)
+
+
+def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
+    from analysis.capture import DENSE_MAX_TOKENS
+    from circuits.swap.layout import SwapSequence
+
+    tokens = SwapSequence(n, k, groups).n_tokens
+    return (f"{tokens} tokens is above the dense forward's limit of {DENSE_MAX_TOKENS} (a few (tokens)^2 float64"
+            " matrices per layer)")
+
+
+def path_for(n: int, k: int, path: str = "auto", groups: tuple[str, ...] = SWAP_GROUPS) -> str:
+    """The path to ask :meth:`SwapCircuit.run` for: ``path``, except structured only when the problem's tokens (a
+    sequence of these centroid ``groups``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is
+    refused (:class:`SwapPathUnavailable`)."""
+    from analysis.capture import DENSE_MAX_TOKENS
+    from circuits.swap.layout import SwapSequence
+
+    if SwapSequence(n, k, groups).n_tokens <= DENSE_MAX_TOKENS:
+        return path
+    if path == "dense":
+        raise SwapPathUnavailable(f"--path dense: {_too_many(n, k, groups)}")
+    return "structured"
+
+
+def run_on_path(circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], path: str):
+    """``circ.run`` on ``path`` as :func:`path_for` says; a refusal of the structured path where the dense one may
+    not run is :class:`SwapPathUnavailable`."""
+    from circuits.structured import StructuredPathUnavailable
+
+    n, k, groups = X.shape[0], C0.shape[0], _groups(circ)
+    asked = path_for(n, k, path, groups)
+    try:
+        return circ.run(X, C0, path=asked)
+    except StructuredPathUnavailable as exc:
+        more = f"; and {_too_many(n, k, groups)}" if asked != path else ""
+        raise SwapPathUnavailable(f"{exc}{more}") from None
+
+
+def sharpness_for(problems: list[tuple[np.ndarray, np.ndarray]], d_model: int, reach: float = 1.0):
+    """The tie-break and beta for ``problems`` (``[(X, C0), ...]`` of one shape) as for Lloyd's circuit
+    (:func:`circuits.sharpness.for_problem`, on the construction's own unit scaling and width ``d_model``).
+
+    ``reach``: how far beyond the unit ball, as a factor, the centroids the circuit assigns to may lie (1 for
+    swap; ``max(1, 2 alpha - 1)`` for the learned swap's extrapolated centroids). The tie-break must stay above the
+    rounding of scores ``reach^2`` times larger, so it is ``reach^2`` times coarser, and beta follows it."""
+    from circuits.encoding import fit_unit_scaling
+    from circuits.sharpness import TIE_BREAK_CAP, for_problem
+    from circuits.swap.build import CENTRE
+
+    d = problems[0][0].shape[1]
+    units = []
+    for X, C0 in problems:
+        scaling = fit_unit_scaling(X, C0, CENTRE)  # as SwapCircuit.encode scales a problem
+        units.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
+    sharp, _ = for_problem(units, d, d_model)
+    if reach > 1.0:
+        sharp, _ = for_problem(units, d, d_model, given={"tie_break": min(sharp.tie_break * reach**2,
+                                                                          TIE_BREAK_CAP)})
+    return sharp
+
+
+def label_agreement(X: Float[np.ndarray, "n d"], A: Float[np.ndarray, "k d"], B: Float[np.ndarray, "k d"]) -> float:
+    """The fraction of points whose nearest centroid has the same index in ``A`` and in ``B``."""
+    return float((reference.assign(X, A) == reference.assign(X, B)).mean())
+
+
+def smallest_gap(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> float:
+    """The smallest gap, over points, between the squared distances to their two nearest centroids."""
+    two = np.sort(reference.sq_distances(X, C), axis=1)[:, :2]
+    return float((two[:, 1] - two[:, 0]).min())
+
+
+def choice_gap(objectives: Float[np.ndarray, " candidates"]) -> float | None:
+    """How much larger the runner-up candidate's objective was than the kept one's, relative; ``None`` when every
+    candidate had the same objective (then the tie order decided, as the reference's does)."""
+    low, second = np.sort(objectives)[:2]
+    return float((second - low) / low) if second > low and low > 0 else None
+
+
+def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], name: str,
+                     reference_note: str) -> dict:
+    """The ``cluster --json`` document of a construction's ``run`` on one problem, held to its reference by
+    ``checked`` (a :class:`~analysis.verify.swap.ConstructionReport`) and compared with Lloyd's from ``C0``.
+    ``name``: the construction (``variant`` is ``construction:<name>``); ``reference_note`` names its reference."""
+    iterations = len(run.centroids) - 1
+    tie_break = checked.tie_break
+    scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
+    ref, lloyd = checked.reference, reference.lloyd(X, C0, iterations)
+    per_iteration = []
+    for t in range(1, iterations + 1):
+        per_iteration.append({
+            "iteration": t, "choice": run.choices[t - 1], "reference_choice": ref.choices[t - 1],
+            "label_agreement": label_agreement(X, run.centroids[t], ref.centroids[t]),
+            "max_centroid_error": float(np.abs(run.centroids[t] - ref.centroids[t]).max()),
+            "objective_circuit": reference.objective(X, run.centroids[t]),
+            "objective_reference": float(ref.objectives[t]),
+            "objective_lloyd": float(lloyd.objectives[t]),
+            # How far from a tie each hard decision of the step was (a margin near 0 is where a knob would matter):
+            # beta times the smallest gap between a point's two nearest kept centroids, in the unit-scaled squared
+            # distances the circuit compares (exp(-margin) bounds the weight of the runner-up), and how much better
+            # the kept candidate's objective was than the next one's, relative (the select margin is 1e-10).
+            "min_margin": circ.knobs.sharpness.beta * smallest_gap(X, run.centroids[t]) / scale**2,
+            "choice_gap": choice_gap(run.candidate_objectives[t - 1]),
+        })
+    final = run.centroids[-1]
+    inertia, lloyd_inertia = reference.objective(X, final), float(lloyd.objectives[-1])
+    return {
+        "variant": f"construction:{name}", "k": int(C0.shape[0]), "iterations": iterations,
+        "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),
+        "verified": checked.verified, "problems": checked.problems, "per_iteration": per_iteration,
+        "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
+        "ratio_to_lloyd": reference.objective_ratio(inertia, lloyd_inertia), "knobs": circ.knobs.to_dict(),
+        "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
+        "notes": [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
+                  " tie-break) at every step: the same candidate kept and centroids within "
+                  f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"
+                  " centroids, which the construction is never above"],
+    }
+
+
+@dataclass(frozen=True)
+class ConstructionConfig:
+    """What the general evaluation reads from a model's config: the capacity its tasks are drawn for."""
+
+    d: int = CAPACITY[0]
+    k: int = CAPACITY[1]
+    general: bool = True
+
+
+class ConstructionModel:
+    """A construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`): per task,
+    its centroids after every step; its readout agreement is the fraction of points whose nearest centroid is the
+    same under the circuit's centroids and under its numpy reference's. A subclass gives :meth:`circuit` (one
+    circuit for a batch of problems of one shape) and :meth:`reference` (the reference run, without tie-break)."""
+
+    name = "construction"
+    config = ConstructionConfig()
+
+    def circuit(self, problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
+        raise NotImplementedError
+
+    def reference(self, circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], steps: int):
+        raise NotImplementedError
+
+    def trajectory(self, X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"], steps: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        circ = self.circuit(list(zip(X, C0)), steps)
+        cents, agree = [], []
+        for x, c0 in zip(X, C0):
+            run = circ.run(x, c0)
+            ref = self.reference(circ, x, c0, steps)
+            cents.append(run.centroids)
+            agree.append([label_agreement(x, a, b) for a, b in zip(run.centroids, ref.centroids)])
+        return np.stack(cents, axis=1), np.mean(agree, axis=0)
+

@@ -1,0 +1,132 @@
+"""The learned safeguarded swap as users run it: one problem, verified against its numpy reference and compared
+with Lloyd's and the untrained swap (``cluster --construction learned``), held-out tasks as a general model
+(``evaluate --construction learned``), and what training changed (``drift --construction learned``).
+
+The circuit (:func:`circuits.learned.build.build_learned_circuit`) is built per shape ``(d, k)``, number of steps
+and trained factors, and cached. Its factors come from a learned checkpoint
+(:mod:`circuits.learned.checkpoint`, a JSON file read as untrusted input): the shipped one by default, or any
+given by path (:func:`find_checkpoint` recognises the file, or a folder holding ``learned.json`` and no
+``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
+transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
+every step, the same candidate kept and centroids within the tolerance of the data's spread; a difference the
+circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
+in :mod:`analysis.construction`; the drift numbers are
+:func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+from jaxtyping import Float
+
+from analysis.construction import ConstructionConfig, ConstructionModel, cluster_document, path_for, run_on_path
+from analysis.construction import sharpness_for
+from analysis.verify.swap import verify_learned
+
+__all__ = ["LearnedModel", "circuit_for", "cluster_with_learned", "find_checkpoint", "learned_circuit", "load_alphas",
+           "reach"]
+
+#: The file a learned checkpoint folder holds.
+CHECKPOINT_FILE = "learned.json"
+
+
+def find_checkpoint(path: str | Path) -> Path | None:
+    """The learned checkpoint file at ``path``: the file itself if it is a JSON object of the learned format, or
+    ``path/learned.json`` if ``path`` is a folder holding it and no ``config.json`` (a trained model's folder);
+    ``None`` for anything else (a trained model's checkpoint, or nothing)."""
+    from circuits.learned.checkpoint import FORMAT, MAX_BYTES
+
+    path = Path(path)
+    try:
+        if path.is_dir():
+            inside = path / CHECKPOINT_FILE
+            return inside if inside.is_file() and not (path / "config.json").exists() else None
+        if not path.is_file() or path.stat().st_size > MAX_BYTES:
+            return None
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # not readable as a learned checkpoint: the trained-model reader says why
+    return path if isinstance(obj, dict) and obj.get("format") == FORMAT else None
+
+
+def load_alphas(path: str | Path | None = None) -> np.ndarray:
+    """The trained factors of the checkpoint at ``path`` (a file or a folder, :func:`find_checkpoint`), the shipped
+    one when ``None``; ``ValueError`` naming the problem for anything that is not a valid learned checkpoint."""
+    from circuits.learned import checkpoint
+
+    if path is None:
+        return checkpoint.load().alphas
+    found = find_checkpoint(path)
+    return checkpoint.load(found if found is not None else path).alphas
+
+
+def reach(alphas: Float[np.ndarray, " p"]) -> float:
+    """How far beyond the unit ball, as a factor, the extrapolated centroids ``C + alpha (M(C) - C)`` may lie
+    when ``C`` and ``M(C)`` lie in it: ``max(1, 2 alpha - 1)`` for the largest factor."""
+    return max(1.0, 2.0 * float(np.max(alphas)) - 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def learned_circuit(d: int, k: int, steps: int, alphas: tuple[float, ...], beta: float, tie_break: float):
+    from circuits.learned.build import build_learned_circuit
+
+    return build_learned_circuit(d, k, steps, list(alphas), beta=beta, tie_break=tie_break)
+
+
+def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
+                alphas: Float[np.ndarray, " p"] | list[float] | None = None):
+    """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with factors ``alphas`` (the shipped
+    checkpoint's when ``None``) and its tie-break and beta chosen from their data as the swap's
+    (:func:`analysis.construction.sharpness_for`), with the extrapolated centroids' :func:`reach`: their squared
+    distances, and so the scores' rounding, grow with ``reach^2``, so the tie-break is that much coarser."""
+    from circuits.learned.stages import learned_layout
+
+    alphas = load_alphas() if alphas is None else np.asarray(alphas, dtype=np.float64).reshape(-1)
+    d, k = problems[0][0].shape[1], problems[0][1].shape[0]
+    sharp = sharpness_for(problems, learned_layout(d, k).d_model, reach(alphas))
+    return learned_circuit(d, k, steps, tuple(float(a) for a in alphas), sharp.beta, sharp.tie_break)
+
+
+def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+                         path: str = "auto", alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> dict:
+    """Run the learned construction on one problem on ``path``; the ``cluster --json`` document of the swap
+    (:func:`analysis.construction.cluster_document`) with the factors (``alphas``), each step's untrained swap
+    objective (``objective_swap``) and how often each candidate was kept (``kept``)."""
+    from circuits.learned.reference import CANDIDATES
+
+    groups = ("current", "lloyd", "proposal", "extrapolated", "swapchain", "swapchain_proposal")
+    path_for(X.shape[0], C0.shape[0], path, groups)  # refuse before building
+    circ = circuit_for([(X, C0)], iterations, alphas)
+    run = run_on_path(circ, X, C0, path)
+    checked = verify_learned(run, X, C0, circ)
+    doc = cluster_document(circ, run, checked, X, C0, "learned", "circuits/learned/reference.py learned_swap")
+    for rec in doc["per_iteration"]:
+        rec["objective_swap"] = float(run.swap_objectives[rec["iteration"]])
+    doc["alphas"] = [float(a) for a in circ.alphas]
+    doc["swap_inertia"] = float(run.swap_objectives[-1])
+    doc["kept"] = {name: run.choices.count(name) for name in CANDIDATES}
+    return doc
+
+
+class LearnedModel(ConstructionModel):
+    """The learned construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`),
+    as :class:`analysis.swap.SwapModel`: its readout agreement is against ``learned_swap`` with its factors."""
+
+    name = "learned"
+    config = ConstructionConfig()
+
+    def __init__(self, alphas: Float[np.ndarray, " p"] | list[float] | None = None):
+        self.alphas = load_alphas() if alphas is None else np.asarray(alphas, dtype=np.float64).reshape(-1)
+
+    def circuit(self, problems, steps: int):
+        return circuit_for(problems, steps, self.alphas)
+
+    def reference(self, circ, X, C0, steps: int):
+        from circuits.learned.reference import learned_swap
+        from circuits.learned.stages import CIRCUIT_CANDIDATES
+
+        return learned_swap(X, C0, steps, circ.alphas, circ.knobs.select_margin, candidates=CIRCUIT_CANDIDATES)

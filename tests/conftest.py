@@ -118,6 +118,7 @@ FILE_LAYERS = {
 #: took 10 s or more in a run of `-m fast --durations=0` on the shared, loaded 2-core machine, or 2.5 s or more in a
 #: second run on a lighter load (docs/performance.md, "Notebooks and the test suite").
 SLOW = frozenset({
+    "test_learned_cli.py::test_drift_construction_learned_reads_the_factors_back",
     "test_adversarial_inputs.py::test_checkpoint_weight_that_overflows_with_its_scale_is_exit_2",
     "test_certificate.py::test_leak_bound_bounds_the_pattern_and_the_assignment",
     "test_drift.py::test_analysis_of_an_untrained_model",

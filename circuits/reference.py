@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from einops import einsum
 from jaxtyping import Float, Int
 
 #: Rows of points processed at once, to bound memory at n * k * d.
@@ -39,7 +38,9 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        out[start : start + _CHUNK] = einsum(diff, diff, "point centroid dim, point centroid dim -> point centroid")
+        # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
+        # makes, without its pattern parsing (called once per (X, C) pair checked).
+        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
     return out
 
 
@@ -153,7 +154,13 @@ class Trace:
 
     @property
     def assignments(self) -> Int[np.ndarray, "T_plus_1 n"]:
-        return np.stack([labels_of(R) for R in self.responsibilities])
+        """The labels of every iterate (read-only: computed once per ``responsibilities`` array, then reused)."""
+        cached = self.__dict__.get("_assignments")
+        if cached is None or cached[0] is not self.responsibilities:
+            labels = np.stack([labels_of(R) for R in self.responsibilities])
+            labels.flags.writeable = False
+            cached = self.__dict__["_assignments"] = (self.responsibilities, labels)
+        return cached[1]
 
     @property
     def labels(self) -> Int[np.ndarray, " n"]:

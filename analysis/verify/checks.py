@@ -181,7 +181,7 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
         expected = labels[exp_col]
     else:
-        exp_col = np.array([col_of[int(e)] for e in expected])
+        exp_col = _columns(labels, col_of, expected)
     rows = np.arange(len(V))
     if E is None:
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
@@ -207,6 +207,17 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
                 cause = "resolution"
         mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
     return mismatches, ties
+
+
+def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray:
+    """``[col_of[int(e)] for e in expected]`` as an array; without the loop where every label is its own column
+    (``labels == arange``) and ``expected`` holds integer labels among them (then ``col_of[e] == e``)."""
+    expected_arr = np.asarray(expected)
+    if (expected_arr.ndim == 1 and expected_arr.size and expected_arr.dtype.kind in "iu"
+            and np.array_equal(labels, np.arange(len(labels)))
+            and int(expected_arr.min()) >= 0 and int(expected_arr.max()) < len(labels)):
+        return expected_arr.astype(np.int64)
+    return np.array([col_of[int(e)] for e in expected])
 
 
 def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> float:

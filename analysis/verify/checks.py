@@ -67,7 +67,22 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
     circuit's dtype: the reference is Lloyd's algorithm in float64, and a tie is only what *it* cannot order (a
     float32 circuit is held to that reference; what float32 cannot resolve is :func:`circuit_window`'s)."""
     X, offset = enc.X[b], enc.scaling.offset[b]
-    return lambda C, D: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+    seen: dict[tuple, np.ndarray] = {}
+
+    def window(C: np.ndarray, D: np.ndarray) -> np.ndarray:
+        # Distances the memo of reference.memoised_distances holds stand for fixed values: their window (a function
+        # of C and D alone) is computed once; a copy is returned, as a fresh one would be.
+        D_key = reference.memoised_array_key(D)
+        if D_key is None or not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
+            return distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+        key = (C.dtype.str, C.shape, C.tobytes(), D_key)
+        if key not in seen:
+            if len(seen) >= 64:
+                seen.clear()
+            seen[key] = distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+        return seen[key].copy()
+
+    return window
 
 
 def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray] | None:

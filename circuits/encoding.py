@@ -168,6 +168,8 @@ def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model
     ``labels`` is the argmax of ``Y``, or -1 where no bit exceeds 1/2 (before the first assignment).
     ``staged_*`` read the staging slots, which hold a value only between a head and the MLP that commits it.
     """
+    # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
+    resid = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
     Y = read(layout, resid, "Y", sequence.points)
     unit_c = read(layout, resid, "C", sequence.centroids)
     unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]

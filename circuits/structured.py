@@ -222,12 +222,25 @@ class MLPPlan:
 _SHARED_PLANS: dict = {}
 
 
+def _parameters(module) -> tuple:
+    """``tuple(module.parameters())``: for a module without submodules (the plain modules of :mod:`circuits.plain`)
+    read from its own parameter dict, each parameter once in registration order, as ``parameters()`` yields them
+    (without its generator machinery: this runs twice a layer)."""
+    if module._modules:
+        return tuple(module.parameters())
+    out: list = []
+    for p in module._parameters.values():
+        if p is not None and not any(p is q for q in out):
+            out.append(p)
+    return tuple(out)
+
+
 def _cached_plan(module, plan_type):
     """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``).
 
     A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
     strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan."""
-    params = tuple(module.parameters())
+    params = _parameters(module)
     key = tuple((p.data_ptr(), p._version) for p in params)
     cached = module.__dict__.get("_structured_plan")
     if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):

@@ -209,10 +209,11 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     seq = encoded.sequence
     batch, k, _ = att.scores.shape
     intended = np.zeros(att.scores.shape, dtype=bool)
+    # Query j's members (all j at once), then its own key where it has none (only row j reads that flag).
+    intended[:, :, seq.points] = labels_pre[:, None, :] == np.arange(k)[None, :, None]
+    empty = ~intended.any(axis=-1)
     for j in range(k):
-        intended[:, j, seq.points] = labels_pre == j
-        empty = ~intended[:, j].any(axis=-1)
-        intended[empty, j, seq.centroid(j)] = True
+        intended[empty[:, j], j, seq.centroid(j)] = True
     s = att.scores
     inside_min = np.where(intended, s, np.inf).min(axis=-1)
     inside_max = np.where(intended, s, -np.inf).max(axis=-1)

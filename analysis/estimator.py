@@ -281,9 +281,12 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         if given and n_init > 1:
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
             n_init = 1
-        distinct = distinct_rows(X)
-        if not given and k > len(distinct):
-            return [distinct[np.arange(k) % len(distinct)]]
+        # At least as many distinct rows as distinct values in one column: only then is the (costlier) row-wise
+        # unique needed to know whether there are fewer distinct points than clusters.
+        if not given and k > len(np.unique(X[:, 0])):
+            distinct = distinct_rows(X)
+            if k > len(distinct):
+                return [distinct[np.arange(k) % len(distinct)]]
         seed = self._seed()
         return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
 

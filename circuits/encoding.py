@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from einops import einsum
 from jaxtyping import Float, Int
 
 from circuits.layout import ResidualLayout, SequenceLayout
@@ -52,7 +51,8 @@ class UnitScaling:
                           unit_points: Float[np.ndarray, "batch k d"]) -> Float[np.ndarray, "batch k"]:
         """|s u + mu|^2 from a stored |u|^2 (the ``N`` slot) and u itself."""
         s, mu = self.scale[:, None], self.offset
-        cross = einsum(unit_points, mu, "batch centroid dim, batch dim -> batch centroid")
+        # np.einsum directly: the call einops' ``einsum(..., "batch centroid dim, batch dim -> batch centroid")`` makes.
+        cross = np.einsum("bcd,bd->bc", unit_points, mu)
         return s**2 * unit_sq_norm + 2 * s * cross + np.sum(mu**2, axis=-1)[:, None]
 
     def to_dict(self) -> dict[str, list]:
@@ -168,6 +168,8 @@ def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model
     ``labels`` is the argmax of ``Y``, or -1 where no bit exceeds 1/2 (before the first assignment).
     ``staged_*`` read the staging slots, which hold a value only between a head and the MLP that commits it.
     """
+    # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
+    resid = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
     Y = read(layout, resid, "Y", sequence.points)
     unit_c = read(layout, resid, "C", sequence.centroids)
     unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]

@@ -23,23 +23,99 @@ Rules, stated because every comparison depends on them:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
-from einops import einsum
 from jaxtyping import Float, Int
 
 #: Rows of points processed at once, to bound memory at n * k * d.
 _CHUNK = 8192
 
 
+#: The memo of :func:`memoised_distances` while one is active: ``points`` (copies of the point sets seen),
+#: ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
+_DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
+#: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
+_MEMO_SERIALS = itertools.count()
+#: A memo holds at most this many bytes (distances and copies of the points); beyond, results are not kept.
+MEMO_BYTES = 64 * 2**20
+
+
+@contextmanager
+def memoised_distances() -> Iterator[None]:
+    """Within the block, :func:`sq_distances` of points and centroids equal to ones already evaluated returns the
+    array computed then (read-only) instead of computing it again. A result is a function of the values alone,
+    so it is the same array of numbers either way: a verification evaluates the distances to the same centroids
+    several times (the reference run, its tie windows, the trajectory check, the estimator's stop guess). Points
+    match by value (``np.array_equal`` against a private copy, so a caller editing its array in place cannot
+    make a stale match; a ``-0.0`` and a ``0.0`` coordinate give the same squared differences), centroids by
+    their exact bytes, both C-contiguous (others are computed as without the memo). At most :data:`MEMO_BYTES`
+    are kept. Nested blocks share the outermost memo."""
+    if _DISTANCE_MEMO.get() is not None:
+        yield
+        return
+    token = _DISTANCE_MEMO.set({"serial": next(_MEMO_SERIALS), "points": [], "entries": {}, "ids": set(), "bytes": 0})
+    try:
+        yield
+    finally:
+        _DISTANCE_MEMO.reset(token)
+
+
+def memoised_array_key(D: np.ndarray) -> tuple | None:
+    """A key that stands for the values of ``D``: the active memo's number, ``D``'s memory, shape and strides, if
+    ``D`` is (a view of) a result the memo of :func:`memoised_distances` holds (read-only, kept alive, so those
+    values cannot change); ``None`` otherwise."""
+    memo = _DISTANCE_MEMO.get()
+    if memo is None or D.flags.writeable:
+        return None
+    root = D
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if id(root) not in memo["ids"]:
+        return None
+    return (memo["serial"], D.__array_interface__["data"][0], D.shape, D.strides, D.dtype.str)
+
+
+def _memo_points(memo: dict, X: np.ndarray, add: bool) -> int | None:
+    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none."""
+    for i, P in enumerate(memo["points"]):
+        if P.shape == X.shape and np.array_equal(P, X):
+            return i
+    if not add or memo["bytes"] + X.nbytes > MEMO_BYTES:
+        return None
+    memo["points"].append(X.copy())
+    memo["bytes"] += X.nbytes
+    return len(memo["points"]) - 1
+
+
 def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n k"]:
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    memo = _DISTANCE_MEMO.get()
+    key = None
+    # Only C-contiguous operands: the memory order of the differences (and so einsum's loop) is then the same for
+    # every pair of equal values.
+    if (memo is not None and X.flags.c_contiguous and C.flags.c_contiguous
+            and X.nbytes + 8 * X.shape[0] * C.shape[0] <= MEMO_BYTES):
+        i = _memo_points(memo, X, add=True)
+        if i is not None:
+            key = (i, C.shape, C.tobytes())
+            if key in memo["entries"]:
+                return memo["entries"][key]
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        out[start : start + _CHUNK] = einsum(diff, diff, "point centroid dim, point centroid dim -> point centroid")
+        # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
+        # makes, without its pattern parsing (called once per (X, C) pair checked).
+        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
+    if key is not None and memo["bytes"] + out.nbytes <= MEMO_BYTES:
+        out.flags.writeable = False
+        memo["entries"][key] = out
+        memo["ids"].add(id(out))
+        memo["bytes"] += out.nbytes
     return out
 
 
@@ -153,7 +229,13 @@ class Trace:
 
     @property
     def assignments(self) -> Int[np.ndarray, "T_plus_1 n"]:
-        return np.stack([labels_of(R) for R in self.responsibilities])
+        """The labels of every iterate (read-only: computed once per ``responsibilities`` array, then reused)."""
+        cached = self.__dict__.get("_assignments")
+        if cached is None or cached[0] is not self.responsibilities:
+            labels = np.stack([labels_of(R) for R in self.responsibilities])
+            labels.flags.writeable = False
+            cached = self.__dict__["_assignments"] = (self.responsibilities, labels)
+        return cached[1]
 
     @property
     def labels(self) -> Int[np.ndarray, " n"]:

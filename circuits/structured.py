@@ -216,18 +216,18 @@ class MLPPlan:
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 
-#: Plans by the memory their parameters occupy, for modules whose parameters are views of the very same tensors (tied
-#: layers of one circuit, circuits derived from one another): ``signature -> (weak references, plan)``. An entry
-#: counts only while every parameter it was made from is alive (memory in use is no other tensor's).
+#: Plans by their parameters' memory, for modules on the very same tensors (tied layers, derived circuits):
+#: ``signature -> (weak references, plan)``, counted only while every parameter planned from is alive.
 _SHARED_PLANS: dict = {}
 
 
 def _cached_plan(module, plan_type):
     """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``).
-
     A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
-    strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan."""
-    params = tuple(module.parameters())
+    strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan.
+    The parameters are ``module.parameters()``, read from its own dict when it has no submodules (no generator)."""
+    params = tuple(module.parameters()) if module._modules else tuple(
+        dict.fromkeys(p for p in module._parameters.values() if p is not None))  # tensors hash by identity
     key = tuple((p.data_ptr(), p._version) for p in params)
     cached = module.__dict__.get("_structured_plan")
     if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):

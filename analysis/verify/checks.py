@@ -67,7 +67,22 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
     circuit's dtype: the reference is Lloyd's algorithm in float64, and a tie is only what *it* cannot order (a
     float32 circuit is held to that reference; what float32 cannot resolve is :func:`circuit_window`'s)."""
     X, offset = enc.X[b], enc.scaling.offset[b]
-    return lambda C, D: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+    seen: dict[tuple, np.ndarray] = {}
+
+    def window(C: np.ndarray, D: np.ndarray) -> np.ndarray:
+        # Distances the memo of reference.memoised_distances holds stand for fixed values: their window (a function
+        # of C and D alone) is computed once; a copy is returned, as a fresh one would be.
+        D_key = reference.memoised_array_key(D)
+        if D_key is None or not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
+            return distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+        key = (C.dtype.str, C.shape, C.tobytes(), D_key)
+        if key not in seen:
+            if len(seen) >= 64:
+                seen.clear()
+            seen[key] = distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+        return seen[key].copy()
+
+    return window
 
 
 def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -181,7 +196,7 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
         expected = labels[exp_col]
     else:
-        exp_col = np.array([col_of[int(e)] for e in expected])
+        exp_col = _columns(labels, col_of, expected)
     rows = np.arange(len(V))
     if E is None:
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
@@ -207,6 +222,17 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
                 cause = "resolution"
         mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
     return mismatches, ties
+
+
+def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray:
+    """``[col_of[int(e)] for e in expected]`` as an array; without the loop where every label is its own column
+    (``labels == arange``) and ``expected`` holds integer labels among them (then ``col_of[e] == e``)."""
+    expected_arr = np.asarray(expected)
+    if (expected_arr.ndim == 1 and expected_arr.size and expected_arr.dtype.kind in "iu"
+            and np.array_equal(labels, np.arange(len(labels)))
+            and int(expected_arr.min()) >= 0 and int(expected_arr.max()) < len(labels)):
+        return expected_arr.astype(np.int64)
+    return np.array([col_of[int(e)] for e in expected])
 
 
 def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> float:

@@ -17,7 +17,7 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.checks import (
     At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
-    resolution_window, widest_tie_window,
+    widest_tie_window,
 )
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
 from circuits.reference import Reference, Trace
@@ -60,7 +60,8 @@ class Problem:
         distance = ref.hard and by_distance(circ)
         tie_break_abs = circ.sharpness.tie_break * s**2
         if distance:
-            tol.tie_window = widest_tie_window(trace, X, resolution_window(circ, enc, b))
+            # ref.tie_window is resolution_window(circ, enc, b) (make_reference): the windows of the run's centroids.
+            tol.tie_window = widest_tie_window(trace, X, ref.tie_window)
             tol.tie_break = tie_break_abs
         beta = max_stiffness(circ)
         member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])

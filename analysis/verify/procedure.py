@@ -52,6 +52,7 @@ from analysis.verify.report import Check, IterationRecord, MismatchKind, Tie, Ve
 from analysis.verify.steps import check_blocks
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
+from circuits.reference import memoised_distances
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
@@ -62,7 +63,8 @@ def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
     Where the reference algorithm itself is undefined (a spherical cluster whose members' directions cancel), the
     report says so and is not verified: there is nothing to compare with."""
     try:
-        return _verify(cap, b)
+        with memoised_distances():  # the reference run, tie windows and checks share their distances
+            return _verify(cap, b)
     except DegenerateUpdate as exc:
         return _undefined_reference(cap, b, exc)
 

@@ -24,6 +24,12 @@ def round_up(x: float | np.ndarray):
     return np.maximum(np.asarray(x, dtype=np.float64) * SLACK, TINY)
 
 
+def round_up_scalar(x) -> float:
+    """:func:`round_up` of one number, as a Python float (the same float64 product and maximum, without arrays:
+    the per-centroid bounds evaluate thousands of them; NaN stays NaN as ``np.maximum`` keeps it)."""
+    return max(float(x) * SLACK, TINY)
+
+
 def gamma(m: int) -> float:
     """The classical bound ``m u / (1 - m u)`` on the relative rounding of ``m`` float64 operations."""
     return m * U / (1 - m * U)
@@ -37,6 +43,18 @@ def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray | float:
         out = np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
     # Outward: a tiny relative and absolute push up covers the float evaluation of the sum.
     return out + 1e-12 * np.abs(out) + 1e-12
+
+
+def logsumexp_vector(a: np.ndarray) -> float:
+    """:func:`logsumexp` of a 1-D array, as a Python float: the same float64 operations in the same order (the
+    maximum, the shifted ``exp``, one ``np.sum`` over the array, ``np.log``, the outward push), without the
+    ``keepdims`` broadcasting that a 1-D call does not need."""
+    top = np.max(a)
+    if not np.isfinite(top):
+        top = np.float64(0.0)
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):
+        out = np.log(np.sum(np.exp(a - top))) + top
+    return float(out + 1e-12 * np.abs(out) + 1e-12)
 
 
 def exp(a) -> np.ndarray | float:

@@ -84,7 +84,8 @@ import numpy as np
 from jaxtyping import Float
 
 from analysis.proof.bound.records import (
-    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, logsumexp, round_up,
+    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, logsumexp, logsumexp_vector, round_up,
+    round_up_scalar,
 )
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.reference import sq_distances
@@ -299,19 +300,19 @@ def _member_update(p: _Problem, old: _State, new: _State, j: int, members: np.nd
     # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
     # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).
     with np.errstate(under="ignore"):
-        S = float(round_up(np.sum(-np.expm1(-beta_u * eps[members]))))
+        S = round_up_scalar(np.sum(-np.expm1(-beta_u * eps[members])))
     denom = size - S
     if denom > 0:
-        spread = min(2.0, float(round_up(2 * S / denom)))
+        spread = min(2.0, round_up_scalar(2 * S / denom))
         with np.errstate(over="ignore", under="ignore"):
-            log_num = float(logsumexp(np.concatenate([beta_u * (eps[~members] - 1),
-                                                      [-beta_u / 2, math.log(k) - beta_u],
-                                                      p.sink_terms - beta_u])))
+            log_num = logsumexp_vector(np.concatenate([beta_u * (eps[~members] - 1),
+                                                       [-beta_u / 2, math.log(k) - beta_u],
+                                                       p.sink_terms - beta_u]))
         log_w = log_num - math.log(denom)
-        w_off = min(1.0, float(round_up(exp(min(log_w, 1.0)))))
+        w_off = min(1.0, round_up_scalar(exp(min(log_w, 1.0))))
     else:
         spread, w_off = 2.0, 1.0
-    head = min(float(round_up(2 * p.r_x * spread + w_off * r_v)), float(round_up(r_v)))  # |o_j - mean_j|
+    head = min(round_up_scalar(2 * p.r_x * spread + w_off * r_v), round_up_scalar(r_v))  # |o_j - mean_j|
     mean = p.X[members].mean(axis=0)
     e_mean = (size + 1) * U * 1.01 * float(p.x_inf[members].max())
     new.delta[j] = commit_error(float(old.delta[j]), head, p.eta)
@@ -325,4 +326,4 @@ def _member_update(p: _Problem, old: _State, new: _State, j: int, members: np.nd
         c_inf, m_inf = float(np.abs(C[j]).max()), float(np.abs(mean).max())
         new.e[j] = (abs(1 - eta) * e[j] + eta * e_mean
                     + 3 * U * (eta * (m_inf + c_inf + e_mean + e[j]) + c_inf + e[j])) * 1.01 + 1e-300
-    return min(2.0, float(round_up(spread + 2 * w_off)))
+    return min(2.0, round_up_scalar(spread + 2 * w_off))

@@ -17,6 +17,7 @@ import numpy as np
 from jaxtyping import Float
 
 from analysis.verify.swap import CENTROID_TOLERANCE
+from analysis.errors import ProblemError
 from circuits import reference
 
 #: The general evaluation draws its tasks as for a general checkpoint of this capacity (``d <= 64``, ``k <= 16``).
@@ -25,8 +26,9 @@ CAPACITY = (64, 16)
 SWAP_GROUPS = ("current", "lloyd", "proposal")
 
 
-class SwapPathUnavailable(ValueError):
-    """The requested execution path cannot run this problem (the message says why)."""
+class SwapPathUnavailable(ProblemError):
+    """The requested execution path cannot run this problem (the message says why; ``field`` is ``"path"`` where the
+    path asked for is at fault)."""
 
 
 def _groups(circ) -> tuple[str, ...]:
@@ -52,7 +54,7 @@ def path_for(n: int, k: int, path: str = "auto", groups: tuple[str, ...] = SWAP_
     if SwapSequence(n, k, groups).n_tokens <= DENSE_MAX_TOKENS:
         return path
     if path == "dense":
-        raise SwapPathUnavailable(f"--path dense: {_too_many(n, k, groups)}")
+        raise SwapPathUnavailable(f"dense: {_too_many(n, k, groups)}", "path")
     return "structured"
 
 

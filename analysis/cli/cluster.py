@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 
+from analysis.cli.exits import message
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.options import (
     Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
@@ -197,7 +198,7 @@ def construction_doc(args: argparse.Namespace, problem: Problem, name: str, lear
 
             return cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
         except SwapPathUnavailable as exc:
-            raise ProblemError(f"{flag}: {exc}") from None
+            raise ProblemError(f"{flag}: {message(exc)}") from None
 
 
 def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:

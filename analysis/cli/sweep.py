@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         grid = sweep.grid_from(args.grid, betas=args.betas, d=args.d, k=args.k, n=args.n, scale=args.scale,
                                seeds=args.seeds, iterations=args.iterations)
         grid.validate()
+    except ProblemError:
+        raise
     except ValueError as exc:
         raise ProblemError(str(exc)) from None
     engine.check(args.engine, args.address)

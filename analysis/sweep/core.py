@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from jaxtyping import Float
 
+from analysis.errors import ProblemError
 from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem  # noqa: F401 (part of this API)
 
 #: Relative gaps below this are rounding: the soft circuit has become Lloyd's to float64 precision.
@@ -55,12 +56,12 @@ class SweepGrid:
         for axis in AXES:
             values = getattr(self, axis)
             if not values:
-                raise ValueError(f"--{axis} needs at least one value")
+                raise ProblemError("needs at least one value", axis)
             if axis == "scale":
                 if any(not (v > 0 and math.isfinite(v)) for v in values):
                     raise ValueError(f"scales must be positive, got {values}")
             elif any(int(v) != v or v < 1 for v in values):
-                raise ValueError(f"--{axis} values must be positive integers, got {values}")
+                raise ProblemError(f"values must be positive integers, got {values}", axis)
         self.check_range()
         for ks, ns in ((self.k, self.n), ((self.base["k"],), self.n), (self.k, (self.base["n"],))):
             if max(ks) > min(ns):

@@ -274,7 +274,7 @@ def _resumed(out: Path, cfg: TrainConfig, model: RecurrentKMeans, optimizer) -> 
     differ = sorted(key for key, value in cfg.to_dict().items()
                     if key != "steps" and saved.get("training", {}).get(key) != value)
     if differ:
-        raise ValueError(f"--resume needs the checkpoint's training options (only --steps may change);"
+        raise ValueError(f"resuming needs the checkpoint's training options (only the step count may change);"
                          f" these differ: {', '.join(differ)}")
     load_training_state(out, model, optimizer)
     prog = saved.get("progress", {})

@@ -11,23 +11,16 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from analysis.cli import main
 from analysis.data import load_dataset
 from circuits import reference
 from circuits.initialisation import initial_centroids
 from circuits.learned import checkpoint
+from test_swap_cli import run  # the command in-process: (exit code, stdout, stderr)
 from circuits.learned.reference import learned_swap
 
 MARGIN = 1e-10
 
 
-def run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("which", [("--construction", "learned"), ("--checkpoint", "checkpoints/learned")])

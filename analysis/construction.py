@@ -22,8 +22,6 @@ from circuits import reference
 
 #: The general evaluation draws its tasks as for a general checkpoint of this capacity (``d <= 64``, ``k <= 16``).
 CAPACITY = (64, 16)
-#: The swap circuit's centroid groups (:data:`circuits.swap.layout.GROUPS`), import-free.
-SWAP_GROUPS = ("current", "lloyd", "proposal")
 
 
 class SwapPathUnavailable(ProblemError):
@@ -31,8 +29,12 @@ class SwapPathUnavailable(ProblemError):
     path asked for is at fault)."""
 
 
-def _groups(circ) -> tuple[str, ...]:
-    return tuple(name for name, _, _ in circ.SPEC.groups)
+def group_names(spec=None) -> tuple[str, ...]:
+    """The centroid groups' names of a step's :class:`~circuits.swap.layout.StepGroups` (the swap's when ``None``),
+    in the order the token sequence holds them."""
+    if spec is None:
+        from circuits.swap.layout import SWAP_GROUPS as spec
+    return tuple(name for name, _, _ in spec.groups)
 
 
 def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
@@ -44,13 +46,15 @@ def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
             " matrices per layer)")
 
 
-def path_for(n: int, k: int, path: str = "auto", groups: tuple[str, ...] = SWAP_GROUPS) -> str:
+def path_for(n: int, k: int, path: str = "auto", spec=None) -> str:
     """The path to ask :meth:`SwapCircuit.run` for: ``path``, except structured only when the problem's tokens (a
-    sequence of these centroid ``groups``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is
-    refused (:class:`SwapPathUnavailable`)."""
+    sequence of the centroid groups of ``spec``, a :class:`~circuits.swap.layout.StepGroups`, the swap's when
+    ``None``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is refused
+    (:class:`SwapPathUnavailable`)."""
     from analysis.capture import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
+    groups = group_names(spec)
     if SwapSequence(n, k, groups).n_tokens <= DENSE_MAX_TOKENS:
         return path
     if path == "dense":
@@ -63,8 +67,8 @@ def run_on_path(circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
     not run is :class:`SwapPathUnavailable`."""
     from circuits.structured import StructuredPathUnavailable
 
-    n, k, groups = X.shape[0], C0.shape[0], _groups(circ)
-    asked = path_for(n, k, path, groups)
+    n, k, groups = X.shape[0], C0.shape[0], group_names(circ.SPEC)
+    asked = path_for(n, k, path, circ.SPEC)
     try:
         return circ.run(X, C0, path=asked)
     except StructuredPathUnavailable as exc:

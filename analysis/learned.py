@@ -97,9 +97,9 @@ def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d
     (:func:`analysis.construction.cluster_document`) with the factors (``alphas``), each step's untrained swap
     objective (``objective_swap``) and how often each candidate was kept (``kept``)."""
     from circuits.learned.reference import CANDIDATES
+    from circuits.learned.stages import LEARNED_GROUPS
 
-    groups = ("current", "lloyd", "proposal", "extrapolated", "swapchain", "swapchain_proposal")
-    path_for(X.shape[0], C0.shape[0], path, groups)  # refuse before building
+    path_for(X.shape[0], C0.shape[0], path, LEARNED_GROUPS)  # refuse before building
     circ = circuit_for([(X, C0)], iterations, alphas)
     run = run_on_path(circ, X, C0, path)
     checked = verify_learned(run, X, C0, circ)

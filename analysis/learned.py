@@ -26,6 +26,7 @@ from jaxtyping import Float
 from analysis.construction import ConstructionConfig, ConstructionModel, cluster_document, path_for, run_on_path
 from analysis.construction import sharpness_for
 from analysis.verify.swap import verify_learned
+from circuits.learned.reference import reach
 
 __all__ = ["LearnedModel", "circuit_for", "cluster_with_learned", "find_checkpoint", "learned_circuit", "load_alphas",
            "reach"]
@@ -62,12 +63,6 @@ def load_alphas(path: str | Path | None = None) -> np.ndarray:
         return checkpoint.load().alphas
     found = find_checkpoint(path)
     return checkpoint.load(found if found is not None else path).alphas
-
-
-def reach(alphas: Float[np.ndarray, " p"]) -> float:
-    """How far beyond the unit ball, as a factor, the extrapolated centroids ``C + alpha (M(C) - C)`` may lie
-    when ``C`` and ``M(C)`` lie in it: ``max(1, 2 alpha - 1)`` for the largest factor."""
-    return max(1.0, 2.0 * float(np.max(alphas)) - 1.0)
 
 
 @functools.lru_cache(maxsize=16)

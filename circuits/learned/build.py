@@ -54,7 +54,7 @@ class LearnedRun(LearnedTrajectory):
 def mask_for(alphas: Float[np.ndarray, " p"]) -> float:
     """The big-M that keeps every assignment exact with these factors when the current centroids lie in the unit
     ball (as means of points, points and the start do): the extrapolated centroids then lie within
-    ``max(1, 2 alpha - 1)`` of 0, a point within ``2 max(1, alpha)`` of them, and masked keys must lose by more than
+    :func:`~circuits.learned.reference.reach` (``max(1, 2 alpha - 1)``) of 0, a point within ``2 max(1, alpha)`` of them, and masked keys must lose by more than
     that squared distance. ``16`` (swap's default) for ``alpha <= 1``."""
     top = max(1.0, float(np.max(alphas)))
     return 4 * top**2 + 12.0

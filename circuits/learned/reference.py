@@ -46,6 +46,12 @@ def alpha_at(alphas: Float[np.ndarray, " p"], t: int) -> float:
     return float(alphas[min(t, len(alphas) - 1)])
 
 
+def reach(alphas: Float[np.ndarray, " p"]) -> float:
+    """How far beyond the unit ball, as a factor, the extrapolated centroids ``C + alpha (M(C) - C)`` may lie
+    when ``C`` and ``M(C)`` lie in it: ``max(1, 2 alpha - 1)`` for the largest factor."""
+    return max(1.0, 2.0 * float(np.max(alphas)) - 1.0)
+
+
 def extrapolated(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], alpha: float,
                  tie_break: float = 0.0) -> Float[np.ndarray, "k d"]:
     """The learned candidate: Lloyd's step from ``C + alpha (M(C) - C)``, ``M`` Lloyd's step."""

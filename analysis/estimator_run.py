@@ -33,11 +33,17 @@ def first_stop(cap, tol: float, b: int = 0) -> int | None:
     which the assignment repeats the previous one, or the centroids moved by at most ``tol`` (sum of squared
     shifts, in the data's units; 0 means not at all); ``None`` if neither happens within the run."""
     for t in range(1, cap.circuit.iterations + 1):
-        same_labels = t >= 2 and np.array_equal(cap.assignments(t - 1)[b], cap.assignments(t - 2)[b])
-        shift = float(((cap.centroids(t)[b] - cap.centroids(t - 1)[b]) ** 2).sum())
-        if same_labels or shift <= tol:
+        previous = cap.assignments(t - 2)[b] if t >= 2 else None
+        if stops(cap.assignments(t - 1)[b], previous, cap.centroids(t)[b], cap.centroids(t - 1)[b], tol):
             return t
     return None
+
+
+def stops(labels: np.ndarray, previous: np.ndarray | None, C_next: np.ndarray, C: np.ndarray, tol: float) -> bool:
+    """``KMeans``'s stop after the iteration that assigned ``labels`` (``previous``: the iteration before's, or
+    ``None``) and moved the centroids from ``C`` to ``C_next``: the assignment repeated, or the sum of squared
+    shifts is at most ``tol``."""
+    return (previous is not None and np.array_equal(labels, previous)) or float(((C_next - C) ** 2).sum()) <= tol
 
 
 def stopping_point(cap, tol: float, b: int = 0) -> int:
@@ -53,7 +59,7 @@ def reference_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float) -> 
     labels = reference.assign(X, C)
     for t in range(1, max_iter + 1):
         C_next = reference.update(X, labels, C)
-        if (previous is not None and np.array_equal(labels, previous)) or float(((C_next - C) ** 2).sum()) <= tol:
+        if stops(labels, previous, C_next, C, tol):
             return t
         C, previous = C_next, labels
         labels = reference.assign(X, C)

@@ -30,7 +30,7 @@ from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.encoding import fit_unit_scaling
-from circuits.initialisation import distinct_rows, initial_centroids
+from circuits.initialisation import fewer_distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
@@ -281,12 +281,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         if given and n_init > 1:
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
             n_init = 1
-        # At least as many distinct rows as distinct values in one column: only then is the (costlier) row-wise
-        # unique needed to know whether there are fewer distinct points than clusters.
-        if not given and k > len(np.unique(X[:, 0])):
-            distinct = distinct_rows(X)
-            if k > len(distinct):
-                return [distinct[np.arange(k) % len(distinct)]]
+        distinct = None if given else fewer_distinct_rows(X, k)
+        if distinct is not None:
+            return [distinct[np.arange(k) % len(distinct)]]
         seed = self._seed()
         return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
 

@@ -29,6 +29,17 @@ def distinct_rows(X: Float[np.ndarray, "n d"]) -> Float[np.ndarray, "m d"]:
     return X[np.sort(first)]
 
 
+def fewer_distinct_rows(X: Float[np.ndarray, "n d"], k: int) -> Float[np.ndarray, "m d"] | None:
+    """The distinct rows of ``X`` (:func:`distinct_rows`) if there are fewer than ``k`` of them, else ``None``.
+
+    There are at least as many distinct rows as distinct values in one column, so the (costlier) row-wise unique
+    runs only when the first column does not already show ``k`` distinct values."""
+    if X.shape[1] and k <= len(np.unique(X[:, 0])):
+        return None
+    distinct = distinct_rows(X)
+    return distinct if len(distinct) < k else None
+
+
 def _kmeans_plusplus(X: Float[np.ndarray, "n d"], k: int, seed: int) -> Float[np.ndarray, "k d"]:
     from sklearn.cluster import kmeans_plusplus
 
@@ -50,11 +61,12 @@ def initial_centroids(X: Float[np.ndarray, "n d"], k: int, method: str | np.ndar
         if not np.isfinite(C0).all():
             raise ValueError("initial centroids contain NaN or inf")
         return C0.copy()
-    distinct = distinct_rows(X)
-    if k > len(distinct):
-        raise ValueError(f"k={k} exceeds the number of distinct points ({len(distinct)})")
+    fewer = fewer_distinct_rows(X, k)
+    if fewer is not None:
+        raise ValueError(f"k={k} exceeds the number of distinct points ({len(fewer)})")
     if method == "random":
         rng = np.random.default_rng(seed)
+        distinct = distinct_rows(X)
         return distinct[np.sort(rng.choice(len(distinct), size=k, replace=False))].copy()
     if method == "k-means++":
         return np.asarray(_kmeans_plusplus(X, k, seed), dtype=np.float64)

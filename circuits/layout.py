@@ -66,6 +66,7 @@ class ResidualLayout:
     k: int
     extra: tuple[tuple[str, int], ...] = ()
     _slices: dict[str, slice] = field(init=False, repr=False, compare=False)
+    _d_model: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.d < 1 or self.k < 1:
@@ -80,6 +81,8 @@ class ResidualLayout:
             slices[name] = slice(start, start + width)
             start += width
         object.__setattr__(self, "_slices", slices)
+        # Read for every weight vector placed: computed once (the subspaces are contiguous from 0).
+        object.__setattr__(self, "_d_model", start)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -87,7 +90,7 @@ class ResidualLayout:
 
     @property
     def d_model(self) -> int:
-        return max(s.stop for s in self._slices.values())
+        return self._d_model
 
     def __getitem__(self, name: str) -> slice:
         try:

@@ -179,8 +179,35 @@ class PlainTransformer(nn.Module):
                 raise KeyError(f"the state dict lacks {key!r}")
             return unused.pop(key)
 
-        self.blocks = nn.ModuleList([PlainBlock(cfg, layer, take) for layer in range(cfg.n_layers)])
+        self.blocks = nn.ModuleList(_blocks(cfg, state, take))
         self.unembed = PlainUnembed(take(hook_names.UNEMBED_W), take(hook_names.UNEMBED_B))
         # As load_state_dict(strict=True): every entry is used.
         if unused:
             raise KeyError(f"the plain model has no parameter {next(iter(unused))!r}")
+
+
+
+#: Every parameter a block may hold, ``(component, name)`` (which ones it holds depends on the config).
+_BLOCK_PARAMETERS = tuple(("attn", name) for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "sinks",
+                                                      "q_norm.w", "k_norm.w")) + \
+    tuple(("mlp", name) for name in ("W_gate", "W_in", "b_in", "W_out", "b_out"))
+
+
+def _blocks(cfg: CircuitConfig, state: dict[str, Tensor], take) -> list[PlainBlock]:
+    """One :class:`PlainBlock` per layer; layers whose parameters are the very same tensors (a tied circuit such as
+    :func:`analysis.estimator.with_assign_knobs` derives) share one module, so that a deep tied circuit costs two
+    modules to make and the structured path finds its plan on the module itself."""
+    made: dict[tuple, PlainBlock] = {}
+    blocks = []
+    for layer in range(cfg.n_layers):
+        names = [hook_names.param(layer, component, name) for component, name in _BLOCK_PARAMETERS]
+        # Tensors by identity: equal values in different tensors are not shared.
+        key = tuple(id(state.get(name)) for name in names)
+        if key not in made:
+            made[key] = PlainBlock(cfg, layer, take)
+        else:
+            for name in names:
+                if name in state:
+                    take(name)
+        blocks.append(made[key])
+    return blocks

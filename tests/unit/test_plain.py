@@ -140,3 +140,24 @@ def test_a_configuration_the_plain_modules_do_not_reproduce_runs_on_the_model():
     assert weights.plain() is None and weights.config.other == {"scale_attn_by_inverse_layer_idx": True}
     odd = KMeansCircuit(weights, layout, circuit.schedule, circuit.sharpness, 1)
     assert odd.runnable is odd.model and odd.model.cfg.scale_attn_by_inverse_layer_idx
+
+
+def test_tied_layers_share_one_plain_block_and_untied_ones_do_not():
+    """A circuit whose layers hold the very same tensors (the estimator's derived Lloyd circuits) makes one plain
+    block per distinct set of tensors; equal values in different tensors are separate blocks."""
+    from analysis.estimator import with_assign_knobs
+
+    template = build_lloyd_circuit(2, 3, 0)
+    derived = with_assign_knobs(template, template.sharpness, 3)
+    blocks = derived.runnable.blocks
+    assert len(blocks) == 8 and len({id(b) for b in blocks}) == 2
+    assert all(blocks[layer] is blocks[layer % 2] for layer in range(8))
+    # Every state-dict entry is still a parameter of the plain model, under its own layer's name.
+    assert set(derived.runnable.state_dict()) == set(derived.weights.parameters)
+    fresh = build_lloyd_circuit(2, 3, 3)
+    assert len({id(b) for b in fresh.runnable.blocks}) == 8
+    X, C0 = problem(30, 2, 3)
+    runs = [capture(c, encode(c.layout, X, C0), path="structured") for c in (derived, fresh)]
+    for a, b in zip(*(run.layers for run in runs)):
+        np.testing.assert_array_equal(a.post.centroids, b.post.centroids)
+        np.testing.assert_array_equal(a.post.assignments, b.post.assignments)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from circuits.initialisation import (batch_init, initial_centroids, kmeans_plusplus_init, random_points_init)
+from circuits.initialisation import (batch_init, fewer_distinct_rows, initial_centroids, kmeans_plusplus_init, random_points_init)
 from circuits.problems import FAMILIES, GeneralMixture, PaperMixture, min_max_scale, noise
 
 
@@ -73,6 +73,17 @@ def test_random_init_on_duplicated_points_draws_distinct_values():
         np.testing.assert_array_equal(initial_centroids(X, 3, "random", seed), [[0, 0], [1, 0], [2, 0]])
     with pytest.raises(ValueError, match="exceeds the number of distinct points"):
         initial_centroids(X, 4, "random", 0)
+
+
+def test_fewer_distinct_rows_looks_at_rows_not_at_one_column():
+    # Column 0 has two distinct values but the rows are four distinct points: k = 4 is enough, k = 5 is not.
+    X = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    assert fewer_distinct_rows(X, 2) is None and fewer_distinct_rows(X, 4) is None
+    np.testing.assert_array_equal(fewer_distinct_rows(X, 5), X[:4])
+    for method in ("random", "k-means++"):
+        assert initial_centroids(X, 4, method, 1).shape == (4, 2)
+        with pytest.raises(ValueError, match=r"k=5 exceeds the number of distinct points \(4\)"):
+            initial_centroids(X, 5, method, 1)
 
 
 def test_batched_random_init_is_the_k_smallest_uniforms_in_index_order():

@@ -93,45 +93,67 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
 
     Per query group: the best key group (lowest position among equal scores, as a dense argmax would pick), the
     runner-up (the best group again when it holds several equal keys), and the leak sums with multiplicities.
+    The ``(query groups x key groups)`` matrices are tiny: the exact steps (max, comparisons, selections) run in
+    numpy on views of them, and only ``exp`` and the sums run in torch, on the same tensors as the dense summary's
+    (so their rounding is torch's).
     """
     seq = encoded.sequence
     fields = {name: [] for name in ("scores", "pattern", "chosen", "margin", "leak_bound", "leak_observed", "sink_mass")}
     for g in groups:
-        S, P = g.scores, g.pattern
-        counts = g.keys.counts.to(S.dtype)
-        rep = g.keys.representative
-        top_score, top = S.max(dim=-1)
-        tied = (S == top_score[:, None]).sum(dim=-1) > 1
-        if bool(tied.any()):
+        S_t, P_t = g.scores.cpu(), g.pattern.cpu()
+        S, P = S_t.numpy(), P_t.numpy()
+        counts_t = g.keys.counts.to(S_t.dtype)
+        counts, rep = counts_t.numpy(), g.keys.representative.numpy()
+        top_score_t, top_t = S_t.max(dim=-1)
+        top_score, top = top_score_t.numpy(), top_t.numpy()
+        at_top = S == top_score[:, None]
+        tied = at_top.sum(axis=-1) > 1
+        if tied.any():
             # Equal best scores in several key groups: the dense argmax takes the lowest position.
-            at_top = S[tied] == top_score[tied, None]
-            top[tied] = torch.where(at_top, rep[None, :], torch.iinfo(torch.long).max).argmin(dim=-1)
-        top_col = top[:, None]
-        others = counts.expand_as(S).scatter(-1, top_col, counts[top_col] - 1)
-        runner_up = S.masked_fill(others == 0, -torch.inf).max(dim=-1).values
-        leak_bound = (torch.exp(S - top_score[:, None]) * others).sum(dim=-1)
-        leak_observed = (P * others).sum(dim=-1)
+            top[tied] = np.where(at_top[tied], rep[None, :], np.iinfo(np.int64).max).argmin(axis=-1)
+        every = np.arange(S.shape[0])
+        others = np.broadcast_to(counts, S.shape).copy()
+        others[every, top] -= 1
+        runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)
+        others_t = torch.from_numpy(others)
+        leak_bound = (torch.exp(S_t - top_score_t[:, None]) * others_t).sum(dim=-1).numpy()
+        leak_observed = (P_t * others_t).sum(dim=-1).numpy()
         top_position = rep[top]
-        chosen = torch.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
-                             top_position - seq.centroids.start, -1)
-        rows = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
-        centroid_cols = seq.centroids if g.keys.is_identity else g.keys.inverse[seq.centroids]
-        fields["scores"].append(_own_numpy(S[rows][:, centroid_cols]))
-        fields["pattern"].append(_own_numpy(P[rows][:, centroid_cols]))
-        fields["chosen"].append(chosen[rows].numpy().copy())
-        fields["margin"].append(_own_numpy((top_score - runner_up)[rows]))
-        fields["leak_bound"].append(_own_numpy(leak_bound[rows]))
-        fields["leak_observed"].append(_own_numpy(leak_observed[rows]))
+        chosen = np.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
+                          top_position - seq.centroids.start, -1)
+        rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
+        rows = rows_t if g.queries.is_identity else rows_t.numpy()
+        fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
+        fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
+        fields["chosen"].append(chosen[rows].copy())
+        fields["margin"].append(np.array((top_score - runner_up)[rows], dtype=np.float64))
+        fields["leak_bound"].append(np.array(leak_bound[rows], dtype=np.float64))
+        fields["leak_observed"].append(np.array(leak_observed[rows], dtype=np.float64))
         if with_sink:
-            fields["sink_mass"].append(_own_numpy((1.0 - P @ counts)[rows]))
+            fields["sink_mass"].append(_own_numpy((1.0 - P_t @ counts_t)[rows_t]))
     out = {name: _batch(values) if values else None for name, values in fields.items()}
     return AssignAttention(**out)
 
 
+def _key_columns(matrix: np.ndarray, keys, positions: slice) -> np.ndarray:
+    """Columns of the key ``positions`` of a (queries x key groups) ``matrix``, as an owned float64 array."""
+    if keys.is_identity:
+        return np.array(matrix[:, positions], dtype=np.float64)
+    return np.ascontiguousarray(matrix[:, keys.inverse[positions].numpy()], dtype=np.float64)
+
+
 def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
-    rows = [g.block(encoded.sequence.centroids, slice(None)) for g in groups]
-    return UpdateAttention(scores=_batch([_own_numpy(s) for s, _ in rows]),
-                           pattern=_batch([_own_numpy(p) for _, p in rows]))
+    """The update summary of :func:`summarise_head` (centroid query rows over every key), from grouped attention
+    (one per problem): the rows gathered in numpy from views of the grouped matrices."""
+    scores, pattern = [], []
+    centroids = encoded.sequence.centroids
+    for g in groups:
+        queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].numpy()
+        keys = slice(None) if g.keys.is_identity else g.keys.inverse.numpy()
+        for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
+            rows = matrix.cpu().numpy()[queries]
+            out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+    return UpdateAttention(scores=_batch(scores), pattern=_batch(pattern))
 
 
 def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
@@ -141,9 +163,8 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     intended = np.zeros(att.scores.shape, dtype=bool)
     # Query j's members (all j at once), then its own key where it has none (only row j reads that flag).
     intended[:, :, seq.points] = labels_pre[:, None, :] == np.arange(k)[None, :, None]
-    empty = ~intended.any(axis=-1)
-    for j in range(k):
-        intended[empty[:, j], j, seq.centroid(j)] = True
+    # Centroid j's own key (position seq.centroid(j)) where it has no member; those keys are not points, so unset.
+    intended[:, np.arange(k), np.arange(seq.centroids.start, seq.centroids.stop)] = ~intended.any(axis=-1)
     s = att.scores
     inside_min = np.where(intended, s, np.inf).min(axis=-1)
     inside_max = np.where(intended, s, -np.inf).max(axis=-1)

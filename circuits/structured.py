@@ -73,9 +73,10 @@ def identity_groups(pos: int) -> Groups:
 
 
 @functools.lru_cache(maxsize=64)
-def _hash_direction(h: int) -> Float[Tensor, " h"]:
-    """A fixed random projection of ``h`` features (seeded: runs are reproducible). Cached: it is only read."""
-    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+def _hash_direction(h: int, dtype: torch.dtype = torch.float64) -> Float[Tensor, " h"]:
+    """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 and cast to
+    ``dtype``. Cached: it is only read."""
+    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
 
 
 def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None) -> Groups:
@@ -85,15 +86,16 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     representative and fall back to an exact ``unique`` on any collision.
     """
     pos = vectors.shape[1]
-    direction = (_hash_direction(vectors.shape[0]) if direction is None else direction).to(vectors.dtype)
+    direction = _hash_direction(vectors.shape[0], vectors.dtype) if direction is None else direction.to(vectors.dtype)
     _, inverse, counts = torch.unique(direction @ vectors, return_inverse=True, return_counts=True)
     m = counts.shape[0]
     if m == pos:
         # All hashes distinct, so all vectors distinct: every position its own group, in position order.
         return identity_groups(pos)
-    positions = torch.arange(pos)
+    positions = identity_groups(pos).representative  # 0 .. pos-1, only read
     representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    if not bool((vectors == vectors[:, representative[inverse]]).all()):
+    # torch.equal is False on any NaN, as (==).all() is.
+    if not torch.equal(vectors, vectors[:, representative[inverse]]):
         # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
         _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
         m = counts.shape[0]
@@ -192,8 +194,9 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         problems.append("an MLP other than a gated ReLU")
     for layer, block in enumerate(model.blocks):
         attn = block.attn
+        submodules = attn._modules  # a hook point is a submodule (looked up here: no failing getattr per name)
         for name in hook_names.ATTENTION_HOOK_ATTRIBUTES:
-            hook = getattr(attn, name, None)
+            hook = submodules.get(name)
             if hook is None:
                 # No hook point (circuits.plain): nothing is registered, the given score hooks are all that runs.
                 continue
@@ -225,6 +228,14 @@ def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d
     return module(xT.T[None])[0].T
 
 
+def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
+    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
+    if isinstance(rows, slice):
+        xT[rows].add_(update)
+    else:
+        xT[rows] += update
+
+
 def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
                       pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None
                       ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
@@ -240,7 +251,8 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     """
     pos = xT.shape[1]
     plan = plan if plan is not None else AttentionPlan.of(attn)
-    qT, kT, vT = plan.qkv.apply(xT).split(plan.d_head, dim=0)
+    qkv, d_head = plan.qkv.apply(xT), plan.d_head
+    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views, as split's
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
@@ -311,17 +323,19 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
 
     for layer, block in enumerate(model.blocks):
-        attn_plan = cached_plan(block.attn, AttentionPlan)
+        # Submodules read once per block (each read goes through nn.Module.__getattr__).
+        attn, ln1, ln2 = block.attn, block.ln1, block.ln2
+        attn_plan = cached_plan(attn, AttentionPlan)
         mlp_plan = cached_plan(block.mlp, MLPPlan)
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
-            out, grouped = grouped_attention(block.attn, _feature_major(block.ln1, xT), score_hooks.get(layer), b,
+            out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
                                              pair_budget, attn_plan)
             post = xT if in_place else xT.clone()
-            post[attn_plan.out.rows] += out
+            _add_rows(post, attn_plan.out.rows, out)
             if keep_mid:
                 mids.append(post.clone())
-            post[mlp_plan.out.rows] += mlp_plan.apply(_feature_major(block.ln2, post))
+            _add_rows(post, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, post)))
             posts.append(post)
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,

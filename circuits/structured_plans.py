@@ -97,7 +97,8 @@ class MLPPlan:
                    b_in if bool((b_in != 0).any()) else None, RestrictedMap.of(mlp.W_out.detach()[units], mlp.b_out))
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
-        gate, linear = self.gate_linear.apply(xT).split(self.d_mlp, dim=0)
+        both = self.gate_linear.apply(xT)
+        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views, as split's
         hidden = torch.relu(gate) * linear
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
@@ -112,11 +113,17 @@ def cached_plan(module, plan_type):
     A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
     strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan.
     The parameters are ``module.parameters()``, read from its own dict when it has no submodules (no generator)."""
-    params = tuple(module.parameters()) if module._modules else tuple(
-        dict.fromkeys(p for p in module._parameters.values() if p is not None))  # tensors hash by identity
-    key = tuple((p.data_ptr(), p._version) for p in params)
+    if module._modules:
+        params = tuple(module.parameters())
+        key = tuple([(p.data_ptr(), p._version) for p in params])
+    else:
+        # Each entry of the module's own dict (a tensor under two names counts twice: the key is only compared
+        # with keys made here); deduplicated below only when a plan is made.
+        key = tuple([(p.data_ptr(), p._version) for p in module._parameters.values() if p is not None])
     cached = module.__dict__.get("_structured_plan")
     if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):
+        if not module._modules:
+            params = tuple(dict.fromkeys(p for p in module._parameters.values() if p is not None))  # by identity
         signature = (plan_type,) + tuple((p.data_ptr(), p._version, tuple(p.shape), p.stride(), p.dtype, p.device)
                                          for p in params)
         shared = _SHARED_PLANS.get(signature)

@@ -112,7 +112,8 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
             # Equal best scores in several key groups: the dense argmax takes the lowest position.
             top[tied] = np.where(at_top[tied], rep[None, :], np.iinfo(np.int64).max).argmin(axis=-1)
         every = np.arange(S.shape[0])
-        others = np.broadcast_to(counts, S.shape).copy()
+        others = np.empty(S.shape, dtype=counts.dtype)
+        others[...] = counts
         others[every, top] -= 1
         runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)
         others_t = torch.from_numpy(others)
@@ -168,10 +169,11 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     s = att.scores
     inside_min = np.where(intended, s, np.inf).min(axis=-1)
     inside_max = np.where(intended, s, -np.inf).max(axis=-1)
-    outside_max = np.where(intended, -np.inf, s).max(axis=-1)
+    outside_scores = np.where(intended, -np.inf, s)
+    outside_max = outside_scores.max(axis=-1)
     size = intended.sum(axis=-1)
     with np.errstate(under="ignore"):
-        outside = np.where(intended, 0.0, np.exp(np.where(intended, -np.inf, s) - inside_min[..., None]))
+        outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min[..., None]))
     att.margin = inside_min - outside_max
     att.leak_bound = outside.sum(axis=-1) / size
     att.leak_observed = np.where(intended, 0.0, att.pattern).sum(axis=-1)

@@ -270,7 +270,9 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     q_cols = qT if qg.is_identity else qT[:, qg.representative]
     k_rows = kT.T if kg.is_identity else kT[:, kg.representative].T
     # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
-    scores_T = (k_rows @ q_cols) / attn.attn_scale
+    scores_T = k_rows @ q_cols
+    if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
+        scores_T = scores_T / attn.attn_scale
     if score_hook is not None:
         groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
         scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()

@@ -117,7 +117,7 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
         others[every, top] -= 1
         runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)
         others_t = torch.from_numpy(others)
-        leak_bound = (torch.exp(S_t - top_score_t[:, None]) * others_t).sum(dim=-1).numpy()
+        leak_bound = (_exp_nonzero(S_t - top_score_t[:, None]) * others_t).sum(dim=-1).numpy()
         leak_observed = (P_t * others_t).sum(dim=-1).numpy()
         top_position = rep[top]
         chosen = np.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
@@ -134,6 +134,22 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
             fields["sink_mass"].append(_own_numpy((1.0 - P_t @ counts_t)[rows_t]))
     out = {name: _batch(values) if values else None for name, values in fields.items()}
     return AssignAttention(**out)
+
+
+#: ``exp(x)`` is exactly 0 below this in float64 (and float32): it underflows past the smallest subnormal at -745.2.
+EXP_ZERO_BELOW = -1000.0
+
+
+def _exp_nonzero(x: torch.Tensor) -> torch.Tensor:
+    """``torch.exp(x)``, bit for bit, evaluated only where it can be nonzero (NaN included).
+
+    Far below the top score (most of an assign head's scores) torch's exp takes a slow underflow path; there the
+    result is exactly 0 (the exp of 0 computed there instead is discarded). Every element stays where it is and
+    the result keeps ``x``'s layout, so the sums that read it add in the same order. Tested bit for bit against
+    ``torch.exp`` in tests/unit/test_structured.py.
+    """
+    live = ~(x < EXP_ZERO_BELOW)
+    return torch.where(live, torch.exp(torch.where(live, x, 0.0)), 0.0)
 
 
 def _key_columns(matrix: np.ndarray, keys, positions: slice) -> np.ndarray:

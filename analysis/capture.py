@@ -12,6 +12,8 @@ full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the
   computed against the *intended* support read from ``Y`` of the block's input: the members of each centroid,
   or the centroid itself when it has none.
 
+The summaries and their certificates are computed in :mod:`analysis.capture_summaries` (re-exported here).
+
 Variant circuits (see :mod:`circuits.variants`) are captured the same way, with three differences their spec
 (``circuit.spec``) asks for: the problem may be re-encoded first (spherical k-means projects the points onto
 the unit sphere; :attr:`Capture.encoded` is then what the circuit actually ran on); decoded states go through

@@ -112,7 +112,7 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
             # Equal best scores in several key groups: the dense argmax takes the lowest position.
             top[tied] = np.where(at_top[tied], rep[None, :], np.iinfo(np.int64).max).argmin(axis=-1)
         every = np.arange(S.shape[0])
-        others = np.empty(S.shape, dtype=counts.dtype)
+        others = np.empty_like(S, dtype=counts.dtype)  # S's layout (key-major): numpy reduces it along keys fastest
         others[...] = counts
         others[every, top] -= 1
         runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)

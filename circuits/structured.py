@@ -29,7 +29,6 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 from __future__ import annotations
 
 import functools
-import weakref
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -38,6 +37,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits import hook_names
+from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
+
+#: The old name of :func:`circuits.structured_plans.cached_plan`, kept for one release.
+_cached_plan = cached_plan
 
 #: A head is structured when one side (keys, else queries) has at most this many distinct vectors.
 PAIR_BUDGET = 256
@@ -70,9 +73,10 @@ def identity_groups(pos: int) -> Groups:
 
 
 @functools.lru_cache(maxsize=64)
-def _hash_direction(h: int) -> Float[Tensor, " h"]:
-    """A fixed random projection of ``h`` features (seeded: runs are reproducible). Cached: it is only read."""
-    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+def _hash_direction(h: int, dtype: torch.dtype = torch.float64) -> Float[Tensor, " h"]:
+    """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 and cast to
+    ``dtype``. Cached: it is only read."""
+    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
 
 
 def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None) -> Groups:
@@ -82,15 +86,16 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     representative and fall back to an exact ``unique`` on any collision.
     """
     pos = vectors.shape[1]
-    direction = (_hash_direction(vectors.shape[0]) if direction is None else direction).to(vectors.dtype)
+    direction = _hash_direction(vectors.shape[0], vectors.dtype) if direction is None else direction.to(vectors.dtype)
     _, inverse, counts = torch.unique(direction @ vectors, return_inverse=True, return_counts=True)
     m = counts.shape[0]
     if m == pos:
         # All hashes distinct, so all vectors distinct: every position its own group, in position order.
         return identity_groups(pos)
-    positions = torch.arange(pos)
+    positions = identity_groups(pos).representative  # 0 .. pos-1, only read
     representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    if not bool((vectors == vectors[:, representative[inverse]]).all()):
+    # torch.equal is False on any NaN, as (==).all() is.
+    if not torch.equal(vectors, vectors[:, representative[inverse]]):
         # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
         _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
         m = counts.shape[0]
@@ -128,122 +133,6 @@ class GroupedAttention:
     def rows(self, q_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
         """Dense score and pattern rows of the query ``positions`` over every key position."""
         return self.block(q_positions, slice(None))
-
-
-def _as_slice(index: Int[Tensor, " m"]) -> slice | Int[Tensor, " m"]:
-    """``index`` as a slice when it is a contiguous run (a view instead of a gather), else unchanged."""
-    if index.numel() and int(index[-1]) - int(index[0]) + 1 == index.numel():
-        return slice(int(index[0]), int(index[-1]) + 1)
-    return index
-
-
-@dataclass
-class RestrictedMap:
-    """A linear map ``x @ W + b`` acting on feature-major input, ``out^T = W^T x^T + b``, restricted to the output
-    features where ``W`` or ``b`` is nonzero (``rows``): the dense map is exactly zero on the others, so the caller
-    updates only these rows of the residual. The product reads only ``inputs``, the input features the map uses
-    (a contiguous span when that is not much wider, so that the input is a view, not a copy).
-
-    The product itself is dense: the matrices are tiny, and torch's sparse (CSR) product copies and fills its
-    operands, which costs more than multiplying the zeros. Exactly-zero terms change no sum (inputs are finite).
-    """
-
-    rows: Int[Tensor, " c"] | slice
-    inputs: Int[Tensor, " m"] | slice
-    W_T: Float[Tensor, "c m"]
-    b: Float[Tensor, "c 1"] | None
-
-    @classmethod
-    def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None,
-           all_outputs: bool = False) -> "RestrictedMap":
-        W = W.detach()
-        b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b.detach()
-        used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
-        rows = torch.nonzero(used).flatten()
-        bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
-        read = torch.nonzero((W[:, rows] != 0).any(dim=1)).flatten()
-        if read.numel() == 0:
-            read = torch.zeros(1, dtype=torch.long)  # a map of biases only still needs a (zero) product's shape
-        span = int(read[-1]) - int(read[0]) + 1
-        # A gather copies the rows it reads; a span is a view but multiplies its zero columns: take the span when
-        # it is at most half again as wide.
-        inputs = slice(int(read[0]), int(read[-1]) + 1) if span <= 1.5 * read.numel() else read
-        return cls(_as_slice(rows), inputs, W[inputs][:, rows].T.contiguous(), bias)
-
-    def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
-        out = self.W_T @ xT[self.inputs]
-        return out if self.b is None else out + self.b
-
-
-@dataclass
-class AttentionPlan:
-    """A head's projections as restricted maps."""
-
-    qkv: RestrictedMap
-    d_head: int
-    out: RestrictedMap
-
-    @classmethod
-    def of(cls, attn) -> "AttentionPlan":
-        W_qkv = torch.cat([attn.W_Q[0], attn.W_K[0], attn.W_V[0]], dim=1)
-        b_qkv = torch.cat([attn.b_Q[0], attn.b_K[0], attn.b_V[0]])
-        return cls(RestrictedMap.of(W_qkv, b_qkv, all_outputs=True), attn.W_Q.shape[-1], RestrictedMap.of(attn.W_O[0], attn.b_O))
-
-
-@dataclass
-class MLPPlan:
-    """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as restricted maps (gate and linear
-    side by side: one pass over the residual), on the units that write something."""
-
-    gate_linear: RestrictedMap
-    d_mlp: int
-    bias: Float[Tensor, "d_mlp 1"] | None  # None when b_in is zero
-    out: RestrictedMap
-
-    @classmethod
-    def of(cls, mlp) -> "MLPPlan":
-        # Only the units whose W_out row is nonzero: any other unit adds exactly 0 (its hidden value is finite), and
-        # a block padded to the model's widest MLP has many of them.
-        units = torch.nonzero((mlp.W_out.detach() != 0).any(dim=1)).flatten()
-        W = torch.cat([mlp.W_gate.detach()[:, units], mlp.W_in.detach()[:, units]], dim=1)
-        b_in = mlp.b_in.detach()[units][:, None]
-        return cls(RestrictedMap.of(W, all_outputs=True), int(units.numel()),
-                   b_in if bool((b_in != 0).any()) else None, RestrictedMap.of(mlp.W_out.detach()[units], mlp.b_out))
-
-    def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
-        gate, linear = self.gate_linear.apply(xT).split(self.d_mlp, dim=0)
-        hidden = torch.relu(gate) * linear
-        return self.out.apply(hidden if self.bias is None else hidden + self.bias)
-
-
-#: Plans by their parameters' memory, for modules on the very same tensors (tied layers, derived circuits):
-#: ``signature -> (weak references, plan)``, counted only while every parameter planned from is alive.
-_SHARED_PLANS: dict = {}
-
-
-def _cached_plan(module, plan_type):
-    """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``).
-    A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
-    strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan.
-    The parameters are ``module.parameters()``, read from its own dict when it has no submodules (no generator)."""
-    params = tuple(module.parameters()) if module._modules else tuple(
-        dict.fromkeys(p for p in module._parameters.values() if p is not None))  # tensors hash by identity
-    key = tuple((p.data_ptr(), p._version) for p in params)
-    cached = module.__dict__.get("_structured_plan")
-    if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):
-        signature = (plan_type,) + tuple((p.data_ptr(), p._version, tuple(p.shape), p.stride(), p.dtype, p.device)
-                                         for p in params)
-        shared = _SHARED_PLANS.get(signature)
-        if shared is not None and all(ref() is not None for ref in shared[0]):
-            cached = (key, shared[1])
-        else:
-            cached = (key, plan_type.of(module))
-            if len(_SHARED_PLANS) >= 256:  # forget the plans of freed parameters
-                for dead in [sig for sig, (refs, _) in _SHARED_PLANS.items() if any(r() is None for r in refs)]:
-                    del _SHARED_PLANS[dead]
-            _SHARED_PLANS[signature] = (tuple(weakref.ref(p) for p in params), cached[1])
-        module.__dict__["_structured_plan"] = cached
-    return cached[1]
 
 
 @dataclass
@@ -305,8 +194,9 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         problems.append("an MLP other than a gated ReLU")
     for layer, block in enumerate(model.blocks):
         attn = block.attn
+        submodules = attn._modules  # a hook point is a submodule (looked up here: no failing getattr per name)
         for name in hook_names.ATTENTION_HOOK_ATTRIBUTES:
-            hook = getattr(attn, name, None)
+            hook = submodules.get(name)
             if hook is None:
                 # No hook point (circuits.plain): nothing is registered, the given score hooks are all that runs.
                 continue
@@ -338,6 +228,14 @@ def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d
     return module(xT.T[None])[0].T
 
 
+def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
+    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
+    if isinstance(rows, slice):
+        xT[rows].add_(update)
+    else:
+        xT[rows] += update
+
+
 def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
                       pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None
                       ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
@@ -353,7 +251,8 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     """
     pos = xT.shape[1]
     plan = plan if plan is not None else AttentionPlan.of(attn)
-    qT, kT, vT = plan.qkv.apply(xT).split(plan.d_head, dim=0)
+    qkv, d_head = plan.qkv.apply(xT), plan.d_head
+    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views, as split's
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
@@ -371,7 +270,9 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     q_cols = qT if qg.is_identity else qT[:, qg.representative]
     k_rows = kT.T if kg.is_identity else kT[:, kg.representative].T
     # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
-    scores_T = (k_rows @ q_cols) / attn.attn_scale
+    scores_T = k_rows @ q_cols
+    if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
+        scores_T = scores_T / attn.attn_scale
     if score_hook is not None:
         groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
         scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()
@@ -424,17 +325,19 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
 
     for layer, block in enumerate(model.blocks):
-        attn_plan = _cached_plan(block.attn, AttentionPlan)
-        mlp_plan = _cached_plan(block.mlp, MLPPlan)
+        # Submodules read once per block (each read goes through nn.Module.__getattr__).
+        attn, ln1, ln2 = block.attn, block.ln1, block.ln2
+        attn_plan = cached_plan(attn, AttentionPlan)
+        mlp_plan = cached_plan(block.mlp, MLPPlan)
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
-            out, grouped = grouped_attention(block.attn, _feature_major(block.ln1, xT), score_hooks.get(layer), b,
+            out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
                                              pair_budget, attn_plan)
             post = xT if in_place else xT.clone()
-            post[attn_plan.out.rows] += out
+            _add_rows(post, attn_plan.out.rows, out)
             if keep_mid:
                 mids.append(post.clone())
-            post[mlp_plan.out.rows] += mlp_plan.apply(_feature_major(block.ln2, post))
+            _add_rows(post, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, post)))
             posts.append(post)
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,

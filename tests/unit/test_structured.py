@@ -208,3 +208,57 @@ def test_cli_says_which_path_ran_and_refuses_a_dense_run_too_large(tmp_path):
                          text=True, timeout=300)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "too many for the dense path" in res.stderr
     assert not (tmp_path / "big").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_exp_of_the_assign_summary_is_torch_exp_bit_for_bit(dtype):
+    """The leak sum's exp skips the arguments below EXP_ZERO_BELOW (where exp is exactly 0): same bits, same layout."""
+    from analysis.capture_summaries import EXP_ZERO_BELOW, _exp_nonzero
+
+    g = torch.Generator().manual_seed(0)
+    wide = -torch.logspace(-3, 300 if dtype == torch.float64 else 37, 20_000, dtype=torch.float64).to(dtype)
+    special = torch.tensor([0.0, -0.0, 1.0, 80.0, float("nan"), float("-inf"), float("inf"), -745.1, -745.2, -746.0,
+                            EXP_ZERO_BELOW, EXP_ZERO_BELOW * (1 + 1e-7)], dtype=dtype)
+    values = torch.cat([wide, special, torch.rand(5000, generator=g, dtype=torch.float64).to(dtype) * -1200])
+    x = values[: values.numel() // 6 * 6].reshape(6, -1).T  # column-major, as an assign head's scores
+    out = _exp_nonzero(x)
+    assert out.stride() == torch.exp(x).stride()
+    assert torch.equal(out.isnan(), torch.exp(x).isnan())
+    assert torch.equal(torch.nan_to_num(out), torch.nan_to_num(torch.exp(x)))
+    assert not bool(torch.exp(values[values < EXP_ZERO_BELOW]).any())
+
+
+def test_grouped_assign_summary_equals_a_dense_reference_with_ties():
+    """Key groups with equal best scores (the lowest position wins, as numpy's argmax over every key) and groups of
+    several keys (the runner-up is the best score again): the grouped summary against one computed key by key."""
+    from analysis.capture_summaries import summarise_assign_grouped
+    from circuits.structured import GroupedAttention, Groups, identity_groups
+
+    X, C0 = problem(6, 2, 3)
+    encoded = encode(lloyd_circuit(2, 3, 1).layout, X, C0)
+    seq = encoded.sequence
+    rng = np.random.default_rng(0)
+    # Key groups, not in position order (grouping orders them by hash): centroids 0 and 2 together, BOS, centroid 1
+    # alone, the points.
+    inverse = torch.tensor([1] + [3] * 6 + [0, 2, 0])
+    keys = Groups(torch.tensor([7, 0, 8, 1]), inverse, torch.bincount(inverse))
+    for _ in range(20):
+        grouped = torch.tensor(rng.integers(-3, 3, size=(seq.n_tokens, 4)), dtype=torch.float64)  # many ties
+        grouped[:, 1] = -torch.inf
+        pattern = torch.softmax(grouped[:, inverse], dim=-1)[:, keys.representative]
+        grouped, pattern = grouped.T.contiguous().T, pattern.T.contiguous().T  # key-major storage, as the forward makes
+        fast = summarise_assign_grouped([GroupedAttention(identity_groups(seq.n_tokens), keys, grouped, pattern)],
+                                        encoded)
+        s, p = grouped[:, inverse].numpy()[seq.points], pattern[:, inverse].numpy()[seq.points]
+        top = s.argmax(axis=-1)  # the first (lowest) key among equal best scores
+        top_score = s[np.arange(len(top)), top]
+        others = np.ones_like(s, dtype=bool)
+        others[np.arange(len(top)), top] = False
+        chosen = np.where(top >= seq.centroids.start, top - seq.centroids.start, -1)
+        np.testing.assert_array_equal(fast.chosen[0], chosen)
+        np.testing.assert_array_equal(fast.margin[0], top_score - np.where(others, s, -np.inf).max(axis=-1))
+        np.testing.assert_array_equal(fast.scores[0], s[:, seq.centroids])
+        np.testing.assert_array_equal(fast.pattern[0], p[:, seq.centroids])
+        np.testing.assert_allclose(fast.leak_bound[0], np.where(others, np.exp(s - top_score[:, None]), 0).sum(-1),
+                                   rtol=1e-15)
+        np.testing.assert_allclose(fast.leak_observed[0], np.where(others, p, 0).sum(-1), rtol=1e-14, atol=1e-16)

@@ -1,0 +1,206 @@
+"""What a run's attention did, layer by layer: the summaries a :class:`~analysis.capture.Capture` keeps.
+
+Split out of :mod:`analysis.capture`, which runs the circuit and re-exports these names. An assign head keeps, per
+point query, its point x centroid scores and pattern and a certificate (chosen key, margin, ``leak_bound``); an
+update head keeps its centroid query rows and a certificate against the intended support (:func:`update_certificate`).
+Both are computed from the dense attention (:func:`summarise_head`) or from the grouped attention of
+:mod:`circuits.structured` (:func:`summarise_assign_grouped`, :func:`update_rows_grouped`), with the same values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+
+from circuits.blocks import ASSIGN, UPDATE
+from circuits.encoding import EncodedBatch
+
+
+@dataclass
+class AssignAttention:
+    """Point queries of an assign head (batch-first numpy)."""
+
+    scores: Float[np.ndarray, "batch n k"]
+    pattern: Float[np.ndarray, "batch n k"]
+    chosen: Int[np.ndarray, "batch n"]
+    margin: Float[np.ndarray, "batch n"]
+    leak_bound: Float[np.ndarray, "batch n"]
+    leak_observed: Float[np.ndarray, "batch n"]
+    #: Attention mass on the attention sink (``use_attention_sinks``): ``1 - sum(pattern)``; ``None`` without sinks.
+    sink_mass: Float[np.ndarray, "batch n"] | None = None
+
+
+@dataclass
+class UpdateAttention:
+    """Centroid queries of an update head over all keys, with the certificate against the intended support."""
+
+    scores: Float[np.ndarray, "batch k pos"]
+    pattern: Float[np.ndarray, "batch k pos"]
+    margin: Float[np.ndarray, "batch k"] = field(default=None)
+    leak_bound: Float[np.ndarray, "batch k"] = field(default=None)
+    leak_observed: Float[np.ndarray, "batch k"] = field(default=None)
+    member_spread: Float[np.ndarray, "batch k"] = field(default=None)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A float64 numpy *copy*: a view would keep the whole ``(n + k + 1)^2`` attention storage alive."""
+    return np.array(t.detach().cpu().to(torch.float64).numpy(), copy=True)
+
+
+def _summarise_assign(scores: torch.Tensor, pattern: torch.Tensor, encoded: EncodedBatch,
+                      with_sink: bool = False) -> AssignAttention:
+    seq = encoded.sequence
+    s = scores[:, 0, seq.points, :]  # [batch, n, pos]
+    p = pattern[:, 0, seq.points, :]
+    best = s.topk(min(2, s.shape[-1]), dim=-1)
+    top_score, top = best.values[..., 0], best.indices[..., 0]
+    runner_up = best.values[..., 1] if s.shape[-1] > 1 else torch.full_like(top_score, -torch.inf)
+    # Summed term by term rather than as 1 - p_top, which rounds to 0 or eps near a one-hot pattern.
+    others = torch.exp(s - top_score[..., None]).scatter_(-1, top[..., None], 0.0)
+    leak_bound = others.sum(dim=-1)
+    del others
+    leak_observed = p.clone().scatter_(-1, top[..., None], 0.0).sum(dim=-1)
+    first_centroid = seq.centroids.start
+    chosen = torch.where((top >= first_centroid) & (top < seq.centroids.stop), top - first_centroid, -1)
+    return AssignAttention(
+        scores=to_numpy(s[..., seq.centroids]),
+        pattern=to_numpy(p[..., seq.centroids]),
+        chosen=chosen.cpu().numpy(),
+        margin=to_numpy(top_score - runner_up),
+        leak_bound=to_numpy(leak_bound),
+        leak_observed=to_numpy(leak_observed),
+        sink_mass=to_numpy(1.0 - p.sum(dim=-1)) if with_sink else None,
+    )
+
+
+def _batch(arrays: list[np.ndarray]) -> np.ndarray:
+    """Stack per-problem arrays; a batch of one is a view, not a copy (at a million points copies add up)."""
+    return arrays[0][None] if len(arrays) == 1 else np.stack(arrays)
+
+
+def _own_numpy(t: torch.Tensor) -> np.ndarray:
+    """float64 numpy of a tensor that owns its storage (fresh results of indexing or arithmetic): no copy needed."""
+    t = t.detach().cpu().to(torch.float64)
+    owns = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t.numpy() if owns else to_numpy(t)
+
+
+def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False) -> AssignAttention:
+    """The assign summary of :func:`_summarise_assign`, from grouped attention (one per problem).
+
+    Per query group: the best key group (lowest position among equal scores, as a dense argmax would pick), the
+    runner-up (the best group again when it holds several equal keys), and the leak sums with multiplicities.
+    The ``(query groups x key groups)`` matrices are tiny: the exact steps (max, comparisons, selections) run in
+    numpy on views of them, and only ``exp`` and the sums run in torch, on the same tensors as the dense summary's
+    (so their rounding is torch's).
+    """
+    seq = encoded.sequence
+    fields = {name: [] for name in ("scores", "pattern", "chosen", "margin", "leak_bound", "leak_observed", "sink_mass")}
+    for g in groups:
+        S_t, P_t = g.scores.cpu(), g.pattern.cpu()
+        S, P = S_t.numpy(), P_t.numpy()
+        counts_t = g.keys.counts.to(S_t.dtype)
+        counts, rep = counts_t.numpy(), g.keys.representative.numpy()
+        top_score_t, top_t = S_t.max(dim=-1)
+        top_score, top = top_score_t.numpy(), top_t.numpy()
+        at_top = S == top_score[:, None]
+        tied = at_top.sum(axis=-1) > 1
+        if tied.any():
+            # Equal best scores in several key groups: the dense argmax takes the lowest position.
+            top[tied] = np.where(at_top[tied], rep[None, :], np.iinfo(np.int64).max).argmin(axis=-1)
+        every = np.arange(S.shape[0])
+        others = np.empty_like(S, dtype=counts.dtype)  # S's layout (key-major): numpy reduces it along keys fastest
+        others[...] = counts
+        others[every, top] -= 1
+        runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)
+        others_t = torch.from_numpy(others)
+        leak_bound = (_exp_nonzero(S_t - top_score_t[:, None]) * others_t).sum(dim=-1).numpy()
+        leak_observed = (P_t * others_t).sum(dim=-1).numpy()
+        top_position = rep[top]
+        chosen = np.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
+                          top_position - seq.centroids.start, -1)
+        rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
+        rows = rows_t if g.queries.is_identity else rows_t.numpy()
+        fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
+        fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
+        fields["chosen"].append(chosen[rows].copy())
+        fields["margin"].append(np.array((top_score - runner_up)[rows], dtype=np.float64))
+        fields["leak_bound"].append(np.array(leak_bound[rows], dtype=np.float64))
+        fields["leak_observed"].append(np.array(leak_observed[rows], dtype=np.float64))
+        if with_sink:
+            fields["sink_mass"].append(_own_numpy((1.0 - P_t @ counts_t)[rows_t]))
+    out = {name: _batch(values) if values else None for name, values in fields.items()}
+    return AssignAttention(**out)
+
+
+#: ``exp(x)`` is exactly 0 below this in float64 (and float32): it underflows past the smallest subnormal at -745.2.
+EXP_ZERO_BELOW = -1000.0
+
+
+def _exp_nonzero(x: torch.Tensor) -> torch.Tensor:
+    """``torch.exp(x)``, bit for bit, evaluated only where it can be nonzero (NaN included).
+
+    Far below the top score (most of an assign head's scores) torch's exp takes a slow underflow path; there the
+    result is exactly 0 (the exp of 0 computed there instead is discarded). Every element stays where it is and
+    the result keeps ``x``'s layout, so the sums that read it add in the same order. Tested bit for bit against
+    ``torch.exp`` in tests/unit/test_structured.py.
+    """
+    live = ~(x < EXP_ZERO_BELOW)
+    return torch.where(live, torch.exp(torch.where(live, x, 0.0)), 0.0)
+
+
+def _key_columns(matrix: np.ndarray, keys, positions: slice) -> np.ndarray:
+    """Columns of the key ``positions`` of a (queries x key groups) ``matrix``, as an owned float64 array."""
+    if keys.is_identity:
+        return np.array(matrix[:, positions], dtype=np.float64)
+    return np.ascontiguousarray(matrix[:, keys.inverse[positions].numpy()], dtype=np.float64)
+
+
+def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
+    """The update summary of :func:`summarise_head` (centroid query rows over every key), from grouped attention
+    (one per problem): the rows gathered in numpy from views of the grouped matrices."""
+    scores, pattern = [], []
+    centroids = encoded.sequence.centroids
+    for g in groups:
+        queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].numpy()
+        keys = slice(None) if g.keys.is_identity else g.keys.inverse.numpy()
+        for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
+            rows = matrix.cpu().numpy()[queries]
+            out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+    return UpdateAttention(scores=_batch(scores), pattern=_batch(pattern))
+
+
+def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
+    """Fill the certificate of an update head against its intended support (members, or itself if none)."""
+    seq = encoded.sequence
+    batch, k, _ = att.scores.shape
+    intended = np.zeros(att.scores.shape, dtype=bool)
+    # Query j's members (all j at once), then its own key where it has none (only row j reads that flag).
+    intended[:, :, seq.points] = labels_pre[:, None, :] == np.arange(k)[None, :, None]
+    # Centroid j's own key (position seq.centroid(j)) where it has no member; those keys are not points, so unset.
+    intended[:, np.arange(k), np.arange(seq.centroids.start, seq.centroids.stop)] = ~intended.any(axis=-1)
+    s = att.scores
+    inside_min = np.where(intended, s, np.inf).min(axis=-1)
+    inside_max = np.where(intended, s, -np.inf).max(axis=-1)
+    outside_scores = np.where(intended, -np.inf, s)
+    outside_max = outside_scores.max(axis=-1)
+    size = intended.sum(axis=-1)
+    with np.errstate(under="ignore"):
+        outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min[..., None]))
+    att.margin = inside_min - outside_max
+    att.leak_bound = outside.sum(axis=-1) / size
+    att.leak_observed = np.where(intended, 0.0, att.pattern).sum(axis=-1)
+    att.member_spread = inside_max - inside_min
+
+
+def summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink: bool):
+    """What a block's attention did (its scores and pattern), for the block's ``kind``; ``None`` for other kinds."""
+    if kind == ASSIGN:
+        return _summarise_assign(scores, pattern, encoded, with_sink)
+    if kind == UPDATE:
+        rows = encoded.sequence.centroids
+        return UpdateAttention(scores=to_numpy(scores[:, 0, rows, :]), pattern=to_numpy(pattern[:, 0, rows, :]))
+    return None

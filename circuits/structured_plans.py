@@ -1,0 +1,139 @@
+"""The linear maps of a block, planned once for the structured forward (:mod:`circuits.structured`).
+
+The weight matrices of the constructed circuits are almost all zeros. A plan keeps each map restricted to the
+output features it writes and the input features it reads (:class:`RestrictedMap`), per attention head
+(:class:`AttentionPlan`) and gated MLP (:class:`MLPPlan`), and is cached on the module, rebuilt whenever one of its
+parameters changes (:func:`cached_plan`). Split out of :mod:`circuits.structured`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+
+def _as_slice(index: Int[Tensor, " m"]) -> slice | Int[Tensor, " m"]:
+    """``index`` as a slice when it is a contiguous run (a view instead of a gather), else unchanged."""
+    if index.numel() and int(index[-1]) - int(index[0]) + 1 == index.numel():
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return index
+
+
+@dataclass
+class RestrictedMap:
+    """A linear map ``x @ W + b`` acting on feature-major input, ``out^T = W^T x^T + b``, restricted to the output
+    features where ``W`` or ``b`` is nonzero (``rows``): the dense map is exactly zero on the others, so the caller
+    updates only these rows of the residual. The product reads only ``inputs``, the input features the map uses
+    (a contiguous span when that is not much wider, so that the input is a view, not a copy).
+
+    The product itself is dense: the matrices are tiny, and torch's sparse (CSR) product copies and fills its
+    operands, which costs more than multiplying the zeros. Exactly-zero terms change no sum (inputs are finite).
+    """
+
+    rows: Int[Tensor, " c"] | slice
+    inputs: Int[Tensor, " m"] | slice
+    W_T: Float[Tensor, "c m"]
+    b: Float[Tensor, "c 1"] | None
+
+    @classmethod
+    def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None,
+           all_outputs: bool = False) -> "RestrictedMap":
+        W = W.detach()
+        b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b.detach()
+        used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
+        rows = torch.nonzero(used).flatten()
+        bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
+        read = torch.nonzero((W[:, rows] != 0).any(dim=1)).flatten()
+        if read.numel() == 0:
+            read = torch.zeros(1, dtype=torch.long)  # a map of biases only still needs a (zero) product's shape
+        span = int(read[-1]) - int(read[0]) + 1
+        # A gather copies the rows it reads; a span is a view but multiplies its zero columns: take the span when
+        # it is at most half again as wide.
+        inputs = slice(int(read[0]), int(read[-1]) + 1) if span <= 1.5 * read.numel() else read
+        return cls(_as_slice(rows), inputs, W[inputs][:, rows].T.contiguous(), bias)
+
+    def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
+        out = self.W_T @ xT[self.inputs]
+        return out if self.b is None else out + self.b
+
+
+@dataclass
+class AttentionPlan:
+    """A head's projections as restricted maps."""
+
+    qkv: RestrictedMap
+    d_head: int
+    out: RestrictedMap
+
+    @classmethod
+    def of(cls, attn) -> "AttentionPlan":
+        W_qkv = torch.cat([attn.W_Q[0], attn.W_K[0], attn.W_V[0]], dim=1)
+        b_qkv = torch.cat([attn.b_Q[0], attn.b_K[0], attn.b_V[0]])
+        return cls(RestrictedMap.of(W_qkv, b_qkv, all_outputs=True), attn.W_Q.shape[-1], RestrictedMap.of(attn.W_O[0], attn.b_O))
+
+
+@dataclass
+class MLPPlan:
+    """A gated MLP, ``out = (relu(x W_gate) * (x W_in) + b_in) W_out + b_out``, as restricted maps (gate and linear
+    side by side: one pass over the residual), on the units that write something."""
+
+    gate_linear: RestrictedMap
+    d_mlp: int
+    bias: Float[Tensor, "d_mlp 1"] | None  # None when b_in is zero
+    out: RestrictedMap
+
+    @classmethod
+    def of(cls, mlp) -> "MLPPlan":
+        # Only the units whose W_out row is nonzero: any other unit adds exactly 0 (its hidden value is finite), and
+        # a block padded to the model's widest MLP has many of them.
+        units = torch.nonzero((mlp.W_out.detach() != 0).any(dim=1)).flatten()
+        W = torch.cat([mlp.W_gate.detach()[:, units], mlp.W_in.detach()[:, units]], dim=1)
+        b_in = mlp.b_in.detach()[units][:, None]
+        return cls(RestrictedMap.of(W, all_outputs=True), int(units.numel()),
+                   b_in if bool((b_in != 0).any()) else None, RestrictedMap.of(mlp.W_out.detach()[units], mlp.b_out))
+
+    def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
+        both = self.gate_linear.apply(xT)
+        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views, as split's
+        hidden = torch.relu(gate) * linear
+        return self.out.apply(hidden if self.bias is None else hidden + self.bias)
+
+
+#: Plans by their parameters' memory, for modules on the very same tensors (tied layers, derived circuits):
+#: ``signature -> (weak references, plan)``, counted only while every parameter planned from is alive.
+_SHARED_PLANS: dict = {}
+
+
+def cached_plan(module, plan_type):
+    """The plan of ``module``, rebuilt whenever one of its parameters changed (in-place edits bump ``_version``).
+    A plan reads nothing but the parameters, so a module whose parameters are the same memory (same address, shape,
+    strides, dtype and version, and the tensors planned from still alive) as one already planned takes that plan.
+    The parameters are ``module.parameters()``, read from its own dict when it has no submodules (no generator)."""
+    if module._modules:
+        params = tuple(module.parameters())
+        key = tuple([(p.data_ptr(), p._version) for p in params])
+    else:
+        # Each entry of the module's own dict (a tensor under two names counts twice: the key is only compared
+        # with keys made here); deduplicated below only when a plan is made.
+        key = tuple([(p.data_ptr(), p._version) for p in module._parameters.values() if p is not None])
+    cached = module.__dict__.get("_structured_plan")
+    if cached is None or cached[0] != key or not isinstance(cached[1], plan_type):
+        if not module._modules:
+            params = tuple(dict.fromkeys(p for p in module._parameters.values() if p is not None))  # by identity
+        signature = (plan_type,) + tuple((p.data_ptr(), p._version, tuple(p.shape), p.stride(), p.dtype, p.device)
+                                         for p in params)
+        shared = _SHARED_PLANS.get(signature)
+        if shared is not None and all(ref() is not None for ref in shared[0]):
+            cached = (key, shared[1])
+        else:
+            cached = (key, plan_type.of(module))
+            if len(_SHARED_PLANS) >= 256:  # forget the plans of freed parameters
+                for dead in [sig for sig, (refs, _) in _SHARED_PLANS.items() if any(r() is None for r in refs)]:
+                    del _SHARED_PLANS[dead]
+            _SHARED_PLANS[signature] = (tuple(weakref.ref(p) for p in params), cached[1])
+        module.__dict__["_structured_plan"] = cached
+    return cached[1]

@@ -272,10 +272,16 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
     r_v = p.r_x + max(p.r_x, float((c_norm + state.delta).max()))
     new = _State(state.C.copy(), state.e.copy(), state.delta.copy())
     l1 = np.zeros(k)
+    # Per point, once for every cluster (elementwise, so each cluster's selection holds the values it would compute):
+    # 1 - z_i's lower bound, and a non-member's score term; the members of each cluster as one block of a stable
+    # sort by label (the rows and order of X[a == j]).
+    with np.errstate(over="ignore", under="ignore"):
+        terms = _PointTerms(-np.expm1(-p.beta_update * eps), p.beta_update * (eps - 1), np.argsort(a, kind="stable"))
+    bounds = np.searchsorted(a[terms.order], np.arange(k + 1))
     for j in range(k):
-        members = a == j
-        if members.any():
-            l1[j] = _member_update(p, state, new, j, members, eps, r_v)
+        lo, hi = int(bounds[j]), int(bounds[j + 1])
+        if hi > lo:
+            l1[j] = _member_update(p, state, new, j, terms, terms.order[lo:hi], a != j, r_v)
         else:
             # An empty cluster keeps its own key (score beta_u / 2, value c~_j); points score <= beta_u eps_i.
             with np.errstate(over="ignore", under="ignore"):
@@ -292,20 +298,30 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
     return l1
 
 
-def _member_update(p: _Problem, old: _State, new: _State, j: int, members: np.ndarray, eps: np.ndarray,
-                   r_v: float) -> float:
-    """A non-empty cluster ``j``: writes its next centroid, float error and ``delta`` into ``new``; returns its
-    query's bound on ``|softmax - hardmax|_1``."""
-    size, k, beta_u = int(members.sum()), len(old.C), p.beta_update
+@dataclass(frozen=True)
+class _PointTerms:
+    """An update layer's per-point terms: ``spread`` = ``1 - exp(-beta_u eps_i)``, ``off`` = ``beta_u (eps_i - 1)``
+    (a non-member's score term), and ``order``, the points sorted stably by hard label."""
+
+    spread: np.ndarray
+    off: np.ndarray
+    order: np.ndarray
+
+
+def _member_update(p: _Problem, old: _State, new: _State, j: int, terms: _PointTerms, members: np.ndarray,
+                   others: np.ndarray, r_v: float) -> float:
+    """A non-empty cluster ``j`` (``members``: its points' indices in increasing order; ``others``: the mask of
+    the rest): writes its next centroid, float error and ``delta`` into ``new``; returns its query's bound on
+    ``|softmax - hardmax|_1``."""
+    size, k, beta_u = len(members), len(old.C), p.beta_update
     # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
     # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).
-    with np.errstate(under="ignore"):
-        S = round_up_scalar(np.sum(-np.expm1(-beta_u * eps[members])))
+    S = round_up_scalar(np.sum(terms.spread[members]))
     denom = size - S
     if denom > 0:
         spread = min(2.0, round_up_scalar(2 * S / denom))
         with np.errstate(over="ignore", under="ignore"):
-            log_num = logsumexp_vector(np.concatenate([beta_u * (eps[~members] - 1),
+            log_num = logsumexp_vector(np.concatenate([terms.off[others],
                                                        [-beta_u / 2, math.log(k) - beta_u],
                                                        p.sink_terms - beta_u]))
         log_w = log_num - math.log(denom)

@@ -312,12 +312,14 @@ class _PointTerms:
     top: np.ndarray
 
 
-def _off_mass_terms(p: _Problem, eps: np.ndarray, a: np.ndarray, order: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-    """For every centroid query ``j``, what :func:`~analysis.proof.bound.records.logsumexp_vector` evaluates on its off-support scores ``a_j``
-    (the non-members' ``beta_u (eps_i - 1)`` in point order, then ``-beta_u / 2``, ``log k - beta_u`` and the
-    sinks' ``L_u - beta_u``), for all queries at once: ``top[j]`` = ``max a_j`` (0 where not finite; a maximum is
-    exact, so it is the largest of the other clusters' maxima and the constants'), and ``exp(a_j - top[j])``
-    elementwise as ``shifted[j][keep[j]]``. Each query's sum is then taken over its own array, as before."""
+def _off_mass_terms(p: _Problem, eps: np.ndarray, a: np.ndarray, order: np.ndarray,
+                    k: int) -> tuple[np.ndarray, ...]:
+    """For every centroid query ``j``, what :func:`~analysis.proof.bound.records.logsumexp_vector` evaluates on its
+    off-support scores ``a_j`` (the non-members' ``beta_u (eps_i - 1)`` in point order, then ``-beta_u / 2``,
+    ``log k - beta_u`` and the sinks' ``L_u - beta_u``), for all queries at once: ``top[j]`` = ``max a_j`` (0 where
+    not finite; a maximum is exact, so it is the largest of the other clusters' maxima and the constants'), and
+    ``exp(a_j - top[j])`` elementwise as ``shifted[j][keep[j]]``. Each query's sum is then taken over its own array,
+    as before."""
     n, beta_u = len(a), p.beta_update
     scores = np.concatenate([beta_u * (eps - 1), [-beta_u / 2, math.log(k) - beta_u], p.sink_terms - beta_u])
     # Each group's largest score (the labels 0..k-1, and k: the assign sink's outliers); -inf for an empty group.
@@ -348,7 +350,8 @@ def _member_update(p: _Problem, old: _State, new: _State, j: int, terms: _PointT
         spread = min(2.0, round_up_scalar(2 * S / denom))
         log_num = log_sum_shifted(terms.shifted[j][terms.keep[j]], terms.top[j])
         log_w = log_num - math.log(denom)
-        w_off = min(1.0, round_up_scalar(exp(min(log_w, 1.0))))
+        # records.exp's np.exp of a float64, under the caller's errstate.
+        w_off = min(1.0, round_up_scalar(np.exp(np.float64(min(log_w, 1.0)))))
     else:
         spread, w_off = 2.0, 1.0
     head = min(round_up_scalar(2 * p.r_x * spread + w_off * r_v), round_up_scalar(r_v))  # |o_j - mean_j|

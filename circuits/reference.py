@@ -119,6 +119,23 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     return out
 
 
+def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
+                  C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
+    """Lloyd's update of ``C`` by ``labels`` (-1: counted nowhere): each cluster's members summed in index order
+    over their count; an empty cluster keeps its centroid. The members are gathered once, sorted stably by label,
+    so each cluster's rows are one contiguous block holding the rows ``X[labels == j]`` holds, in the same order:
+    the same sum, bit for bit, without a mask per cluster."""
+    new = np.array(C, dtype=np.float64, copy=True)
+    inside = np.flatnonzero(labels >= 0)
+    order = inside[np.argsort(labels[inside], kind="stable")]
+    members, sorted_labels = X[order], labels[order]
+    starts = np.flatnonzero(np.diff(sorted_labels)) + 1
+    for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(order)]):
+        if hi > lo:
+            new[sorted_labels[lo]] = members[lo:hi].sum(axis=0) / (hi - lo)
+    return new
+
+
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
     """Largest distance of a point (or initial centroid) from the mean of the points; 1 if all coincide."""
     X = np.asarray(X, dtype=np.float64)
@@ -147,7 +164,9 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
     inside = np.flatnonzero(labels >= 0)
     if len(inside) == 0:
         return 0.0
-    D = sq_distances(np.asarray(X)[inside], C)
+    X = np.asarray(X)
+    # Every point inside: X itself (the same values as its copy X[inside], so the same distances).
+    D = sq_distances(X if len(inside) == len(X) else X[inside], C)
     return float(D[np.arange(len(inside)), labels[inside]].sum())
 
 
@@ -299,12 +318,7 @@ class Reference:
         """Lloyd's update: each cluster's mean as a sum over a count (as scikit-learn), which is exact for
         coinciding members where summing ``1/m``-weighted points is not; an empty cluster keeps its centroid.
         :meth:`update_weights` gives the same means as weights (what the verifier compares attention with)."""
-        labels = labels_of(R)
-        new = np.array(C, dtype=np.float64, copy=True)
-        for j in np.unique(labels[labels >= 0]):
-            members = labels == j
-            new[j] = X[members].sum(axis=0) / members.sum()
-        return new
+        return cluster_means(X, labels_of(R), C)
 
     def weighted_update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"],
                         C: Float[np.ndarray, "k d"], u: int) -> Float[np.ndarray, "k d"]:
@@ -351,13 +365,15 @@ class Reference:
 
 def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:
     """Nearest centroid of each point; ties (within ``tie_break``, absolute) go to the lower index."""
+    if tie_break == 0.0:
+        # Reference.assign's argmin with a zero bias (adding 0.0 to a distance changes nothing), as labels directly.
+        return np.argmin(sq_distances(X, C), axis=1)
     return labels_of(Reference(tie_break=tie_break).assign(X, C, 0))
 
 
 def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "k d"]:
     """Mean of each cluster's points; an empty cluster keeps its centroid. Label -1 (unassigned) counts nowhere."""
-    return Reference().update(np.asarray(X, dtype=np.float64), one_hot(np.asarray(labels), C.shape[0]),
-                              np.asarray(C, dtype=np.float64), 1)
+    return cluster_means(np.asarray(X, dtype=np.float64), np.asarray(labels), np.asarray(C, dtype=np.float64))
 
 
 def lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,

@@ -36,27 +36,32 @@ Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray,
-                         u: float = UNIT_ROUNDOFF) -> np.ndarray:
+                         u: float = UNIT_ROUNDOFF, x_norms: np.ndarray | None = None) -> np.ndarray:
     """``E_ij``: how far float64 in the user's units can place ``D_ij`` from the exact squared distance.
 
     The representation of points and centroids in the user's units (a decoded centroid ``s c + mu`` is rounded
     relative to its magnitude and the offset ``mu``): ``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``, plus the
     rounding of ``D_ij`` itself, ``(d + 2) u D_ij``. Two distances closer than ``E_ij1 + E_ij2`` cannot be ordered
     by anyone computing in these units: that is a tie. ``u`` is the unit roundoff of the circuit's dtype.
+    ``x_norms``: ``np.linalg.norm(X, axis=1)`` if the caller holds it (a window evaluates many ``C`` for one ``X``).
     """
     d = X.shape[1]
     mu = float(np.linalg.norm(offset))
-    represent = 8 * u * np.sqrt(d * D) * (np.linalg.norm(X, axis=1)[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
+    if x_norms is None:
+        x_norms = np.linalg.norm(X, axis=1)
+    represent = 8 * u * np.sqrt(d * D) * (x_norms[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
     return represent + (d + 2) * UNIT_ROUNDOFF * D
 
 
 def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale: float, gamma: float,
-                        tie_break: float) -> np.ndarray:
+                        tie_break: float, ux: np.ndarray | None = None) -> np.ndarray:
     """How far the circuit's own score may be from the exact one, in squared user units: ``gamma m_ij s^2`` with
     ``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in the encoder's unit coordinates (:mod:`circuits.sharpness`). Beyond
     :func:`distance_uncertainty`, this is what the circuit's encoding cannot resolve: an error inside it is named
-    as a resolution failure of the circuit, never called a tie."""
-    ux = np.linalg.norm((X - offset) / scale, axis=1)
+    as a resolution failure of the circuit, never called a tie. ``ux``: the points' unit norms
+    (``np.linalg.norm((X - offset) / scale, axis=1)``) if the caller holds them."""
+    if ux is None:
+        ux = np.linalg.norm((X - offset) / scale, axis=1)
     uc = np.linalg.norm((C - offset) / scale, axis=1)
     m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
     return gamma * scale**2 * m
@@ -67,6 +72,7 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
     circuit's dtype: the reference is Lloyd's algorithm in float64, and a tie is only what *it* cannot order (a
     float32 circuit is held to that reference; what float32 cannot resolve is :func:`circuit_window`'s)."""
     X, offset = enc.X[b], enc.scaling.offset[b]
+    x_norms = np.linalg.norm(X, axis=1)
     seen: dict[tuple, np.ndarray] = {}
 
     def window(C: np.ndarray, D: np.ndarray) -> np.ndarray:
@@ -74,12 +80,12 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
         # of C and D alone) is computed once; a copy is returned, as a fresh one would be.
         D_key = reference.memoised_array_key(D)
         if D_key is None or not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
-            return distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+            return distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)
         key = (C.dtype.str, C.shape, C.tobytes(), D_key)
         if key not in seen:
             if len(seen) >= 64:
                 seen.clear()
-            seen[key] = distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF)
+            seen[key] = distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)
         return seen[key].copy()
 
     return window
@@ -92,7 +98,8 @@ def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> 
     if u <= UNIT_ROUNDOFF:
         return None
     X, offset = enc.X[b], enc.scaling.offset[b]
-    return lambda C: distance_uncertainty(X, C, reference.sq_distances(X, C), offset, u)
+    x_norms = np.linalg.norm(X, axis=1)
+    return lambda C: distance_uncertainty(X, C, reference.sq_distances(X, C), offset, u, x_norms)
 
 
 def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray]:
@@ -106,9 +113,10 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
     gamma = score_rounding(circ.layout.d, circ.layout.d_model) * u / UNIT_ROUNDOFF
 
     coarse = circuit_input_window(circ, enc, b)
+    ux = np.linalg.norm((X - offset) / s, axis=1)
 
     def window(C: np.ndarray) -> np.ndarray:
-        E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break)
+        E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break, ux)
         return E if coarse is None else E + coarse(C)
 
     return window

@@ -245,3 +245,29 @@ def test_only_damped_and_trimmed_variants_report_a_bound():
         assert ("proven |dc|" in rep.summary().splitlines()[0]) == (name in ("damped", "trimmed"))
     # A damped step whose 1 - eta is not a float64 breaks the exact |c|^2 of N: no bound is claimed.
     assert run_problem(X, C0, 1, variant="damped:eta=0.1").report.per_iteration[0].proven_bound is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_for_bit(seed):
+    """The update layer evaluates every centroid query's off-support ``log sum exp`` from terms shared by all
+    queries (:func:`sharpness._off_mass_terms`); each must equal :func:`logsumexp_vector` of that query's own
+    scores (the non-members' ``beta_u (eps_i - 1)``, then the constants and the sinks) to the last bit, with
+    empty clusters, outliers (label k) and scores that are -inf or all equal."""
+    from analysis.proof.bound import sharpness
+    from analysis.proof.bound.records import log_sum_shifted, logsumexp_vector
+
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+    beta_u = float(rng.choice([1.0, 30.0, 1e4, 1e7]))
+    sink_terms = np.array([] if seed % 2 else [float(rng.normal(0, 20))])
+    eps = rng.choice([0.0, 5e-324, 1e-12, 0.3, 1.0], size=n) * (rng.random(n) if seed % 3 else 1.0)
+    a = rng.integers(0, k + (1 if sink_terms.size else 0), size=n)
+    p = sharpness._Problem(np.zeros((n, 1)), np.zeros(k), 1.0, beta_u, 1.0, 1.0, None, sink_terms, 0.0, np.zeros(n))
+    order = np.argsort(a, kind="stable")
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        shifted, keep, top = sharpness._off_mass_terms(p, eps, a, order, k)
+        for j in range(k):
+            scores = np.concatenate([beta_u * (eps[a != j] - 1), [-beta_u / 2, math.log(k) - beta_u],
+                                     sink_terms - beta_u])
+            got = log_sum_shifted(shifted[j][keep[j]], top[j])
+            assert np.float64(got).tobytes() == np.float64(logsumexp_vector(scores)).tobytes()

@@ -115,3 +115,22 @@ def test_shared_functions_equal_a_plain_python_oracle(points_and_centroids):
     np.testing.assert_array_equal(reference.assign(X, C), nearest)
     assert reference.objective(X, C) == sum(min(row) for row in D)
     assert reference.objective(X, C, np.array(nearest)) == sum(min(row) for row in D)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 4), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_cluster_means_equal_each_clusters_masked_mean_bit_for_bit(n, d, k, seed):
+    """The update gathers members by a stable sort; it must be the masked sum over the count (the mean as
+    scikit-learn computes it) to the last bit, keep an empty cluster's centroid and ignore label -1."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * 10.0 ** rng.integers(-3, 4, size=(n, 1))
+    C = rng.standard_normal((k, d))
+    labels = rng.integers(-1, k, size=n)
+    expected = C.copy()
+    for j in range(k):
+        members = labels == j
+        if members.any():
+            expected[j] = X[members].sum(axis=0) / members.sum()
+    got = reference.cluster_means(X, labels, C)
+    assert got.tobytes() == expected.tobytes()
+    assert reference.update(X, labels, C).tobytes() == expected.tobytes()

@@ -52,8 +52,15 @@ def logsumexp_vector(a: np.ndarray) -> float:
     top = np.max(a)
     if not np.isfinite(top):
         top = np.float64(0.0)
-    with np.errstate(under="ignore", over="ignore", divide="ignore"):
-        out = np.log(np.sum(np.exp(a - top))) + top
+    with np.errstate(under="ignore", over="ignore"):
+        return log_sum_shifted(np.exp(a - top), top)
+
+
+def log_sum_shifted(shifted: np.ndarray, top: np.float64) -> float:
+    """The end of :func:`logsumexp_vector`: ``shifted`` holds ``exp(a - top)`` (1-D, in ``a``'s order), ``top``
+    the maximum of ``a`` (0 where that is not finite); ``log sum exp a``, pushed outward."""
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(shifted)) + top
     return float(out + 1e-12 * np.abs(out) + 1e-12)
 
 

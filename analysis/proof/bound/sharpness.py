@@ -84,7 +84,7 @@ import numpy as np
 from jaxtyping import Float
 
 from analysis.proof.bound.records import (
-    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, logsumexp, logsumexp_vector, round_up,
+    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, log_sum_shifted, logsumexp, round_up,
     round_up_scalar,
 )
 from circuits.blocks import ASSIGN, UPDATE
@@ -272,16 +272,22 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
     r_v = p.r_x + max(p.r_x, float((c_norm + state.delta).max()))
     new = _State(state.C.copy(), state.e.copy(), state.delta.copy())
     l1 = np.zeros(k)
-    for j in range(k):
-        members = a == j
-        if members.any():
-            l1[j] = _member_update(p, state, new, j, members, eps, r_v)
-        else:
+    # Per point, once for every cluster (elementwise, so each cluster's selection holds the values it would compute):
+    # 1 - z_i's lower bound and a non-member's score term; the points sorted stably by label, so each cluster's
+    # members are one block holding the rows of X[a == j] in their order.
+    order = np.argsort(a, kind="stable")
+    bounds = np.searchsorted(a[order], np.arange(k + 1))
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        terms = _PointTerms((-np.expm1(-p.beta_update * eps))[order], p.X[order], p.x_inf[order],
+                            *_off_mass_terms(p, eps, a, order, k))
+        for j in range(k):
+            lo, hi = int(bounds[j]), int(bounds[j + 1])
+            if hi > lo:
+                l1[j] = _member_update(p, state, new, j, terms, slice(lo, hi), r_v)
+                continue
             # An empty cluster keeps its own key (score beta_u / 2, value c~_j); points score <= beta_u eps_i.
-            with np.errstate(over="ignore", under="ignore"):
-                log_w = float(logsumexp(np.concatenate([p.beta_update * (eps - 0.5),
-                                                        [math.log(k) - p.beta_update / 2],
-                                                        p.sink_terms - p.beta_update / 2])))
+            log_w = float(logsumexp(np.concatenate([p.beta_update * (eps - 0.5), [math.log(k) - p.beta_update / 2],
+                                                    p.sink_terms - p.beta_update / 2])))
             w_off = min(1.0, float(round_up(exp(min(log_w, 1.0)))))
             reach = r_v + c_norm[j] + state.delta[j]
             move = min(float(round_up(w_off * reach)), float(round_up(reach)))
@@ -292,29 +298,65 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
     return l1
 
 
-def _member_update(p: _Problem, old: _State, new: _State, j: int, members: np.ndarray, eps: np.ndarray,
+@dataclass(frozen=True)
+class _PointTerms:
+    """An update layer's per-point terms, sorted stably by hard label: ``spread`` = ``1 - exp(-beta_u eps_i)``,
+    the points ``X`` and their largest coordinates ``x_inf``; and per centroid query ``j`` the off-support terms
+    of :func:`_off_mass_terms`: ``shifted[j][keep[j]]`` is ``exp(a - top[j])`` of its off-support scores ``a``."""
+
+    spread: np.ndarray
+    X: np.ndarray
+    x_inf: np.ndarray
+    shifted: np.ndarray
+    keep: np.ndarray
+    top: np.ndarray
+
+
+def _off_mass_terms(p: _Problem, eps: np.ndarray, a: np.ndarray, order: np.ndarray,
+                    k: int) -> tuple[np.ndarray, ...]:
+    """For every centroid query ``j``, what :func:`~analysis.proof.bound.records.logsumexp_vector` evaluates on its
+    off-support scores ``a_j`` (the non-members' ``beta_u (eps_i - 1)`` in point order, then ``-beta_u / 2``,
+    ``log k - beta_u`` and the sinks' ``L_u - beta_u``), for all queries at once: ``top[j]`` = ``max a_j`` (0 where
+    not finite; a maximum is exact, so it is the largest of the other clusters' maxima and the constants'), and
+    ``exp(a_j - top[j])`` elementwise as ``shifted[j][keep[j]]``. Each query's sum is then taken over its own array,
+    as before."""
+    n, beta_u = len(a), p.beta_update
+    scores = np.concatenate([beta_u * (eps - 1), [-beta_u / 2, math.log(k) - beta_u], p.sink_terms - beta_u])
+    # Each group's largest score (the labels 0..k-1, and k: the assign sink's outliers); -inf for an empty group.
+    starts = np.searchsorted(a[order], np.arange(k + 2))
+    filled = starts[:-1] < starts[1:]
+    group_top = np.full(k + 1, -np.inf)
+    if n:
+        group_top[filled] = np.maximum.reduceat(scores[:n][order], starts[:-1][filled])
+    others_top = np.where(np.eye(k, k + 1, dtype=bool), -np.inf, group_top[None, :]).max(axis=1)
+    top = np.maximum(others_top, np.max(scores[n:]))
+    top = np.where(np.isfinite(top), top, 0.0)
+    keep = np.ones((k, len(scores)), dtype=bool)
+    keep[:, :n] = a[None, :] != np.arange(k)[:, None]
+    return np.exp(scores[None, :] - top[:, None]), keep, top
+
+
+def _member_update(p: _Problem, old: _State, new: _State, j: int, terms: _PointTerms, members: slice,
                    r_v: float) -> float:
-    """A non-empty cluster ``j``: writes its next centroid, float error and ``delta`` into ``new``; returns its
-    query's bound on ``|softmax - hardmax|_1``."""
-    size, k, beta_u = int(members.sum()), len(old.C), p.beta_update
+    """A non-empty cluster ``j`` (``members``: its block of the sorted terms): writes its next centroid, float
+    error and ``delta`` into ``new``; returns its query's bound on ``|softmax - hardmax|_1``. (The caller ignores
+    over- and underflow.)"""
+    size, k, beta_u = members.stop - members.start, len(old.C), p.beta_update
     # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
     # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).
-    with np.errstate(under="ignore"):
-        S = round_up_scalar(np.sum(-np.expm1(-beta_u * eps[members])))
+    S = round_up_scalar(np.sum(terms.spread[members]))
     denom = size - S
     if denom > 0:
         spread = min(2.0, round_up_scalar(2 * S / denom))
-        with np.errstate(over="ignore", under="ignore"):
-            log_num = logsumexp_vector(np.concatenate([beta_u * (eps[~members] - 1),
-                                                       [-beta_u / 2, math.log(k) - beta_u],
-                                                       p.sink_terms - beta_u]))
+        log_num = log_sum_shifted(terms.shifted[j][terms.keep[j]], terms.top[j])
         log_w = log_num - math.log(denom)
-        w_off = min(1.0, round_up_scalar(exp(min(log_w, 1.0))))
+        # records.exp's np.exp of a float64, under the caller's errstate.
+        w_off = min(1.0, round_up_scalar(np.exp(np.float64(min(log_w, 1.0)))))
     else:
         spread, w_off = 2.0, 1.0
     head = min(round_up_scalar(2 * p.r_x * spread + w_off * r_v), round_up_scalar(r_v))  # |o_j - mean_j|
-    mean = p.X[members].mean(axis=0)
-    e_mean = (size + 1) * U * 1.01 * float(p.x_inf[members].max())
+    mean = terms.X[members].sum(axis=0) / size  # what .mean(axis=0) computes
+    e_mean = (size + 1) * U * 1.01 * float(terms.x_inf[members].max())
     new.delta[j] = commit_error(float(old.delta[j]), head, p.eta)
     if p.eta == 1.0:
         new.C[j], new.e[j] = mean, e_mean

@@ -75,7 +75,8 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
-        template = None if options else _same_structure(key)
+        structure = None if sharpness is None else _structure(key)
+        template = None if options else _same_structure(structure)
         if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
             # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
             template = built_circuit(variant, d, k, 0, sharpness, dtype)
@@ -83,9 +84,9 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
             circuit = with_assign_knobs(template, sharpness, iterations)
         else:
             circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
-        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()))
+        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
     _BUILT[key] = entry
-    while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(size for _, size in _BUILT.values()) > CACHE_BYTES):
+    while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
         _BUILT.popitem(last=False)
     return entry[0]
 
@@ -103,14 +104,13 @@ def _structure(key: tuple) -> tuple:
     return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
 
 
-def _same_structure(key: tuple):
-    """A cached Lloyd circuit (built from :data:`circuits.spec.LLOYD`) of ``key``'s structure, or ``None``."""
-    if key[4] is None:
+def _same_structure(structure: tuple | None):
+    """The most recently used cached Lloyd circuit (built from :data:`circuits.spec.LLOYD`) of ``structure``
+    (:func:`_structure`, stored with each entry so that a lookup compares tuples only), or ``None``."""
+    if structure is None:
         return None
-    wanted = _structure(key)
-    for other, (circuit, _) in reversed(_BUILT.items()):
-        if other[4] is not None and _structure(other) == wanted and circuit.spec is LLOYD_SPEC \
-                and not circuit.hooks and circuit.weights is not None:
+    for circuit, _, other in reversed(_BUILT.values()):
+        if other == structure and circuit.spec is LLOYD_SPEC and not circuit.hooks and circuit.weights is not None:
             return circuit
     return None
 
@@ -137,7 +137,8 @@ def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = N
     if iterations < 0 or template.schedule != lloyd_schedule(template.iterations):
         raise ValueError("with_assign_knobs: not a Lloyd schedule (U A U A ... U A)")
     dtype, old, n_layers = template.dtype, template.weights, len(schedule)
-    assign = assign_block(template.layout, sharpness)
+    # Only the head reads the knobs: the MLP is the template's (the same weights: assign_mlp reads the layout alone).
+    assign = assign_block(template.layout, sharpness, mlp=template.blocks[1].mlp)
     head = assign.head.padded(old.config.d_head)
     matrices = {name: torch.as_tensor(getattr(head, name)[None], dtype=dtype) for name in head.MATRICES}
     if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
@@ -149,12 +150,13 @@ def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = N
     tied[1].update({("attn", name): value.to(old.config.device) for name, value in matrices.items()})
     parameters = {hook_names.param(layer, component, name): value
                   for layer in range(n_layers) for (component, name), value in tied[layer % 2].items()}
-    parameters.update({name: value for name, value in old.parameters.items()
-                       if not _block_parameters({name: value}, None)})  # the unembedding
+    parameters[hook_names.UNEMBED_W] = old.parameters[hook_names.UNEMBED_W]
+    parameters[hook_names.UNEMBED_B] = old.parameters[hook_names.UNEMBED_B]
     blocks = [assign if kind == ASSIGN else template.blocks[0] for kind in schedule]
     weights = replace(old, config=replace(old.config, n_layers=n_layers), parameters=parameters)
+    # The template's plain modules serve every layer whose tensors are its own (all but the new assign head).
     return replace(template, weights=weights, sharpness=sharpness, blocks=blocks, schedule=schedule,
-                   iterations=iterations)
+                   iterations=iterations, plain_from=template)
 
 
 def _block_parameters(parameters: dict, layer: int | None) -> dict:

@@ -34,7 +34,7 @@ from jaxtyping import Float
 
 from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
-from circuits.weights import BlockWeights, HeadBuilder, MLPBuilder, dense
+from circuits.weights import BlockWeights, HeadBuilder, MLPBuilder, MLPWeights, dense
 
 class BlockKind(str, Enum):
     """The two block types. A ``str`` enum: a kind compares and serialises as its name (``"assign"``)."""
@@ -111,9 +111,10 @@ def update_mlp(layout: ResidualLayout) -> MLPBuilder:
     return mlp
 
 
-def assign_block(layout: ResidualLayout, sharp: Sharpness) -> BlockWeights:
+def assign_block(layout: ResidualLayout, sharp: Sharpness, mlp: MLPWeights | None = None) -> BlockWeights:
+    """The assign block; ``mlp``: the built :func:`assign_mlp` of ``layout``, when the caller has it already."""
     return BlockWeights(
-        ASSIGN, assign_head(layout, sharp).build(), assign_mlp(layout).build(),
+        ASSIGN, assign_head(layout, sharp).build(), mlp if mlp is not None else assign_mlp(layout).build(),
         notes={"beta": sharp.beta, "mask": sharp.mask, "tie_break": sharp.tie_break},
     )
 

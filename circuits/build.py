@@ -18,7 +18,7 @@ embedding (``d_vocab = 0``) and positions carry no information, so one model ser
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -149,9 +149,10 @@ class CircuitWeights:
         parameters = {name: value.to(device) for name, value in parameters_from_blocks(blocks, W_U, dtype).items()}
         return cls(cfg, parameters, list(hooks or []))
 
-    def plain(self) -> PlainTransformer | None:
-        """The plain torch modules holding these parameters, or ``None`` when the config needs TransformerLens."""
-        return PlainTransformer(self.config, self.parameters) if self.config.plain_supported else None
+    def plain(self, reuse: PlainTransformer | None = None) -> PlainTransformer | None:
+        """The plain torch modules holding these parameters, or ``None`` when the config needs TransformerLens.
+        ``reuse``'s modules serve where their parameters are these very tensors (:class:`PlainTransformer`)."""
+        return PlainTransformer(self.config, self.parameters, reuse) if self.config.plain_supported else None
 
     def transformer(self) -> CircuitTransformer:
         """The :class:`~circuits.model.CircuitTransformer` (a ``HookedTransformer`` on residual input) whose every
@@ -213,10 +214,14 @@ class KMeansCircuit:
     #: The functions of the permanent ``hook_attn_scores`` hooks by layer, for execution paths that do not run
     #: TransformerLens hooks (:mod:`circuits.structured` uses their ``structured`` counterpart).
     score_hooks: dict[int, object] = field(default_factory=dict, repr=False)
+    #: A circuit whose plain modules serve this one's wherever their parameters are the very same tensors
+    #: (a circuit derived from another, ``dataclasses.replace(other, ..., plain_from=other)``); not a field.
+    plain_from: InitVar[KMeansCircuit | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, plain_from: KMeansCircuit | None) -> None:
         self._model: CircuitTransformer | None = None
-        self._plain: PlainTransformer | None = self.weights.plain() if self.weights is not None else None
+        reuse = plain_from._plain if plain_from is not None else None
+        self._plain: PlainTransformer | None = self.weights.plain(reuse) if self.weights is not None else None
 
     @classmethod
     def from_model(cls, model: CircuitTransformer, *args, **kwargs) -> KMeansCircuit:

@@ -41,9 +41,13 @@ def fewer_distinct_rows(X: Float[np.ndarray, "n d"], k: int) -> Float[np.ndarray
 
 
 def _kmeans_plusplus(X: Float[np.ndarray, "n d"], k: int, seed: int) -> Float[np.ndarray, "k d"]:
+    from sklearn import config_context
     from sklearn.cluster import kmeans_plusplus
 
-    return kmeans_plusplus(X, n_clusters=k, random_state=seed)[0]
+    # The arguments are ours and of the declared types (a float64 array, ints): scikit-learn's parameter validation
+    # would only cost time (a fit of GridSearchCV calls this once). X is still checked as an array (finite, 2-d).
+    with config_context(skip_parameter_validation=True):
+        return kmeans_plusplus(X, n_clusters=int(k), random_state=int(seed))[0]
 
 
 def initial_centroids(X: Float[np.ndarray, "n d"], k: int, method: str | np.ndarray = "random",

@@ -26,6 +26,7 @@ applies itself. Configurations the plain modules do not reproduce (any Transform
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 
@@ -146,11 +147,12 @@ class PlainMLP(nn.Module):
 
 
 class PlainBlock(nn.Module):
-    def __init__(self, cfg: CircuitConfig, layer: int, take):
+    """A block: its attention and MLP modules (made by :func:`_blocks`, which shares them between tied layers)."""
+
+    def __init__(self, attn: PlainAttention, mlp: PlainMLP):
         super().__init__()
         self.ln1, self.ln2 = nn.Identity(), nn.Identity()
-        self.attn = PlainAttention(cfg, lambda name: take(hook_names.param(layer, "attn", name)))
-        self.mlp = PlainMLP(lambda name: take(hook_names.param(layer, "mlp", name)))
+        self.attn, self.mlp = attn, mlp
 
 
 class PlainUnembed(nn.Module):
@@ -167,7 +169,7 @@ class PlainTransformer(nn.Module):
     """The circuit's weights in plain torch modules (see the module docstring); run by
     :func:`circuits.structured.structured_forward`, never called directly."""
 
-    def __init__(self, cfg: CircuitConfig, state: dict[str, Tensor]):
+    def __init__(self, cfg: CircuitConfig, state: dict[str, Tensor], reuse: PlainTransformer | None = None):
         super().__init__()
         if not cfg.plain_supported:
             raise ValueError(f"no plain model reproduces this configuration ({sorted(cfg.other) or cfg})")
@@ -179,35 +181,65 @@ class PlainTransformer(nn.Module):
                 raise KeyError(f"the state dict lacks {key!r}")
             return unused.pop(key)
 
-        self.blocks = nn.ModuleList(_blocks(cfg, state, take))
+        # reuse's components serve here only if they were made with the same levers (n_layers aside, which no
+        # component reads).
+        shared = reuse._components if reuse is not None and _same_levers(reuse.cfg, cfg) else {}
+        blocks, self._components = _blocks(cfg, state, take, shared)
+        self.blocks = nn.ModuleList(blocks)
         self.unembed = PlainUnembed(take(hook_names.UNEMBED_W), take(hook_names.UNEMBED_B))
         # As load_state_dict(strict=True): every entry is used.
         if unused:
             raise KeyError(f"the plain model has no parameter {next(iter(unused))!r}")
 
 
+#: Every parameter a block's attention and MLP may hold, by component (which ones it holds depends on the config).
+_COMPONENT_PARAMETERS = {
+    "attn": ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "sinks", "q_norm.w", "k_norm.w"),
+    "mlp": ("W_gate", "W_in", "b_in", "W_out", "b_out"),
+}
 
-#: Every parameter a block may hold, ``(component, name)`` (which ones it holds depends on the config).
-_BLOCK_PARAMETERS = tuple(("attn", name) for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "sinks",
-                                                      "q_norm.w", "k_norm.w")) + \
-    tuple(("mlp", name) for name in ("W_gate", "W_in", "b_in", "W_out", "b_out"))
+
+def _same_levers(a: CircuitConfig, b: CircuitConfig) -> bool:
+    """Whether configs ``a`` and ``b`` agree on everything but ``n_layers``."""
+    return a is b or all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name != "n_layers")
 
 
-def _blocks(cfg: CircuitConfig, state: dict[str, Tensor], take) -> list[PlainBlock]:
-    """One :class:`PlainBlock` per layer; layers whose parameters are the very same tensors (a tied circuit such as
-    :func:`analysis.estimator.with_assign_knobs` derives) share one module, so that a deep tied circuit costs two
-    modules to make and the structured path finds its plan on the module itself."""
-    made: dict[tuple, PlainBlock] = {}
-    blocks = []
+@functools.lru_cache(maxsize=4096)
+def _component_names(layer: int, component: str) -> tuple[str, ...]:
+    """The state-dict names of every parameter ``component`` (``"attn"``/``"mlp"``) of ``layer`` may hold."""
+    return tuple(hook_names.param(layer, component, name) for name in _COMPONENT_PARAMETERS[component])
+
+
+def _blocks(cfg: CircuitConfig, state: dict[str, Tensor], take, shared: dict) -> tuple[list[PlainBlock], dict]:
+    """One :class:`PlainBlock` per layer. Layers whose attention (MLP) parameters are the very same tensors share
+    one attention (MLP) module, and so do blocks of the same two modules: a deep tied circuit (such as
+    :func:`analysis.estimator.with_assign_knobs` derives) costs two blocks to make, and the structured path finds
+    its plans on the modules themselves. ``shared`` holds components of another plain model that serve wherever
+    their tensors are this state dict's own. Returns the blocks by layer and the components they use,
+    ``(component, tensor ids) -> (tensors, module)`` (what a later model passes as ``shared``)."""
+    made, used = dict(shared), {}
+    blocks: dict[tuple, PlainBlock] = {}
+    out = []
     for layer in range(cfg.n_layers):
-        names = [hook_names.param(layer, component, name) for component, name in _BLOCK_PARAMETERS]
-        # Tensors by identity: equal values in different tensors are not shared.
-        key = tuple(id(state.get(name)) for name in names)
-        if key not in made:
-            made[key] = PlainBlock(cfg, layer, take)
-        else:
-            for name in names:
-                if name in state:
-                    take(name)
-        blocks.append(made[key])
-    return blocks
+        parts = []
+        for component in ("attn", "mlp"):
+            names = _component_names(layer, component)
+            tensors = tuple(map(state.get, names))
+            # Tensors by identity: equal values in different tensors are not shared. The entry keeps the tensors
+            # alive, so their ids cannot be reused by other tensors while it exists.
+            key = (component, tuple(map(id, tensors)))
+            if key not in made:
+                own = lambda name, layer=layer, component=component: take(hook_names.param(layer, component, name))
+                module = PlainAttention(cfg, own) if component == "attn" else PlainMLP(own)
+                made[key] = (tensors, module)
+            else:
+                for name, tensor in zip(names, tensors):
+                    if tensor is not None:
+                        take(name)
+            used[key] = made[key]
+            parts.append(made[key][1])
+        pair = tuple(map(id, parts))
+        if pair not in blocks:
+            blocks[pair] = PlainBlock(*parts)
+        out.append(blocks[pair])
+    return out, used

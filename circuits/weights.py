@@ -50,9 +50,16 @@ class Sublayer:
         computes a zero unit, which a zero row of the output matrix writes nowhere (nor into any attention score)."""
         if width < self.width:
             raise ValueError(f"cannot pad {type(self).__name__} of width {self.width} down to {width}")
-        extra = width - self.width
         *inputs, output = (getattr(self, name) for name in self.MATRICES)
-        return [np.pad(W, ((0, 0), (0, extra))) for W in inputs] + [np.pad(output, ((0, extra), (0, 0)))]
+        return [_zero_padded(W, W.shape[0], width) for W in inputs] + [_zero_padded(output, width, output.shape[1])]
+
+
+def _zero_padded(W: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """A copy of ``W`` in the top-left corner of a zero ``(rows, cols)`` array (``np.pad`` with zeros, without its
+    per-call overhead: circuits are derived once per fit)."""
+    out = np.zeros((rows, cols), dtype=W.dtype)
+    out[: W.shape[0], : W.shape[1]] = W
+    return out
 
 
 @dataclass

@@ -161,3 +161,36 @@ def test_tied_layers_share_one_plain_block_and_untied_ones_do_not():
     for a, b in zip(*(run.layers for run in runs)):
         np.testing.assert_array_equal(a.post.centroids, b.post.centroids)
         np.testing.assert_array_equal(a.post.assignments, b.post.assignments)
+
+
+def test_a_derived_circuit_reuses_the_template_modules_whose_tensors_it_shares():
+    """A circuit derived with new assign heads (``plain_from=template``) takes the template's plain modules wherever
+    its parameters are the template's very tensors (the update block, the assign MLP), makes a new attention module
+    for the new assign head, and runs exactly as a fresh build; a model given modules of other tensors (equal values
+    or not) makes its own."""
+    from analysis.estimator import with_assign_knobs
+
+    template = build_lloyd_circuit(2, 3, 0)
+    sharper = replace(template.sharpness, beta=template.sharpness.beta * 2)
+    derived = with_assign_knobs(template, sharper, 2)
+    old, new = template.runnable.blocks, derived.runnable.blocks
+    assert new[0].attn is old[0].attn and new[0].mlp is old[0].mlp  # the update block's tensors: shared
+    assert new[1].mlp is old[1].mlp and new[1].attn is not old[1].attn  # a new assign head
+    assert all(new[layer] is new[layer % 2] for layer in range(len(new)))
+    assert set(derived.runnable.state_dict()) == set(derived.weights.parameters)
+    for name, value in derived.runnable.state_dict().items():
+        assert value.data_ptr() == derived.weights.parameters[name].data_ptr(), name
+    fresh = build_lloyd_circuit(2, 3, 2, sharpness=sharper)
+    X, C0 = problem(30, 2, 3)
+    runs = [capture(c, encode(c.layout, X, C0), path="structured") for c in (derived, fresh)]
+    for a, b in zip(*(run.layers for run in runs)):
+        np.testing.assert_array_equal(a.post.centroids, b.post.centroids)
+        np.testing.assert_array_equal(a.post.assignments, b.post.assignments)
+    # Equal values in other tensors: nothing of the template's is taken.
+    copied = {name: value.clone() for name, value in template.weights.parameters.items()}
+    other = PlainTransformer(template.weights.config, copied, reuse=template.runnable)
+    assert all(b.attn is not a.attn and b.mlp is not a.mlp for a, b in zip(old, other.blocks))
+    # Another configuration's modules do not serve either (a lever the components read differs).
+    levered = replace(template.weights.config, use_attn_scale=True)
+    assert PlainTransformer(levered, dict(template.weights.parameters), reuse=template.runnable).blocks[0].attn \
+        is not old[0].attn

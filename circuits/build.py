@@ -18,6 +18,7 @@ embedding (``d_vocab = 0``) and positions carry no information, so one model ser
 
 from __future__ import annotations
 
+import functools
 from dataclasses import InitVar, dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -278,7 +279,7 @@ class KMeansCircuit:
         return len(self.schedule)
 
     def layers_of(self, kind: str) -> list[int]:
-        return [layer for layer, k in enumerate(self.schedule) if k == kind]
+        return list(_layers_of(tuple(self.schedule), kind))
 
     @property
     def centroid_layers(self) -> list[int]:
@@ -289,6 +290,12 @@ class KMeansCircuit:
     def assignment_layers(self) -> list[int]:
         """``assignment_layers[t]``: the layer after which ``Y`` holds the assignment to centroids ``t``."""
         return self.layers_of(ASSIGN)
+
+
+@functools.lru_cache(maxsize=256)
+def _layers_of(schedule: tuple[str, ...], kind: str) -> tuple[int, ...]:
+    """The layers of ``schedule`` that are ``kind`` blocks (cached: verification asks for them per layer)."""
+    return tuple(layer for layer, k in enumerate(schedule) if k == kind)
 
 
 def build_lloyd_circuit(d: int, k: int, iterations: int = 10, sharpness: Sharpness | None = None,

@@ -36,8 +36,8 @@ from jaxtyping import Float, Int
 _CHUNK = 8192
 
 
-#: The memo of :func:`memoised_distances` while one is active: ``points`` (copies of the point sets seen),
-#: ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
+#: The memo of :func:`memoised_distances` while one is active: ``points`` ((shape, bytes) of the float64 point sets
+#: seen), ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
 _DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
 #: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
 _MEMO_SERIALS = itertools.count()
@@ -81,13 +81,23 @@ def memoised_array_key(D: np.ndarray) -> tuple | None:
 
 
 def _memo_points(memo: dict, X: np.ndarray, add: bool) -> int | None:
-    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none."""
-    for i, P in enumerate(memo["points"]):
-        if P.shape == X.shape and np.array_equal(P, X):
+    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none.
+
+    The copies are kept as bytes: a copy with ``X``'s exact bytes is looked for first (one ``memcmp`` each, where
+    ``np.array_equal`` allocates and compares elementwise; equal bytes are the same input, so the same distances,
+    NaN included). Only then by value (``-0.0 == 0.0``), as before: a set is added only when no earlier one
+    equals it by value, so the first match by bytes is the first match by value."""
+    raw = X.tobytes()
+    shape = X.shape
+    for i, (P_shape, P) in enumerate(memo["points"]):
+        if P_shape == shape and P == raw:
+            return i
+    for i, (P_shape, P) in enumerate(memo["points"]):
+        if P_shape == shape and np.array_equal(np.frombuffer(P, dtype=np.float64).reshape(shape), X):
             return i
     if not add or memo["bytes"] + X.nbytes > MEMO_BYTES:
         return None
-    memo["points"].append(X.copy())
+    memo["points"].append((shape, raw))
     memo["bytes"] += X.nbytes
     return len(memo["points"]) - 1
 
@@ -308,8 +318,11 @@ class Reference:
         if self.tie_window is None:
             return None
         k = C.shape[0]
+        window = self.tie_window(C, cost.values[:, :k])
+        if cost.values.shape[1] == k and window.dtype == cost.values.dtype and window.shape == cost.values.shape:
+            return window  # no other column: the zeros it would be copied into are all overwritten
         E = np.zeros_like(cost.values)
-        E[:, :k] = self.tie_window(C, cost.values[:, :k])
+        E[:, :k] = window
         return E
 
     # -- update -------------------------------------------------------------------------------------------

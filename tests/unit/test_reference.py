@@ -134,6 +134,20 @@ def test_cluster_means_equal_each_clusters_masked_mean_bit_for_bit(n, d, k, seed
     got = reference.cluster_means(X, labels, C)
     assert got.tobytes() == expected.tobytes()
     assert reference.update(X, labels, C).tobytes() == expected.tobytes()
+    # Within a memo the means are kept per (points, labels): other centroids keep their own empty clusters, and
+    # labels edited in place are seen.
+    other_C = C + 1.0
+    other_expected = np.where(np.isin(np.arange(k), labels)[:, None], expected, other_C)
+    moved = labels.copy()
+    moved[0] = (moved[0] + 1) % k
+    moved_expected = reference.cluster_means(X, moved, C).tobytes()  # no memo active
+    with reference.memoised_distances():
+        assert reference.cluster_means(X, labels, C).tobytes() == expected.tobytes()
+        assert reference.cluster_means(X.copy(), labels.copy(), other_C).tobytes() == other_expected.tobytes()
+        edited = labels.copy()
+        assert reference.cluster_means(X, edited, C).tobytes() == expected.tobytes()
+        edited[0] = moved[0]
+        assert reference.cluster_means(X, edited, C).tobytes() == moved_expected
 
 
 @settings(max_examples=40, deadline=None)

@@ -209,28 +209,15 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
     own rounding ``rule.E_circuit`` (centroid columns) ``"resolution"``. Without ``E`` (cosine costs) the window
     is ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
     """
-    labels = np.asarray(cost.labels)
-    col_of = {int(label): c for c, label in enumerate(labels)}
-    if expected is None:
-        exp_col = expected_columns(cost, rule)
-        expected = labels[exp_col]
-    else:
-        exp_col = _columns(labels, col_of, expected)
-    return judge_costs(cost, got, margins, at, rule, expected, exp_col, col_of)
-
-
-def expected_columns(cost: Costs, rule: TieRule) -> np.ndarray:
-    """The reference's column for every point: the argmin of ``cost`` (ties within ``rule.E`` to the lower index)."""
-    V = cost.values
-    return np.argmin(V + cost.bias, axis=1) if rule.E is None else assign_within(V + cost.bias, rule.E)
-
-
-def judge_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule: TieRule, expected: np.ndarray,
-                exp_col: np.ndarray, col_of: dict[int, int]) -> tuple[list[Mismatch], list[Tie]]:
-    """:func:`check_costs` once the reference's labels ``expected`` and their columns ``exp_col`` are known."""
     E, E_circuit, tie_break_abs = rule.E, rule.E_circuit, rule.tie_break_abs
     layer, iteration, check = at.layer, at.iteration, at.check
     V, labels = cost.values, np.asarray(cost.labels)
+    col_of = {int(label): c for c, label in enumerate(labels)}
+    if expected is None:
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
+        expected = labels[exp_col]
+    else:
+        exp_col = _columns(labels, col_of, expected)
     rows = np.arange(len(V))
     if E is None:
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding

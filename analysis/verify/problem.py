@@ -7,7 +7,6 @@ step-wise and trajectory checks find, from which the report is written.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +16,8 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify.checks import (
-    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, expected_columns, judge_costs,
-    make_reference, max_stiffness, widest_tie_window,
+    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
+    widest_tie_window,
 )
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
 from circuits.reference import Reference, Trace
@@ -48,9 +47,6 @@ class Problem:
     distance: bool
     own_rounding: Rounding | None
     coarse: Rounding | None
-    #: What step-wise checks found, by what they checked (:meth:`check_hard`): (their expected labels, mismatches,
-    #: ties).
-    _judged: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, cap: Capture, b: int) -> Problem:
@@ -128,39 +124,17 @@ class Problem:
 
     def check_hard(self, C: np.ndarray, got: np.ndarray, margins: np.ndarray, at: At, state,
                    expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
-        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``).
-
-        The trajectory check of iteration ``t`` usually repeats the step-wise one: the same centroids, labels and
-        margins, with ``expected`` the labels the step-wise check computed. Then its answer is that one's, marked
-        as a trajectory check (kept in ``_judged``)."""
-        bias_scale = self.bias_scale(state)
-        arrays = map(np.asarray, (C, got, margins))
-        key = (at.iteration, bias_scale, *((A.dtype.str, A.shape, A.tobytes()) for A in arrays))
-        if expected is not None and key in self._judged:
-            step_expected, mismatches, ties = self._judged[key]
-            if np.array_equal(step_expected, expected):
-                return [dataclasses.replace(m, check=Check(at.check)) for m in mismatches], [
-                    dataclasses.replace(tie) for tie in ties]
+        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``)."""
         cost = self.ref.costs(self.X, C, at.iteration)
         E = self.ref.cost_uncertainty(cost, C)
-        coarsened = at.check == Check.STEP and self.coarse is not None and E is not None
-        if coarsened:
+        if at.check == Check.STEP and self.coarse is not None and E is not None:
             # A block's decoded input carries the circuit dtype's rounding of the true centroids (float32's), so
             # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
             E = E.copy()
             E[:, : C.shape[0]] += self.coarse(C)
-        rule = TieRule(self.tol.tie_window, bias_scale, E, self.tie_break_abs,
+        rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
                        self.own_rounding(C) if self.own_rounding is not None else None)
-        labels = np.asarray(cost.labels)
-        col_of = {int(label): c for c, label in enumerate(labels)}
-        if expected is not None:
-            return check_costs(cost, got, margins, at, rule, expected)
-        exp_col = expected_columns(cost, rule)
-        mismatches, ties = judge_costs(cost, got, margins, at, rule, labels[exp_col], exp_col, col_of)
-        # Only where the trajectory check would judge with the same window and the same columns (labels distinct).
-        if not coarsened and len(col_of) == len(labels):
-            self._judged[key] = (labels[exp_col], mismatches, ties)
-        return mismatches, ties
+        return check_costs(cost, got, margins, at, rule, expected)
 
 
 @dataclass

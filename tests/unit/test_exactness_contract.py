@@ -276,38 +276,3 @@ def test_circuit_window_remembers_centroids_without_changing_an_answer(dtype):
         assert got.tobytes() == expected.tobytes()
         got[:] = -1.0  # the caller's array is its own
 
-
-@pytest.mark.parametrize("seed", range(4))
-def test_trajectory_check_reusing_the_step_check_equals_its_own_evaluation(seed):
-    """A trajectory check that repeats the step-wise one (same centroids, labels and margins, the labels that one
-    computed as expected) takes that one's answer, marked as a trajectory check: it must equal the trajectory
-    check evaluated by itself, mismatches and ties alike, on data full of exact ties."""
-    import dataclasses
-
-    from analysis.capture import capture
-    from analysis.verify.checks import At, assign_certificate
-    from analysis.verify.problem import Problem
-    from analysis.verify.report import Check
-
-    rng = np.random.default_rng(seed)
-    X = rng.integers(0, 3, size=(30, 2)).astype(float)  # coinciding points and equidistant centroids: ties
-    C0 = X[rng.choice(len(X), 3, replace=False)] + rng.choice([0.0, 0.5], size=(3, 2))
-    result = run_problem(X, C0, 3)
-    cap = capture(result.circuit, result.encoded)
-    reused, fresh = Problem.of(cap, 0), Problem.of(cap, 0)
-    for t, layer in enumerate(result.circuit.assignment_layers):
-        lc = cap.layers[layer]
-        margins = assign_certificate(lc.attention, reused.spec, 0)[0]
-        C, got = lc.pre.centroids[0], lc.post.labels[0]
-        reused.check_hard(C, got, margins, At(layer, t, Check.STEP), lc.pre)
-        expected = reused.trace.assignments[t]
-        at = At(layer, t, Check.TRAJECTORY)
-        again = reused.check_hard(C, got, margins, at, lc.pre, expected)
-        alone = fresh.check_hard(C, got, margins, at, lc.pre, expected)
-        assert repr(again) == repr(alone)
-        assert all(m.check == Check.TRAJECTORY for m in again[0])
-        # A different expectation is judged afresh.
-        other = np.where(expected == 0, 1, expected)
-        assert repr(reused.check_hard(C, got, margins, at, lc.pre, other)) == repr(
-            fresh.check_hard(C, got, margins, at, lc.pre, other))
-    assert dataclasses.is_dataclass(reused)

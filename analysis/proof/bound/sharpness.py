@@ -246,15 +246,25 @@ def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.
     """Each point's mass off its hard label, ``eps_i`` (at most 1), and the assign layer's bound."""
     n, d = len(p.X), p.X.shape[1]
     rows, a, delta = np.arange(n), m.a, state.delta
-    dist = np.sqrt(m.D * (1 + gamma(d + 2))) + m.E[None, :]
-    shift = 2 * dist * delta[None, :] + delta[None, :] ** 2
+    # The expressions of the module docstring, evaluated in place (the same float64 operations in the same order).
+    shift = np.sqrt(m.D * (1 + gamma(d + 2)))
+    shift += m.E  # dist
+    shift *= 2
+    shift *= delta
+    shift += delta**2  # 2 dist delta + delta^2
     if p.sink is not None:
         shift = np.concatenate([shift, np.zeros((n, 1))], axis=1)
+    shift_a = shift[rows, a]
+    # The exponents of every candidate and, last, of the masked keys: log_eps is their log sum exp per point.
+    exponents = np.empty((n, shift.shape[1] + 1))
+    expo = exponents[:, :-1]
     with np.errstate(invalid="ignore"):
-        expo = -p.beta * (m.gap - shift - shift[rows, a][:, None])
+        np.subtract(m.gap, shift, out=expo)
+        expo -= shift_a[:, None]
+        expo *= -p.beta
     expo[rows, a] = -np.inf
-    mask_expo = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift[rows, a])
-    log_eps = logsumexp(np.concatenate([expo, mask_expo[:, None]], axis=1), axis=1)
+    exponents[:, -1] = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift_a)
+    log_eps = logsumexp(exponents, axis=1)
     log_eps = np.minimum(log_eps, 0.0)  # eps <= 1 always
     eps = np.minimum(round_up(exp(log_eps)), 1.0)
     worst = float(log_eps.max()) if n else -math.inf

@@ -323,3 +323,37 @@ def test_update_layer_equals_each_clusters_straightforward_bound_bit_for_bit(see
         else:
             assert state.C[j].tobytes() == (C[j] + eta * (mean - C[j])).tobytes(), j
         assert l1[j] == min(2.0, round_up_scalar(spread + 2 * w_off)), j
+
+
+def test_the_reports_bound_is_evaluated_when_first_read_and_is_the_bound(monkeypatch):
+    """Verification reads the bound's inputs and leaves its evaluation to the first read of the report's
+    ``sharpness_bound`` or a record's ``proven_bound`` (the verdict does not depend on it): the values read must be
+    those of :func:`bound_for_capture` to the last bit, evaluated once, and a report pickled, copied or compared
+    before the read must carry the same numbers."""
+    import copy
+    import dataclasses
+    import pickle
+
+    import analysis.proof.bound as bound_module
+    from analysis.verify import verify_problem
+
+    X, _ = make_blobs(60, centers=3, n_features=2, random_state=4)
+    result = run(X, initial_centroids(X, 3, "random", 0), 3, beta=1e5)
+    eager = bound_for_capture(result.capture)[0]
+    evaluations = []
+    evaluate = bound_module.sharpness_bound
+    monkeypatch.setattr(bound_module, "sharpness_bound", lambda *a, **k: evaluations.append(1) or evaluate(*a, **k))
+    rep = verify_problem(result.capture, 0)
+    pickled, copied = pickle.dumps(rep), copy.deepcopy(rep)
+    assert evaluations == []  # not evaluated by the verification, nor by pickling or copying
+    assert repr(rep.sharpness_bound) == repr(eager) and len(evaluations) == 1
+    assert [r.proven_bound for r in rep.per_iteration] == [eager.iteration_bound(t + 1)
+                                                          for t in range(len(rep.per_iteration))]
+    assert len(evaluations) == 1  # the records share the report's evaluation
+    assert rep.per_iteration[-1].proven_bound > 0  # soft enough that the bound is a number, not 0
+    for other in (pickle.loads(pickled), copied, dataclasses.replace(rep)):
+        assert other == rep and other.to_dict() == rep.to_dict()
+    assert rep.to_dict() == result.report.to_dict()
+    # Variants without a bound: None, read or not.
+    soft = run_problem(X, initial_centroids(X, 3, "random", 0), 2, variant="soft").report
+    assert soft.sharpness_bound is None and all(r.proven_bound is None for r in soft.per_iteration)

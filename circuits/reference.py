@@ -36,8 +36,8 @@ from jaxtyping import Float, Int
 _CHUNK = 8192
 
 
-#: The memo of :func:`memoised_distances` while one is active: ``points`` (copies of the point sets seen),
-#: ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
+#: The memo of :func:`memoised_distances` while one is active: ``points`` ((shape, bytes) of the float64 point sets
+#: seen), ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
 _DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
 #: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
 _MEMO_SERIALS = itertools.count()
@@ -81,13 +81,23 @@ def memoised_array_key(D: np.ndarray) -> tuple | None:
 
 
 def _memo_points(memo: dict, X: np.ndarray, add: bool) -> int | None:
-    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none."""
-    for i, P in enumerate(memo["points"]):
-        if P.shape == X.shape and np.array_equal(P, X):
+    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none.
+
+    The copies are kept as bytes: a copy with ``X``'s exact bytes is looked for first (one ``memcmp`` each, where
+    ``np.array_equal`` allocates and compares elementwise; equal bytes are the same input, so the same distances,
+    NaN included). Only then by value (``-0.0 == 0.0``), as before: a set is added only when no earlier one
+    equals it by value, so the first match by bytes is the first match by value."""
+    raw = X.tobytes()
+    shape = X.shape
+    for i, (P_shape, P) in enumerate(memo["points"]):
+        if P_shape == shape and P == raw:
+            return i
+    for i, (P_shape, P) in enumerate(memo["points"]):
+        if P_shape == shape and np.array_equal(np.frombuffer(P, dtype=np.float64).reshape(shape), X):
             return i
     if not add or memo["bytes"] + X.nbytes > MEMO_BYTES:
         return None
-    memo["points"].append(X.copy())
+    memo["points"].append((shape, raw))
     memo["bytes"] += X.nbytes
     return len(memo["points"]) - 1
 
@@ -124,16 +134,42 @@ def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
     """Lloyd's update of ``C`` by ``labels`` (-1: counted nowhere): each cluster's members summed in index order
     over their count; an empty cluster keeps its centroid. The members are gathered once, sorted stably by label,
     so each cluster's rows are one contiguous block holding the rows ``X[labels == j]`` holds, in the same order:
-    the same sum, bit for bit, without a mask per cluster."""
+    the same sum, bit for bit, without a mask per cluster.
+
+    Within :func:`memoised_distances` the means of the non-empty clusters are kept per (points, labels): they do
+    not depend on ``C`` (the estimator's stop guess, the reference run and the step-wise check of an update block
+    ask for the same ones, the last with the block's own ``C``)."""
     new = np.array(C, dtype=np.float64, copy=True)
+    memo, key = _DISTANCE_MEMO.get(), None
+    if (memo is not None and isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.c_contiguous
+            and isinstance(labels, np.ndarray) and labels.dtype.kind in "iu"):
+        i = _memo_points(memo, X, add=True)
+        if i is not None:
+            key = ("means", i, labels.dtype.str, labels.shape, labels.tobytes())
+            if key in memo["entries"]:
+                filled, means = memo["entries"][key]
+                new[filled] = means
+                return new
+    filled, means = _filled_means(X, labels)
+    new[filled] = means
+    if key is not None and memo["bytes"] + means.nbytes + labels.nbytes <= MEMO_BYTES:
+        memo["entries"][key] = (filled, means)
+        memo["bytes"] += means.nbytes + labels.nbytes
+    return new
+
+
+def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels of the non-empty clusters and their members' means (:func:`cluster_means`)."""
     inside = np.flatnonzero(labels >= 0)
     order = inside[np.argsort(labels[inside], kind="stable")]
     members, sorted_labels = X[order], labels[order]
     starts = np.flatnonzero(np.diff(sorted_labels)) + 1
+    filled, means = [], []
     for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(order)]):
         if hi > lo:
-            new[sorted_labels[lo]] = members[lo:hi].sum(axis=0) / (hi - lo)
-    return new
+            filled.append(sorted_labels[lo])
+            means.append(members[lo:hi].sum(axis=0) / (hi - lo))
+    return np.array(filled, dtype=np.intp), (np.array(means) if means else np.zeros((0, *X.shape[1:]), dtype=X.dtype))
 
 
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
@@ -308,8 +344,11 @@ class Reference:
         if self.tie_window is None:
             return None
         k = C.shape[0]
+        window = self.tie_window(C, cost.values[:, :k])
+        if cost.values.shape[1] == k and window.dtype == cost.values.dtype and window.shape == cost.values.shape:
+            return window  # no other column: the zeros it would be copied into are all overwritten
         E = np.zeros_like(cost.values)
-        E[:, :k] = self.tie_window(C, cost.values[:, :k])
+        E[:, :k] = window
         return E
 
     # -- update -------------------------------------------------------------------------------------------

@@ -114,10 +114,23 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
 
     coarse = circuit_input_window(circ, enc, b)
     ux = np.linalg.norm((X - offset) / s, axis=1)
+    seen: dict[tuple, np.ndarray] = {}
 
-    def window(C: np.ndarray) -> np.ndarray:
+    def evaluate(C: np.ndarray) -> np.ndarray:
         E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break, ux)
         return E if coarse is None else E + coarse(C)
+
+    def window(C: np.ndarray) -> np.ndarray:
+        # A function of C's values: the step-wise and the trajectory check (and, below float64, the resolution
+        # check) ask for the same centroids; computed once, a copy handed out as a fresh one would be.
+        if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
+            return evaluate(C)
+        key = (C.dtype.str, C.shape, C.tobytes())
+        if key not in seen:
+            if len(seen) >= 64:
+                seen.clear()
+            seen[key] = evaluate(C)
+        return seen[key].copy()
 
     return window
 

@@ -37,6 +37,7 @@ the same for float32 as for float64: the labels are the reference's, and float32
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -48,7 +49,9 @@ from analysis.verify.checks import (
     trajectory_verdict,
 )
 from analysis.verify.problem import Findings, Problem
-from analysis.verify.report import Check, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances
+from analysis.verify.report import (
+    Check, Deferred, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances,
+)
 from analysis.verify.steps import check_blocks
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
@@ -100,12 +103,13 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
 def _verify(cap: Capture, b: int) -> VerificationReport:
     """The stages in order: capture (:meth:`Problem.of`), per-block checks (:func:`check_blocks`), trajectory,
     certificate; then the report."""
-    from analysis.proof.bound import bound_for_capture
+    from analysis.proof.bound.check import bound_inputs
 
     p = Problem.of(cap, b)
-    # The proven finite-sharpness bound exists for Lloyd's, damped and trimmed circuits (None for the others).
-    proven = bound_for_capture(cap, b)
-    sharpness_bound = proven[0] if proven is not None else None
+    # The proven finite-sharpness bound exists for Lloyd's, damped and trimmed circuits (None for the others). It
+    # plays no part in the verdict: its inputs are read now, the bound evaluated when the report is first read.
+    inputs = bound_inputs(cap, b)
+    sharpness_bound = Deferred(functools.partial(_evaluate_bound, *inputs)) if inputs is not None else None
     found = Findings(notes=_variant_notes(p))
     check_blocks(p, found)
     records, diverged, floor = _trajectory(p, found, sharpness_bound)
@@ -189,8 +193,21 @@ def _iteration_record(p: Problem, found: Findings, t: int, labels_t: np.ndarray,
         step_assignment_error=a_err,
         update_weight_error=found.step_weight_error.get(t + 1, 0.0),
         outliers=int((labels_t < 0).sum()),
-        proven_bound=bound.iteration_bound(t + 1) if bound is not None else None,
+        proven_bound=Deferred(functools.partial(_iteration_bound, bound, t + 1)) if bound is not None else None,
     )
+
+
+def _evaluate_bound(args: tuple, kwargs: dict):
+    """The sharpness bound of :func:`analysis.proof.bound.sharpness_bound` (module-level, so a report pickled before
+    its bound was read can carry it)."""
+    from analysis.proof.bound import sharpness_bound
+
+    return sharpness_bound(*args, **kwargs)[0]
+
+
+def _iteration_bound(bound: Deferred, t: int) -> float:
+    """The proven bound on the centroid error after ``t`` iterations, user units."""
+    return bound.value().iteration_bound(t)
 
 
 def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:

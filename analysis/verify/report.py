@@ -3,6 +3,10 @@
 :func:`analysis.verify.verify_problem` fills a :class:`VerificationReport`; ``verified`` is its one-bit summary
 and the rest says why: per-iteration records with the certificate of each assignment (smallest margin
 ``beta * gap`` and the leak bound it implies), ties, mismatches and the tolerances used.
+
+The proven sharpness bound (``sharpness_bound``, and each record's ``proven_bound``) may be held as a
+:class:`Deferred`: evaluated the first time it is read, from inputs read when the report was made. It is the same
+number either way; a fit that only asks whether it was verified (a model search) does not pay for it.
 """
 
 from __future__ import annotations
@@ -79,6 +83,41 @@ class Unresolved:
     window: float
 
 
+class Deferred:
+    """A value evaluated on first use, then kept: ``compute()``, a picklable callable (a report pickled before the
+    value was read carries what computes it)."""
+
+    __slots__ = ("compute", "result", "done")
+
+    def __init__(self, compute):
+        self.compute, self.result, self.done = compute, None, False
+
+    def value(self):
+        if not self.done:
+            self.result, self.done = self.compute(), True
+            self.compute = None  # its inputs are no longer needed
+        return self.result
+
+
+class _Evaluated:
+    """A dataclass field that may be set to a :class:`Deferred`: reading it gives the evaluated value (so do
+    ``asdict``, ``repr``, ``==`` and ``dataclasses.replace``, which read fields by attribute). Default ``None``."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return None  # the field's default
+        value = obj.__dict__.get(self.slot)
+        if isinstance(value, Deferred):
+            value = obj.__dict__[self.slot] = value.value()
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class IterationRecord:
     """Iteration ``t``: assign to the centroids of ``t - 1``, then update to those of ``t``."""
@@ -106,7 +145,8 @@ class IterationRecord:
     outliers: int = 0
     #: Proven bound on ``max_centroid_error`` from the finite sharpness (``analysis.proof.bound``; user units, real
     #: arithmetic, so compare with ``max_centroid_error - tolerances.centroid``). ``None`` where no bound applies.
-    proven_bound: float | None = None
+    #: (Evaluated on first read: see the module docstring.)
+    proven_bound: float | Deferred | None = _Evaluated()
 
 
 @dataclass
@@ -153,7 +193,8 @@ class VerificationReport:
     #: The reference algorithm the circuit was checked against.
     reference: str = "Lloyd's k-means (circuits.reference.lloyd)"
     #: Per-layer proven bounds on |softmax - hardmax| and their effect (``analysis.proof.bound.SharpnessBound``).
-    sharpness_bound: object = None
+    #: (Evaluated on first read: see the module docstring.)
+    sharpness_bound: object = _Evaluated()
     #: Assignments the circuit's dtype cannot decide (checked for float32 circuits; each fails the run with cause
     #: ``resolution``).
     unresolved: list[Unresolved] = field(default_factory=list)

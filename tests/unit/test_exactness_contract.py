@@ -249,3 +249,30 @@ def test_a_split_exact_tie_exits_1_with_the_reason(tmp_path):
     assert rc == 0 and out["verified"] is True
     _, labels = numpy_lloyd(X, np.array([[0.0], [2.0]]), 2)
     np.testing.assert_array_equal(out["labels"], labels[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_circuit_window_remembers_centroids_without_changing_an_answer(dtype):
+    """The circuit's rounding window is kept per centroids (the step-wise and trajectory checks ask for the same
+    ones): each answer must be the straightforward evaluation bit for bit, a fresh array every time (editing one
+    changes no later answer), for the same centroids, a copy of them, and others."""
+    import torch
+
+    from analysis.verify.checks import circuit_input_window, circuit_uncertainty, circuit_window
+    from circuits.sharpness import UNIT_ROUNDOFF
+
+    X = make_blobs(40, n_features=3, centers=3, random_state=1)[0]
+    result = run_problem(X, initial_centroids(X, 3, "random", 0), 2, dtype=getattr(torch, dtype))
+    circ, enc = result.circuit, result.encoded
+    s, offset = float(enc.scaling.scale[0]), enc.scaling.offset[0]
+    gamma = score_rounding(circ.layout.d, circ.layout.d_model) * float(torch.finfo(circ.dtype).eps) / 2 / UNIT_ROUNDOFF
+    coarse = circuit_input_window(circ, enc, 0)
+    window = circuit_window(circ, enc, 0)
+    for C in [result.centroids, result.centroids.copy(), enc.C0[0], result.centroids, result.centroids[::-1].copy()]:
+        expected = circuit_uncertainty(enc.X[0], C, offset, s, gamma, circ.sharpness.tie_break)
+        if coarse is not None:
+            expected = expected + coarse(C)
+        got = window(C)
+        assert got.tobytes() == expected.tobytes()
+        got[:] = -1.0  # the caller's array is its own
+

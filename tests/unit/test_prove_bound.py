@@ -271,3 +271,89 @@ def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_f
                                      sink_terms - beta_u])
             got = log_sum_shifted(shifted[j][keep[j]], top[j])
             assert np.float64(got).tobytes() == np.float64(logsumexp_vector(scores)).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_update_layer_equals_each_clusters_straightforward_bound_bit_for_bit(seed):
+    """:func:`sharpness._update_layer` evaluates all clusters' sums, ``log`` and ``exp`` in shared calls; each
+    cluster's next centroid, float error, ``delta`` and ``|softmax - hardmax|_1`` bound must equal the formulas of
+    the module docstring evaluated for that cluster alone (its members selected by mask, its own scores' ``log sum
+    exp``) to the last bit: with empty clusters, outliers (label k), members whose weights are far from uniform
+    (``denom <= 0``), damped steps and update sinks."""
+    from analysis.proof.bound import sharpness
+    from analysis.proof.bound.records import U, logsumexp_vector, round_up_scalar
+
+    rng = np.random.default_rng(seed)
+    n, d, k = int(rng.integers(1, 50)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    beta_u = float(rng.choice([1.0, 30.0, 4000.0, 1e7]))
+    eta = float(rng.choice([1.0, 1.0, 0.5, 1.25]))
+    sink_terms = np.array([] if seed % 2 else [float(rng.normal(0, 20))])
+    eps = rng.choice([0.0, 5e-324, 1e-12, 0.3, 1.0], size=n) * (rng.random(n) if seed % 3 else 1.0)
+    a = rng.integers(0, k + (1 if sink_terms.size else 0), size=n)
+    X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-3, 3)
+    x_inf = np.abs(X).max(axis=1)
+    r_x = float((np.sqrt((X**2).sum(axis=1)) * (1 + (d + 2) * U)).max())
+    p = sharpness._Problem(X, np.zeros(k), 1.0, beta_u, 1.0, eta, None, sink_terms, r_x, x_inf)
+    C, e, delta = rng.normal(size=(k, d)), rng.random(k) * 1e-15, rng.random(k) * 1e-3
+    state = sharpness._State(C.copy(), e.copy(), delta.copy())
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        l1 = sharpness._update_layer(p, state, a, eps)
+    c_norm = np.sqrt((C**2).sum(axis=1)) * (1 + (d + 2) * U) + np.sqrt(d) * e
+    r_v = r_x + max(r_x, float((c_norm + delta).max()))
+    for j in range(k):
+        members = a == j
+        size = int(members.sum())
+        if not size:
+            continue  # an empty cluster's formula is evaluated by itself, unchanged
+        S = round_up_scalar(np.sum(-np.expm1(-beta_u * eps[members])))
+        spread, w_off = 2.0, 1.0
+        if size - S > 0:
+            spread = min(2.0, round_up_scalar(2 * S / (size - S)))
+            scores = np.concatenate([beta_u * (eps[a != j] - 1), [-beta_u / 2, math.log(k) - beta_u],
+                                     sink_terms - beta_u])
+            log_w = logsumexp_vector(scores) - math.log(size - S)
+            with np.errstate(over="ignore", under="ignore"):
+                w_off = min(1.0, round_up_scalar(np.exp(np.float64(min(log_w, 1.0)))))
+        head = min(round_up_scalar(2 * r_x * spread + w_off * r_v), round_up_scalar(r_v))
+        mean = X[members].mean(axis=0)
+        e_mean = (size + 1) * U * 1.01 * float(x_inf[members].max())
+        assert state.delta[j] == sharpness.commit_error(float(delta[j]), head, eta), j
+        if eta == 1.0:
+            assert state.C[j].tobytes() == mean.tobytes() and state.e[j] == e_mean, j
+        else:
+            assert state.C[j].tobytes() == (C[j] + eta * (mean - C[j])).tobytes(), j
+        assert l1[j] == min(2.0, round_up_scalar(spread + 2 * w_off)), j
+
+
+def test_the_reports_bound_is_evaluated_when_first_read_and_is_the_bound(monkeypatch):
+    """Verification reads the bound's inputs and leaves its evaluation to the first read of the report's
+    ``sharpness_bound`` or a record's ``proven_bound`` (the verdict does not depend on it): the values read must be
+    those of :func:`bound_for_capture` to the last bit, evaluated once, and a report pickled, copied or compared
+    before the read must carry the same numbers."""
+    import copy
+    import dataclasses
+    import pickle
+
+    import analysis.proof.bound as bound_module
+    from analysis.verify import verify_problem
+
+    X, _ = make_blobs(60, centers=3, n_features=2, random_state=4)
+    result = run(X, initial_centroids(X, 3, "random", 0), 3, beta=1e5)
+    eager = bound_for_capture(result.capture)[0]
+    evaluations = []
+    evaluate = bound_module.sharpness_bound
+    monkeypatch.setattr(bound_module, "sharpness_bound", lambda *a, **k: evaluations.append(1) or evaluate(*a, **k))
+    rep = verify_problem(result.capture, 0)
+    pickled, copied = pickle.dumps(rep), copy.deepcopy(rep)
+    assert evaluations == []  # not evaluated by the verification, nor by pickling or copying
+    assert repr(rep.sharpness_bound) == repr(eager) and len(evaluations) == 1
+    assert [r.proven_bound for r in rep.per_iteration] == [eager.iteration_bound(t + 1)
+                                                          for t in range(len(rep.per_iteration))]
+    assert len(evaluations) == 1  # the records share the report's evaluation
+    assert rep.per_iteration[-1].proven_bound > 0  # soft enough that the bound is a number, not 0
+    for other in (pickle.loads(pickled), copied, dataclasses.replace(rep)):
+        assert other == rep and other.to_dict() == rep.to_dict()
+    assert rep.to_dict() == result.report.to_dict()
+    # Variants without a bound: None, read or not.
+    soft = run_problem(X, initial_centroids(X, 3, "random", 0), 2, variant="soft").report
+    assert soft.sharpness_bound is None and all(r.proven_bound is None for r in soft.per_iteration)

@@ -26,9 +26,11 @@ def _sink_logits(circ, kind: str) -> float | None:
     return max(values) if kind == UPDATE or len(values) == 1 else None
 
 
-def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] | None:
-    """The bound for problem ``b`` of a captured run of Lloyd's circuit or the damped or trimmed variant (float64
-    only; ``None`` otherwise, and for a damped ``eta`` whose ``1 - eta`` is not a float64)."""
+def bound_inputs(cap, b: int = 0) -> tuple[tuple, dict] | None:
+    """The arguments of :func:`~analysis.proof.bound.sharpness.sharpness_bound` for problem ``b`` of a captured
+    run of Lloyd's circuit or the damped or trimmed variant (float64 only; ``None`` otherwise, and for a damped
+    ``eta`` whose ``1 - eta`` is not a float64): ``(args, kwargs)``, read now (the points and initial centroids
+    as the circuit received them, copies), so the bound can be evaluated later."""
     from fractions import Fraction
 
     import torch
@@ -50,8 +52,18 @@ def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] 
     X = read(circ.layout, enc.resid, "X", seq.points)[b]
     C0 = read(circ.layout, enc.resid, "C_stage", seq.centroids)[b]
     s = circ.sharpness
-    return sharpness_bound(X, C0, circ.iterations, s.beta, s.beta_update, s.mask, s.tie_break,
-                           float(enc.scaling.scale[b]), eta=eta, sink=sink, update_sink=update_sink)
+    return ((X, C0, circ.iterations, s.beta, s.beta_update, s.mask, s.tie_break, float(enc.scaling.scale[b])),
+            {"eta": eta, "sink": sink, "update_sink": update_sink})
+
+
+def bound_for_capture(cap, b: int = 0) -> tuple[SharpnessBound, HardTrajectory] | None:
+    """The bound for problem ``b`` of a captured run of Lloyd's circuit or the damped or trimmed variant (float64
+    only; ``None`` otherwise, and for a damped ``eta`` whose ``1 - eta`` is not a float64)."""
+    inputs = bound_inputs(cap, b)
+    if inputs is None:
+        return None
+    args, kwargs = inputs
+    return sharpness_bound(*args, **kwargs)
 
 
 def observed_softmax_l1(cap, traj: HardTrajectory, b: int = 0) -> dict[int, float]:

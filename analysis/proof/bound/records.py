@@ -37,7 +37,7 @@ def gamma(m: int) -> float:
 
 def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray | float:
     """``log sum exp`` along ``axis``, rounded outward."""
-    top = np.max(a, axis=axis, keepdims=True)
+    top = np.maximum.reduce(a, axis=axis, keepdims=True)  # np.max's reduction, without its wrapper
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(under="ignore", over="ignore", divide="ignore"):
         out = np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)

@@ -84,7 +84,7 @@ import numpy as np
 from jaxtyping import Float
 
 from analysis.proof.bound.records import (
-    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, log_sum_shifted, logsumexp, round_up,
+    TINY, U, HardTrajectory, LayerBound, SharpnessBound, exp, gamma, logsumexp, round_up,
     round_up_scalar,
 )
 from circuits.blocks import ASSIGN, UPDATE
@@ -246,15 +246,25 @@ def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.
     """Each point's mass off its hard label, ``eps_i`` (at most 1), and the assign layer's bound."""
     n, d = len(p.X), p.X.shape[1]
     rows, a, delta = np.arange(n), m.a, state.delta
-    dist = np.sqrt(m.D * (1 + gamma(d + 2))) + m.E[None, :]
-    shift = 2 * dist * delta[None, :] + delta[None, :] ** 2
+    # The expressions of the module docstring, evaluated in place (the same float64 operations in the same order).
+    shift = np.sqrt(m.D * (1 + gamma(d + 2)))
+    shift += m.E  # dist
+    shift *= 2
+    shift *= delta
+    shift += delta**2  # 2 dist delta + delta^2
     if p.sink is not None:
         shift = np.concatenate([shift, np.zeros((n, 1))], axis=1)
+    shift_a = shift[rows, a]
+    # The exponents of every candidate and, last, of the masked keys: log_eps is their log sum exp per point.
+    exponents = np.empty((n, shift.shape[1] + 1))
+    expo = exponents[:, :-1]
     with np.errstate(invalid="ignore"):
-        expo = -p.beta * (m.gap - shift - shift[rows, a][:, None])
+        np.subtract(m.gap, shift, out=expo)
+        expo -= shift_a[:, None]
+        expo *= -p.beta
     expo[rows, a] = -np.inf
-    mask_expo = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift[rows, a])
-    log_eps = logsumexp(np.concatenate([expo, mask_expo[:, None]], axis=1), axis=1)
+    exponents[:, -1] = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift_a)
+    log_eps = logsumexp(exponents, axis=1)
     log_eps = np.minimum(log_eps, 0.0)  # eps <= 1 always
     eps = np.minimum(round_up(exp(log_eps)), 1.0)
     worst = float(log_eps.max()) if n else -math.inf
@@ -276,14 +286,19 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
     # 1 - z_i's lower bound and a non-member's score term; the points sorted stably by label, so each cluster's
     # members are one block holding the rows of X[a == j] in their order.
     order = np.argsort(a, kind="stable")
-    bounds = np.searchsorted(a[order], np.arange(k + 1))
+    bounds = np.searchsorted(a[order], np.arange(k + 1)).tolist()
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
-        terms = _PointTerms((-np.expm1(-p.beta_update * eps))[order], p.X[order], p.x_inf[order],
-                            *_off_mass_terms(p, eps, a, order, k))
+        shifted, keep, top = _off_mass_terms(p, eps, a, order, k)
+        # Row j's kept terms, shifted[j][keep[j]], are the j-th block of the row-major selection (the same values in
+        # the same order, contiguous like the selection of one row).
+        ends = np.cumsum(keep.sum(axis=1)).tolist()
+        terms = _PointTerms((-np.expm1(-p.beta_update * eps))[order], p.X[order], p.x_inf[order], shifted[keep],
+                            [0, *ends[:-1]], ends, top)
+        filled = [j for j in range(k) if bounds[j + 1] > bounds[j]]
+        if filled:
+            _member_updates(p, state, new, l1, filled, bounds, terms, r_v)
         for j in range(k):
-            lo, hi = int(bounds[j]), int(bounds[j + 1])
-            if hi > lo:
-                l1[j] = _member_update(p, state, new, j, terms, slice(lo, hi), r_v)
+            if bounds[j + 1] > bounds[j]:
                 continue
             # An empty cluster keeps its own key (score beta_u / 2, value c~_j); points score <= beta_u eps_i.
             log_w = float(logsumexp(np.concatenate([p.beta_update * (eps - 0.5), [math.log(k) - p.beta_update / 2],
@@ -301,14 +316,15 @@ def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) ->
 @dataclass(frozen=True)
 class _PointTerms:
     """An update layer's per-point terms, sorted stably by hard label: ``spread`` = ``1 - exp(-beta_u eps_i)``,
-    the points ``X`` and their largest coordinates ``x_inf``; and per centroid query ``j`` the off-support terms
-    of :func:`_off_mass_terms`: ``shifted[j][keep[j]]`` is ``exp(a - top[j])`` of its off-support scores ``a``."""
+    the points ``X`` and their largest coordinates ``x_inf``; and per centroid query ``j`` its off-support terms
+    ``exp(a - top[j])`` (:func:`_off_mass_terms`) as ``off[off_start[j]:off_end[j]]``."""
 
     spread: np.ndarray
     X: np.ndarray
     x_inf: np.ndarray
-    shifted: np.ndarray
-    keep: np.ndarray
+    off: np.ndarray
+    off_start: list[int]
+    off_end: list[int]
     top: np.ndarray
 
 
@@ -336,36 +352,47 @@ def _off_mass_terms(p: _Problem, eps: np.ndarray, a: np.ndarray, order: np.ndarr
     return np.exp(scores[None, :] - top[:, None]), keep, top
 
 
-def _member_update(p: _Problem, old: _State, new: _State, j: int, terms: _PointTerms, members: slice,
-                   r_v: float) -> float:
-    """A non-empty cluster ``j`` (``members``: its block of the sorted terms): writes its next centroid, float
-    error and ``delta`` into ``new``; returns its query's bound on ``|softmax - hardmax|_1``. (The caller ignores
-    over- and underflow.)"""
-    size, k, beta_u = members.stop - members.start, len(old.C), p.beta_update
+def _member_updates(p: _Problem, old: _State, new: _State, l1: np.ndarray, filled: list[int], bounds: list[int],
+                    terms: _PointTerms, r_v: float) -> None:
+    """The non-empty clusters ``filled`` (cluster ``j``'s members: block ``bounds[j]:bounds[j + 1]`` of the sorted
+    terms): writes each one's next centroid, float error and ``delta`` into ``new`` and its query's bound on
+    ``|softmax - hardmax|_1`` into ``l1``. (The caller ignores over- and underflow.)
+
+    Each cluster's sums are its own ``np.add.reduce`` over its own block (what ``np.sum`` and ``.sum(axis=0)``
+    call; a segmented reduction would add in another order); the ``log`` and ``exp`` of all clusters are one call
+    each (elementwise, the values one call per cluster gives); the rest is float arithmetic on Python floats,
+    the float64 operations the array scalars performed."""
+    beta_u, reduce = p.beta_update, np.add.reduce
+    sizes = [bounds[j + 1] - bounds[j] for j in filled]
     # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
     # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).
-    S = round_up_scalar(np.sum(terms.spread[members]))
-    denom = size - S
-    if denom > 0:
-        spread = min(2.0, round_up_scalar(2 * S / denom))
-        log_num = log_sum_shifted(terms.shifted[j][terms.keep[j]], terms.top[j])
-        log_w = log_num - math.log(denom)
-        # records.exp's np.exp of a float64, under the caller's errstate.
-        w_off = min(1.0, round_up_scalar(np.exp(np.float64(min(log_w, 1.0)))))
-    else:
-        spread, w_off = 2.0, 1.0
-    head = min(round_up_scalar(2 * p.r_x * spread + w_off * r_v), round_up_scalar(r_v))  # |o_j - mean_j|
-    mean = terms.X[members].sum(axis=0) / size  # what .mean(axis=0) computes
-    e_mean = (size + 1) * U * 1.01 * float(terms.x_inf[members].max())
-    new.delta[j] = commit_error(float(old.delta[j]), head, p.eta)
-    if p.eta == 1.0:
-        new.C[j], new.e[j] = mean, e_mean
-    else:
-        eta, C, e = p.eta, old.C, old.e
-        new.C[j] = C[j] + eta * (mean - C[j])
-        # Reference rounding: inputs' errors pass as |1 - eta| e + eta e_mean; the subtraction, the product and the
-        # sum each round by u times at most eta (|m| + |c|) or |c| + eta (|m| + |c|).
-        c_inf, m_inf = float(np.abs(C[j]).max()), float(np.abs(mean).max())
-        new.e[j] = (abs(1 - eta) * e[j] + eta * e_mean
-                    + 3 * U * (eta * (m_inf + c_inf + e_mean + e[j]) + c_inf + e[j])) * 1.01 + 1e-300
-    return min(2.0, round_up_scalar(spread + 2 * w_off))
+    S = [round_up_scalar(reduce(terms.spread[bounds[j]:bounds[j + 1]])) for j in filled]
+    spread, w_off = [2.0] * len(filled), [1.0] * len(filled)
+    live = [i for i in range(len(filled)) if sizes[i] - S[i] > 0]
+    if live:
+        # records.log_sum_shifted and records.exp's np.exp of a float64, for every live query at once.
+        sums = np.array([reduce(terms.off[terms.off_start[filled[i]]:terms.off_end[filled[i]]]) for i in live])
+        out = np.log(sums) + terms.top[[filled[i] for i in live]]
+        log_num = (out + 1e-12 * np.abs(out) + 1e-12).tolist()
+        log_w = [log_num[n] - math.log(sizes[i] - S[i]) for n, i in enumerate(live)]
+        w = np.exp(np.array([min(value, 1.0) for value in log_w])).tolist()
+        for n, i in enumerate(live):
+            spread[i] = min(2.0, round_up_scalar(2 * S[i] / (sizes[i] - S[i])))
+            w_off[i] = min(1.0, round_up_scalar(w[n]))
+    for i, j in enumerate(filled):
+        members = slice(bounds[j], bounds[j + 1])
+        head = min(round_up_scalar(2 * p.r_x * spread[i] + w_off[i] * r_v), round_up_scalar(r_v))  # |o_j - mean_j|
+        mean = reduce(terms.X[members], axis=0) / sizes[i]  # what .mean(axis=0) computes
+        e_mean = (sizes[i] + 1) * U * 1.01 * float(np.maximum.reduce(terms.x_inf[members]))
+        new.delta[j] = commit_error(float(old.delta[j]), head, p.eta)
+        if p.eta == 1.0:
+            new.C[j], new.e[j] = mean, e_mean
+        else:
+            eta, C, e = p.eta, old.C, old.e
+            new.C[j] = C[j] + eta * (mean - C[j])
+            # Reference rounding: inputs' errors pass as |1 - eta| e + eta e_mean; the subtraction, the product and
+            # the sum each round by u times at most eta (|m| + |c|) or |c| + eta (|m| + |c|).
+            c_inf, m_inf = float(np.abs(C[j]).max()), float(np.abs(mean).max())
+            new.e[j] = (abs(1 - eta) * e[j] + eta * e_mean
+                        + 3 * U * (eta * (m_inf + c_inf + e_mean + e[j]) + c_inf + e[j])) * 1.01 + 1e-300
+        l1[j] = min(2.0, round_up_scalar(spread[i] + 2 * w_off[i]))

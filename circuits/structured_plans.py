@@ -57,7 +57,9 @@ class RestrictedMap:
         return cls(_as_slice(rows), inputs, W[inputs][:, rows].T.contiguous(), bias)
 
     def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
-        out = self.W_T @ xT[self.inputs]
+        # index_select: the same rows as xT[inputs], without advanced indexing's dispatch (a few us a call).
+        inputs = self.inputs
+        out = self.W_T @ (xT[inputs] if isinstance(inputs, slice) else xT.index_select(0, inputs))
         return out if self.b is None else out + self.b
 
 
@@ -98,7 +100,7 @@ class MLPPlan:
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         both = self.gate_linear.apply(xT)
-        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views, as split's
+        gate, linear = both.split(self.d_mlp) if self.d_mlp else (both, both)  # views (no units: both empty)
         hidden = torch.relu(gate) * linear
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 

@@ -328,7 +328,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     pos = xT.shape[1]
     plan = plan if plan is not None else AttentionPlan.of(attn)
     qkv, d_head = plan.qkv.apply(xT), plan.d_head
-    qT, kT, vT = qkv.split(d_head)  # views
+    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views (slicing: Tensor.split is Python)
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
@@ -403,11 +403,18 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     # Key groups by (head, problem): a head shared by several layers (tied layers, a derived circuit's repeated
     # iterations) tries its last grouping first, which group_identical_columns takes only where it is exact.
     hints: dict[tuple[int, int], Groups] = {}
+    # Plans by module for this run: a module shared by several layers is looked up once (no parameter changes
+    # during a forward).
+    plans: dict[int, AttentionPlan | MLPPlan] = {}
     for layer, block in enumerate(model.blocks):
         # Submodules read once per block (each read goes through nn.Module.__getattr__).
-        attn, ln1, ln2 = block.attn, block.ln1, block.ln2
-        attn_plan = cached_plan(attn, AttentionPlan)
-        mlp_plan = cached_plan(block.mlp, MLPPlan)
+        attn, ln1, ln2, mlp = block.attn, block.ln1, block.ln2, block.mlp
+        attn_plan = plans.get(id(attn))
+        if attn_plan is None:
+            attn_plan = plans[id(attn)] = cached_plan(attn, AttentionPlan)
+        mlp_plan = plans.get(id(mlp))
+        if mlp_plan is None:
+            mlp_plan = plans[id(mlp)] = cached_plan(mlp, MLPPlan)
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
             out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,

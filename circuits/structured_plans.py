@@ -100,7 +100,7 @@ class MLPPlan:
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         both = self.gate_linear.apply(xT)
-        gate, linear = both.split(self.d_mlp) if self.d_mlp else (both, both)  # views (no units: both empty)
+        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views (slicing: Tensor.split is Python)
         hidden = torch.relu(gate) * linear
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 

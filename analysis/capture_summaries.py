@@ -151,13 +151,14 @@ def leak_sums(S: np.ndarray, P: np.ndarray, top_score: np.ndarray, others: np.nd
         S_t, others_t = torch.from_numpy(S), torch.from_numpy(others)
         leak_bound = (_exp_nonzero(S_t - torch.from_numpy(top_score)[:, None]) * others_t).sum(dim=-1)
         return leak_bound.numpy(), (torch.from_numpy(P) * others_t).sum(dim=-1).numpy()
-    x = np.subtract(S, top_score[:, None], out=np.empty_like(S))
-    dead = x < EXP_ZERO_BELOW  # exp is exactly 0 there: evaluated at 0 instead, and the result set to 0
-    x[dead] = 0.0
-    terms = torch.exp(torch.from_numpy(x)).numpy()
-    terms[dead] = 0.0
-    terms *= others
-    observed = np.multiply(P, others, out=np.empty_like(P))
+    with np.errstate(all="ignore"):  # inf - inf, inf * 0: NaN, silently, as in torch
+        x = np.subtract(S, top_score[:, None], out=np.empty_like(S))
+        dead = x < EXP_ZERO_BELOW  # exp is exactly 0 there: evaluated at 0 instead, and the result set to 0
+        x[dead] = 0.0
+        terms = torch.exp(torch.from_numpy(x)).numpy()
+        terms[dead] = 0.0
+        terms *= others
+        observed = np.multiply(P, others, out=np.empty_like(P))
     return torch.from_numpy(terms).sum(dim=-1).numpy(), torch.from_numpy(observed).sum(dim=-1).numpy()
 
 

@@ -182,6 +182,10 @@ def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model
 def _copy(a: np.ndarray) -> np.ndarray:
     """A copy of a dense array with ``a``'s very strides, those of its length-1 axes included (``copy(order="K")``
     renumbers those; the path a later product takes, and so the order of its sum, may depend on strides)."""
+    out = np.empty_like(a)
+    if out.strides == a.strides:  # the usual case: one allocation and one copy
+        np.copyto(out, a)
+        return out
     if any(s < 0 for s in a.strides):
         return a.copy(order="K")  # not made by decoding (ufunc results have no negative strides); values copied alike
     extent = a.itemsize + sum((n - 1) * s for n, s in zip(a.shape, a.strides) if n > 1) if a.size else 0
@@ -195,7 +199,9 @@ class StreamDecoder:
     bit, copying from the previous decoding what comes from slots whose bits did not change: an assign block
     rewrites ``Y`` and leaves ``C`` and ``N`` alone, an update block the reverse, and a derived array (labels,
     centroids in the user's units, their norms) is the same function of the same bits. Every decoded state still
-    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:func:`_copy`)."""
+    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:func:`_copy`).
+    The decoder keeps the arrays of the state it decoded last, so nothing may write into a state while it decodes
+    (nothing does: states are read by the capture's summaries, and changed only through ``dataclasses.replace``)."""
 
     def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
@@ -216,19 +222,19 @@ class StreamDecoder:
             labels = _copy(self._labels[1])
         else:
             labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
-            self._labels = (key, _copy(labels))
+            self._labels = (key, labels)
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
             centroids, sq_norms = _copy(self._centroids[1]), _copy(self._centroids[2])
         else:
             centroids, sq_norms = scaling.from_unit(unit_c), scaling.sq_norm_from_unit(unit_n, unit_c)
-            self._centroids = (key, _copy(centroids), _copy(sq_norms))
+            self._centroids = (key, centroids, sq_norms)
         key = unit_staged.tobytes()
         if self._staged is not None and self._staged[0] == key:
             staged = _copy(self._staged[1])
         else:
             staged = scaling.from_unit(unit_staged)
-            self._staged = (key, _copy(staged))
+            self._staged = (key, staged)
         return DecodedState(
             labels=labels,
             assignments=Y,

@@ -212,7 +212,10 @@ class StreamDecoder:
     def __call__(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> DecodedState:
         layout, sequence, scaling = self.layout, self.sequence, self.scaling
         # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
-        resid = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
+        if isinstance(resid, torch.Tensor):
+            resid = resid.numpy() if resid.is_cpu and not resid.requires_grad else resid.detach().cpu().numpy()
+        else:
+            resid = np.asarray(resid)
         Y = read(layout, resid, "Y", sequence.points)
         unit_c = read(layout, resid, "C", sequence.centroids)
         unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]

@@ -404,18 +404,16 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     # Key groups by (head, problem): a head shared by several layers (tied layers, a derived circuit's repeated
     # iterations) tries its last grouping first, which group_identical_columns takes only where it is exact.
     hints: dict[tuple[int, int], Groups] = {}
-    # Plans by module for this run: a module shared by several layers is looked up once (no parameter changes
-    # during a forward).
-    plans: dict[int, AttentionPlan | MLPPlan] = {}
+    # A block's submodules and plans, looked up once per run: a block shared by several layers (tied layers, a
+    # derived circuit's iterations) is read once (each read goes through nn.Module.__getattr__; no parameter
+    # changes during a forward).
+    parts: dict[int, tuple] = {}
     for layer, block in enumerate(model.blocks):
-        # Submodules read once per block (each read goes through nn.Module.__getattr__).
-        attn, ln1, ln2, mlp = block.attn, block.ln1, block.ln2, block.mlp
-        attn_plan = plans.get(id(attn))
-        if attn_plan is None:
-            attn_plan = plans[id(attn)] = cached_plan(attn, AttentionPlan)
-        mlp_plan = plans.get(id(mlp))
-        if mlp_plan is None:
-            mlp_plan = plans[id(mlp)] = cached_plan(mlp, MLPPlan)
+        found = parts.get(id(block))
+        if found is None:
+            attn, ln1, ln2, mlp = block.attn, block.ln1, block.ln2, block.mlp
+            found = parts[id(block)] = (attn, ln1, ln2, cached_plan(attn, AttentionPlan), cached_plan(mlp, MLPPlan))
+        attn, ln1, ln2, attn_plan, mlp_plan = found
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
             out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,

@@ -195,7 +195,10 @@ def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
         keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
         for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
             rows = matrix.cpu().numpy()[queries]
-            out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+            if isinstance(keys, slice):
+                out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+            else:  # np.take makes the fresh C-ordered gather that np.array(rows[:, keys], order="C") makes, in one copy
+                out.append(np.asarray(np.take(rows, keys, axis=1), dtype=np.float64, order="C"))
     return UpdateAttention(scores=_batch(scores), pattern=_batch(pattern))
 
 

@@ -179,19 +179,26 @@ def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model
     return StreamDecoder(layout, sequence, scaling)(resid)
 
 
-def _copy(a: np.ndarray) -> np.ndarray:
-    """A copy of a dense array with ``a``'s very strides, those of its length-1 axes included (``copy(order="K")``
-    renumbers those; the path a later product takes, and so the order of its sum, may depend on strides)."""
-    out = np.empty_like(a)
-    if out.strides == a.strides:  # the usual case: one allocation and one copy
+class _Kept:
+    """An array the decoder keeps, handed out as copies with its very strides, those of its length-1 axes included
+    (``copy(order="K")`` renumbers those; the path a later product takes, and so the order of its sum, may depend on
+    strides). The buffer size is worked out once."""
+
+    __slots__ = ("array", "extent")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        dense = all(s >= 0 for s in array.strides)  # ufunc results are; anything else is copied with copy(order="K")
+        self.extent = (array.itemsize + sum((n - 1) * s for n, s in zip(array.shape, array.strides) if n > 1)
+                       if dense and array.size else None)
+
+    def copy(self) -> np.ndarray:
+        a = self.array
+        if self.extent is None:
+            return a.copy(order="K")
+        out = np.ndarray(a.shape, a.dtype, np.empty(self.extent, dtype=np.uint8), strides=a.strides)
         np.copyto(out, a)
         return out
-    if any(s < 0 for s in a.strides):
-        return a.copy(order="K")  # not made by decoding (ufunc results have no negative strides); values copied alike
-    extent = a.itemsize + sum((n - 1) * s for n, s in zip(a.shape, a.strides) if n > 1) if a.size else 0
-    out = np.ndarray(a.shape, a.dtype, np.empty(extent, dtype=np.uint8), strides=a.strides)
-    np.copyto(out, a)
-    return out
 
 
 class StreamDecoder:
@@ -199,15 +206,15 @@ class StreamDecoder:
     bit, copying from the previous decoding what comes from slots whose bits did not change: an assign block
     rewrites ``Y`` and leaves ``C`` and ``N`` alone, an update block the reverse, and a derived array (labels,
     centroids in the user's units, their norms) is the same function of the same bits. Every decoded state still
-    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:func:`_copy`).
+    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:class:`_Kept`).
     The decoder keeps the arrays of the state it decoded last, so nothing may write into a state while it decodes
     (nothing does: states are read by the capture's summaries, and changed only through ``dataclasses.replace``)."""
 
     def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
-        self._labels: tuple[bytes, np.ndarray] | None = None  # Y's bits -> labels
-        self._centroids: tuple[bytes, np.ndarray, np.ndarray] | None = None  # C's and N's bits -> centroids, |c|^2
-        self._staged: tuple[bytes, np.ndarray] | None = None  # C_stage's bits -> staged centroids
+        self._labels: tuple[bytes, _Kept] | None = None  # Y's bits -> labels
+        self._centroids: tuple[bytes, _Kept, _Kept] | None = None  # C's and N's bits -> centroids, |c|^2
+        self._staged: tuple[bytes, _Kept] | None = None  # C_stage's bits -> staged centroids
 
     def __call__(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> DecodedState:
         layout, sequence, scaling = self.layout, self.sequence, self.scaling
@@ -222,22 +229,22 @@ class StreamDecoder:
         unit_staged = read(layout, resid, "C_stage", sequence.centroids)
         key = Y.tobytes()
         if self._labels is not None and self._labels[0] == key:
-            labels = _copy(self._labels[1])
+            labels = self._labels[1].copy()
         else:
             labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
-            self._labels = (key, labels)
+            self._labels = (key, _Kept(labels))
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
-            centroids, sq_norms = _copy(self._centroids[1]), _copy(self._centroids[2])
+            centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
         else:
             centroids, sq_norms = scaling.from_unit(unit_c), scaling.sq_norm_from_unit(unit_n, unit_c)
-            self._centroids = (key, centroids, sq_norms)
+            self._centroids = (key, _Kept(centroids), _Kept(sq_norms))
         key = unit_staged.tobytes()
         if self._staged is not None and self._staged[0] == key:
-            staged = _copy(self._staged[1])
+            staged = self._staged[1].copy()
         else:
             staged = scaling.from_unit(unit_staged)
-            self._staged = (key, staged)
+            self._staged = (key, _Kept(staged))
         return DecodedState(
             labels=labels,
             assignments=Y,

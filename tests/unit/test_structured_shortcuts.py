@@ -222,3 +222,27 @@ def test_stream_decoder_gives_each_layer_what_a_fresh_decode_gives():
             reused += 1
         states.append(got)
     assert reused >= 2  # the copying path ran
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_update_rows_are_the_straightforward_gather(k):
+    """The centroid query rows over every key, gathered with np.take: the values, dtype and strides of
+    np.array(rows[:, keys], order="C"), and owned (not a view of the grouped matrices)."""
+    from analysis.capture_summaries import update_rows_grouped
+    from circuits.structured import GroupedAttention, identity_groups
+
+    X = np.arange(10.0).reshape(5, 2)
+    encoded = encode(lloyd_circuit(2, k, 1).layout, X, X[:k])
+    seq = encoded.sequence
+    pos = seq.n_tokens
+    inverse = torch.tensor([0] + [1, 2, 1, 1, 2] + list(range(3, 3 + k)))
+    keys = Groups(torch.tensor([0, 1, 2] + list(range(6, 6 + k))), inverse, torch.bincount(inverse))
+    rng = np.random.default_rng(1)
+    for dtype in (torch.float64, torch.float32):
+        S = torch.tensor(rng.normal(size=(keys.size, pos))).to(dtype).T  # key-major storage, as the forward makes
+        P = torch.tensor(rng.random(size=(keys.size, pos))).to(dtype).T
+        att = update_rows_grouped([GroupedAttention(identity_groups(pos), keys, S, P)], encoded)
+        for got, matrix in ((att.scores[0], S), (att.pattern[0], P)):
+            want = np.array(matrix.numpy()[seq.centroids][:, inverse.numpy()], dtype=np.float64, order="C")
+            assert same_bits(got, want) and got.strides == want.strides
+            assert not np.shares_memory(got, matrix.numpy())

@@ -154,9 +154,9 @@ def leak_sums(S: np.ndarray, P: np.ndarray, top_score: np.ndarray, others: np.nd
     with np.errstate(all="ignore"):  # inf - inf, inf * 0: NaN, silently, as in torch
         x = np.subtract(S, top_score[:, None], out=np.empty_like(S))
         dead = x < EXP_ZERO_BELOW  # exp is exactly 0 there: evaluated at 0 instead, and the result set to 0
-        x[dead] = 0.0
+        np.copyto(x, 0.0, where=dead)  # x[dead] = 0.0, without boolean indexing's gather
         terms = torch.exp(torch.from_numpy(x)).numpy()
-        terms[dead] = 0.0
+        np.copyto(terms, 0.0, where=dead)
         terms *= others
         observed = np.multiply(P, others, out=np.empty_like(P))
     return torch.from_numpy(terms).sum(dim=-1).numpy(), torch.from_numpy(observed).sum(dim=-1).numpy()

@@ -119,7 +119,8 @@ class MLPPlan:
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         both = self.gate_linear.apply(xT)
         gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views (slicing: Tensor.split is Python)
-        hidden = torch.relu(gate) * linear
+        # relu(gate) * linear, in place in the fresh product (its leading rows: laid out as a new tensor would be).
+        hidden = torch.relu_(gate).mul_(linear)
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 

@@ -223,10 +223,12 @@ class StreamDecoder:
             resid = resid.numpy() if resid.is_cpu and not resid.requires_grad else resid.detach().cpu().numpy()
         else:
             resid = np.asarray(resid)
-        Y = read(layout, resid, "Y", sequence.points)
-        unit_c = read(layout, resid, "C", sequence.centroids)
-        unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]
-        unit_staged = read(layout, resid, "C_stage", sequence.centroids)
+        # read()'s copies, each position range sliced once.
+        points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
+        Y = np.array(points[..., layout["Y"]], dtype=np.float64, copy=True)
+        unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
+        unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
+        unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
         key = Y.tobytes()
         if self._labels is not None and self._labels[0] == key:
             labels = self._labels[1].copy()
@@ -248,7 +250,7 @@ class StreamDecoder:
         return DecodedState(
             labels=labels,
             assignments=Y,
-            staged_assignments=read(layout, resid, "Y_stage", sequence.points),
+            staged_assignments=np.array(points[..., layout["Y_stage"]], dtype=np.float64, copy=True),
             centroids=centroids,
             staged_centroids=staged,
             centroid_sq_norms=sq_norms,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.capture_summaries import _exp_nonzero, leak_sums
-from circuits.encoding import StreamDecoder, decode, encode
+from circuits.encoding import StreamDecoder, decode, encode, read
 from circuits.structured import Groups, group_identical_columns, structured_forward
 from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap
 
@@ -214,6 +214,11 @@ def test_stream_decoder_gives_each_layer_what_a_fresh_decode_gives():
     reused = 0
     for resid in [encoded.resid] + [r.resid_post for r in records]:
         got, want = stream(resid), decode(circuit.layout, resid, encoded.sequence, encoded.scaling)
+        seq = encoded.sequence
+        for name, slot, positions in (("assignments", "Y", seq.points), ("staged_assignments", "Y_stage", seq.points),
+                                      ("unit_centroids", "C", seq.centroids)):
+            raw = read(circuit.layout, resid, slot, positions)  # the one-slot reader the decoder's reads copy
+            assert same_bits(getattr(want, name), raw) and getattr(want, name).strides == raw.strides, name
         for name, value in want.__dict__.items():
             mine = getattr(got, name)
             assert same_bits(mine, value) and mine.strides == value.strides, name

@@ -44,7 +44,7 @@ from analysis.errors import ProblemError
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
-from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, decode, encode  # noqa: F401 (decode: re-exported)
+from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, encode
 
 
 class ExecutionPath(str, Enum):

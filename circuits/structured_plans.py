@@ -34,7 +34,8 @@ def _as_slice(index: np.ndarray) -> slice | None:
 
 def _index(index: np.ndarray, like: Tensor) -> Tensor:
     """``index`` as a long tensor on ``like``'s device (what ``torch.nonzero`` would have given)."""
-    return torch.from_numpy(index).to(like.device)
+    index = torch.from_numpy(index)
+    return index if like.is_cpu else index.to(like.device)
 
 
 @dataclass

@@ -11,7 +11,8 @@ This module computes attention on those groups — an exact rewriting, nothing i
 dense path would compute is computed once per (query group, key group) pair and used with its multiplicity. The
 groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a projection, then *verified*
 vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
-assumption about the construction is trusted.
+assumption about the construction is trusted. A head run again (a later iteration) starts from its last grouping,
+taken only where ``unique`` of this run's hashes would give exactly it, and verified the same way.
 
 The weight matrices of the constructed circuits are almost all zeros; every linear map is applied to a
 feature-major copy of the residual stream (``d_model x pos``) and only the residual rows it writes are computed

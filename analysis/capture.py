@@ -44,7 +44,7 @@ from analysis.errors import ProblemError
 from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
-from circuits.encoding import DecodedState, EncodedBatch, decode, encode
+from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, encode
 
 
 class ExecutionPath(str, Enum):
@@ -205,12 +205,13 @@ class _LayerDecoder:
     def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in):
         self.circuit, self.encoded = circuit, encoded
         self.spec = circuit.spec
+        # One decoder for the whole run: what a block left unchanged is copied from the last decoding, not recomputed.
+        self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling)
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
-        state = decode(self.circuit.layout, resid, self.encoded.sequence, self.encoded.scaling)
-        return self.spec.readout(state)
+        return self.spec.readout(self.decode(resid))
 
     def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
         post = self.read(resid_post)

@@ -102,8 +102,8 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
     for g in groups:
         S_t, P_t = g.scores.cpu(), g.pattern.cpu()
         S, P = S_t.numpy(), P_t.numpy()
-        counts_t = g.keys.counts.to(S_t.dtype)
-        counts, rep = counts_t.numpy(), g.keys.representative.numpy()
+        counts_t = g.keys.weights(S_t.dtype).cpu()  # converted once per grouping (the forward used it too)
+        counts, rep = counts_t.numpy(), g.keys.arrays()[0]
         top_score_t, top_t = S_t.max(dim=-1)
         top_score, top = top_score_t.numpy(), top_t.numpy()
         at_top = S == top_score[:, None]
@@ -116,17 +116,15 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
         others[...] = counts
         others[every, top] -= 1
         runner_up = np.where(others == 0, -np.inf, S).max(axis=-1)
-        others_t = torch.from_numpy(others)
-        leak_bound = (_exp_nonzero(S_t - top_score_t[:, None]) * others_t).sum(dim=-1).numpy()
-        leak_observed = (P_t * others_t).sum(dim=-1).numpy()
-        top_position = rep[top]
-        chosen = np.where((top_position >= seq.centroids.start) & (top_position < seq.centroids.stop),
-                          top_position - seq.centroids.start, -1)
+        leak_bound, leak_observed = leak_sums(S, P, top_score, others)
+        # Per key group, then per query: which centroid (or -1) the best key group is.
+        starts = rep - seq.centroids.start
+        chosen = np.where((starts >= 0) & (rep < seq.centroids.stop), starts, -1)[top]
         rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
         rows = rows_t if g.queries.is_identity else rows_t.numpy()
         fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
         fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
-        fields["chosen"].append(chosen[rows].copy())
+        fields["chosen"].append(chosen[rows] if g.queries.is_identity else chosen[rows].copy())
         fields["margin"].append(np.array((top_score - runner_up)[rows], dtype=np.float64))
         fields["leak_bound"].append(np.array(leak_bound[rows], dtype=np.float64))
         fields["leak_observed"].append(np.array(leak_observed[rows], dtype=np.float64))
@@ -134,6 +132,34 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
             fields["sink_mass"].append(_own_numpy((1.0 - P_t @ counts_t)[rows_t]))
     out = {name: _batch(values) if values else None for name, values in fields.items()}
     return AssignAttention(**out)
+
+
+def leak_sums(S: np.ndarray, P: np.ndarray, top_score: np.ndarray, others: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The assign certificate's sums per query row, bit for bit the straightforward torch form
+    ``(_exp_nonzero(S_t - top_score_t[:, None]) * others_t).sum(-1)`` and ``(P_t * others_t).sum(-1)``.
+
+    The exact elementwise steps (difference, selection, product: IEEE-rounded alike in numpy and torch) run in numpy,
+    into arrays of ``S``'s layout, as torch lays out their results; ``exp`` and the sums run in torch on tensors of
+    that same shape and layout, so every element meets the same exp code path (vectorised body or scalar tail) and
+    every sum adds in the same order. Five torch operations fewer per assign layer. Inputs of any other layout
+    (not dense, or ``S``, ``P`` and ``others`` laid out differently) take the straightforward form. Tested bit for
+    bit against it in tests/unit/test_structured.py.
+    """
+    order = "F" if S.flags.f_contiguous else "C" if S.flags.c_contiguous else None
+    if order is None or not (P.flags[f"{order}_CONTIGUOUS"] and others.flags[f"{order}_CONTIGUOUS"]):
+        S_t, others_t = torch.from_numpy(S), torch.from_numpy(others)
+        leak_bound = (_exp_nonzero(S_t - torch.from_numpy(top_score)[:, None]) * others_t).sum(dim=-1)
+        return leak_bound.numpy(), (torch.from_numpy(P) * others_t).sum(dim=-1).numpy()
+    with np.errstate(all="ignore"):  # inf - inf, inf * 0: NaN, silently, as in torch
+        x = np.subtract(S, top_score[:, None], out=np.empty_like(S))
+        dead = x < EXP_ZERO_BELOW  # exp is exactly 0 there: evaluated at 0 instead, and the result set to 0
+        np.copyto(x, 0.0, where=dead)  # x[dead] = 0.0, without boolean indexing's gather
+        terms = torch.exp(torch.from_numpy(x)).numpy()
+        np.copyto(terms, 0.0, where=dead)
+        terms *= others
+        observed = np.multiply(P, others, out=np.empty_like(P))
+    return torch.from_numpy(terms).sum(dim=-1).numpy(), torch.from_numpy(observed).sum(dim=-1).numpy()
 
 
 #: ``exp(x)`` is exactly 0 below this in float64 (and float32): it underflows past the smallest subnormal at -745.2.
@@ -156,7 +182,7 @@ def _key_columns(matrix: np.ndarray, keys, positions: slice) -> np.ndarray:
     """Columns of the key ``positions`` of a (queries x key groups) ``matrix``, as an owned float64 array."""
     if keys.is_identity:
         return np.array(matrix[:, positions], dtype=np.float64)
-    return np.ascontiguousarray(matrix[:, keys.inverse[positions].numpy()], dtype=np.float64)
+    return np.ascontiguousarray(matrix[:, keys.arrays()[1][positions]], dtype=np.float64)
 
 
 def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
@@ -166,10 +192,13 @@ def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
     centroids = encoded.sequence.centroids
     for g in groups:
         queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].numpy()
-        keys = slice(None) if g.keys.is_identity else g.keys.inverse.numpy()
+        keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
         for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
             rows = matrix.cpu().numpy()[queries]
-            out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+            if isinstance(keys, slice):
+                out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
+            else:  # np.take makes the fresh C-ordered gather that np.array(rows[:, keys], order="C") makes, in one copy
+                out.append(np.asarray(np.take(rows, keys, axis=1), dtype=np.float64, order="C"))
     return UpdateAttention(scores=_batch(scores), pattern=_batch(pattern))
 
 

@@ -13,6 +13,7 @@ commits them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +51,17 @@ class UnitScaling:
     def sq_norm_from_unit(self, unit_sq_norm: Float[np.ndarray, "batch k"],
                           unit_points: Float[np.ndarray, "batch k d"]) -> Float[np.ndarray, "batch k"]:
         """|s u + mu|^2 from a stored |u|^2 (the ``N`` slot) and u itself."""
-        s, mu = self.scale[:, None], self.offset
+        square, twice, offset_sq_norm = self._norm_terms
         # np.einsum directly: the call einops' ``einsum(..., "batch centroid dim, batch dim -> batch centroid")`` makes.
-        cross = np.einsum("bcd,bd->bc", unit_points, mu)
-        return s**2 * unit_sq_norm + 2 * s * cross + np.sum(mu**2, axis=-1)[:, None]
+        cross = np.einsum("bcd,bd->bc", unit_points, self.offset)
+        return square * unit_sq_norm + twice * cross + offset_sq_norm
+
+    @functools.cached_property
+    def _norm_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``s**2``, ``2 * s`` and ``|mu|^2`` of :meth:`sq_norm_from_unit`, computed once (the same expressions, so
+        the same bits): every decoded layer reads them."""
+        s, mu = self.scale[:, None], self.offset
+        return s**2, 2 * s, np.sum(mu**2, axis=-1)[:, None]
 
     def to_dict(self) -> dict[str, list]:
         return {"offset": self.offset.tolist(), "scale": self.scale.tolist()}
@@ -168,19 +176,84 @@ def decode(layout: ResidualLayout, resid: Float[torch.Tensor, "batch pos d_model
     ``labels`` is the argmax of ``Y``, or -1 where no bit exceeds 1/2 (before the first assignment).
     ``staged_*`` read the staging slots, which hold a value only between a head and the MLP that commits it.
     """
-    # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
-    resid = resid.detach().cpu().numpy() if isinstance(resid, torch.Tensor) else np.asarray(resid)
-    Y = read(layout, resid, "Y", sequence.points)
-    unit_c = read(layout, resid, "C", sequence.centroids)
-    unit_n = read(layout, resid, "N", sequence.centroids)[..., 0]
-    labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
-    return DecodedState(
-        labels=labels,
-        assignments=Y,
-        staged_assignments=read(layout, resid, "Y_stage", sequence.points),
-        centroids=scaling.from_unit(unit_c),
-        staged_centroids=scaling.from_unit(read(layout, resid, "C_stage", sequence.centroids)),
-        centroid_sq_norms=scaling.sq_norm_from_unit(unit_n, unit_c),
-        unit_centroids=unit_c,
-        unit_sq_norms=unit_n,
-    )
+    return StreamDecoder(layout, sequence, scaling)(resid)
+
+
+class _Kept:
+    """An array the decoder keeps, handed out as copies with its very strides, those of its length-1 axes included
+    (``copy(order="K")`` renumbers those; the path a later product takes, and so the order of its sum, may depend on
+    strides). The buffer size is worked out once."""
+
+    __slots__ = ("array", "extent")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        dense = all(s >= 0 for s in array.strides)  # ufunc results are; anything else is copied with copy(order="K")
+        self.extent = (array.itemsize + sum((n - 1) * s for n, s in zip(array.shape, array.strides) if n > 1)
+                       if dense and array.size else None)
+
+    def copy(self) -> np.ndarray:
+        a = self.array
+        if self.extent is None:
+            return a.copy(order="K")
+        out = np.ndarray(a.shape, a.dtype, np.empty(self.extent, dtype=np.uint8), strides=a.strides)
+        np.copyto(out, a)
+        return out
+
+
+class StreamDecoder:
+    """:func:`decode` of the successive residual streams of one run (a block's output, then the next block's), bit for
+    bit, copying from the previous decoding what comes from slots whose bits did not change: an assign block
+    rewrites ``Y`` and leaves ``C`` and ``N`` alone, an update block the reverse, and a derived array (labels,
+    centroids in the user's units, their norms) is the same function of the same bits. Every decoded state still
+    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:class:`_Kept`).
+    The decoder keeps the arrays of the state it decoded last, so nothing may write into a state while it decodes
+    (nothing does: states are read by the capture's summaries, and changed only through ``dataclasses.replace``)."""
+
+    def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
+        self.layout, self.sequence, self.scaling = layout, sequence, scaling
+        self._labels: tuple[bytes, _Kept] | None = None  # Y's bits -> labels
+        self._centroids: tuple[bytes, _Kept, _Kept] | None = None  # C's and N's bits -> centroids, |c|^2
+        self._staged: tuple[bytes, _Kept] | None = None  # C_stage's bits -> staged centroids
+
+    def __call__(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> DecodedState:
+        layout, sequence, scaling = self.layout, self.sequence, self.scaling
+        # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
+        if isinstance(resid, torch.Tensor):
+            resid = resid.numpy() if resid.is_cpu and not resid.requires_grad else resid.detach().cpu().numpy()
+        else:
+            resid = np.asarray(resid)
+        # read()'s copies, each position range sliced once.
+        points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
+        Y = np.array(points[..., layout["Y"]], dtype=np.float64, copy=True)
+        unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
+        unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
+        unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
+        key = Y.tobytes()
+        if self._labels is not None and self._labels[0] == key:
+            labels = self._labels[1].copy()
+        else:
+            labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+            self._labels = (key, _Kept(labels))
+        key = unit_c.tobytes() + unit_n.tobytes()
+        if self._centroids is not None and self._centroids[0] == key:
+            centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
+        else:
+            centroids, sq_norms = scaling.from_unit(unit_c), scaling.sq_norm_from_unit(unit_n, unit_c)
+            self._centroids = (key, _Kept(centroids), _Kept(sq_norms))
+        key = unit_staged.tobytes()
+        if self._staged is not None and self._staged[0] == key:
+            staged = self._staged[1].copy()
+        else:
+            staged = scaling.from_unit(unit_staged)
+            self._staged = (key, _Kept(staged))
+        return DecodedState(
+            labels=labels,
+            assignments=Y,
+            staged_assignments=np.array(points[..., layout["Y_stage"]], dtype=np.float64, copy=True),
+            centroids=centroids,
+            staged_centroids=staged,
+            centroid_sq_norms=sq_norms,
+            unit_centroids=unit_c,
+            unit_sq_norms=unit_n,
+        )

@@ -11,7 +11,8 @@ This module computes attention on those groups — an exact rewriting, nothing i
 dense path would compute is computed once per (query group, key group) pair and used with its multiplicity. The
 groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a projection, then *verified*
 vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
-assumption about the construction is trusted.
+assumption about the construction is trusted. A head run again (a later iteration) starts from its last grouping,
+taken only where ``unique`` of this run's hashes would give exactly it, and verified the same way.
 
 The weight matrices of the constructed circuits are almost all zeros; every linear map is applied to a
 feature-major copy of the residual stream (``d_model x pos``) and only the residual rows it writes are computed
@@ -32,6 +33,7 @@ import functools
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -59,10 +61,67 @@ class Groups:
     counts: Int[Tensor, " m"]
     #: Every position its own group, groups in position order (so group tensors are position tensors).
     is_identity: bool = False
+    #: What is derived from the groups once and read again (``weights`` by dtype, ``spread``); only read.
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
         return int(self.representative.shape[0])
+
+    def weights(self, dtype: torch.dtype) -> Tensor:
+        """``counts`` as ``dtype`` (each group's multiplicity in the softmax), converted once: the forward and the
+        capture summaries both read it. Only read: it is shared."""
+        weights = self._derived.get(dtype)
+        if weights is None:
+            weights = self._derived[dtype] = self.counts.to(dtype)
+        return weights
+
+    @property
+    def spread(self) -> Int[Tensor, " pos"]:
+        """``representative[inverse]``: the representative position of each position's group. Only read."""
+        spread = self._derived.get("spread")
+        if spread is None:
+            spread = self._derived["spread"] = self.representative[self.inverse]
+        return spread
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``representative``, ``inverse`` and ``counts`` as numpy (on the CPU), made once. Only read."""
+        arrays = self._derived.get("numpy")
+        if arrays is None:
+            arrays = self._derived["numpy"] = tuple(t.cpu().numpy() for t in (self.representative, self.inverse,
+                                                                               self.counts))
+        return arrays
+
+    def as_hash_groups(self, hashes: Float[Tensor, " pos"]) -> "Groups | None":
+        """What ``torch.unique(hashes, return_inverse=True, return_counts=True)`` groups as, when it is this partition
+        of the positions (in the order of the hashes, which may differ from this one's); ``None`` when it is not.
+
+        It is this partition when every position's hash equals its representative's and the representatives'
+        hashes all differ: then they are the distinct values, ``unique`` numbers the groups in increasing hash order,
+        and counts and lowest positions follow. False on any NaN (NaN equals nothing). Checked in numpy, a
+        microsecond a step on CPU tensors where a torch operation costs several; other devices answer ``None``.
+        """
+        if not hashes.is_cpu or self.is_identity or hashes.shape != self.inverse.shape:
+            return None
+        h = hashes.numpy()
+        representative, inverse, counts = self.arrays()
+        distinct = h[representative]
+        if not (h == distinct[inverse]).all():
+            return None
+        increasing = distinct[1:] > distinct[:-1]
+        if increasing.all():
+            return self
+        order = np.argsort(distinct, kind="stable")
+        ranked = distinct[order]
+        if not (ranked[1:] > ranked[:-1]).all():  # two groups with one hash (or a NaN): unique would merge them
+            return None
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.shape[0])
+        groups = Groups(torch.from_numpy(representative[order]), torch.from_numpy(rank[inverse]),
+                        torch.from_numpy(counts[order]))
+        if "spread" in self._derived:  # the representative of each position's group: the same partition
+            groups._derived["spread"] = self._derived["spread"]
+        return groups
 
 
 @functools.lru_cache(maxsize=8)
@@ -79,30 +138,40 @@ def _hash_direction(h: int, dtype: torch.dtype = torch.float64) -> Float[Tensor,
     return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
 
 
-def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None) -> Groups:
+def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None,
+                            hint: Groups | None = None) -> Groups:
     """Exact grouping of the identical columns of a feature-major ``(h, pos)`` tensor.
 
     Hash every column by a projection (random unless given), then verify every column against its group's
-    representative and fall back to an exact ``unique`` on any collision.
+    representative and fall back to an exact ``unique`` on any collision. ``hint``: the groups of an earlier run
+    of the same head (an assign head's keys group alike layer after layer), taken instead of ``torch.unique`` of
+    the hashes only where :meth:`Groups.as_hash_groups` shows that ``unique`` would give exactly them; the columns
+    are verified the same way either way.
     """
     pos = vectors.shape[1]
     direction = _hash_direction(vectors.shape[0], vectors.dtype) if direction is None else direction.to(vectors.dtype)
-    _, inverse, counts = torch.unique(direction @ vectors, return_inverse=True, return_counts=True)
-    m = counts.shape[0]
-    if m == pos:
-        # All hashes distinct, so all vectors distinct: every position its own group, in position order.
-        return identity_groups(pos)
-    positions = identity_groups(pos).representative  # 0 .. pos-1, only read
-    representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
+    hashes = direction @ vectors
+    groups = hint.as_hash_groups(hashes) if hint is not None else None
+    if groups is None:
+        _, inverse, counts = torch.unique(hashes, return_inverse=True, return_counts=True)
+        m = counts.shape[0]
+        if m == pos:
+            # All hashes distinct, so all vectors distinct: every position its own group, in position order.
+            return identity_groups(pos)
+        positions = identity_groups(pos).representative  # 0 .. pos-1, only read
+        representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
+        groups = Groups(representative, inverse, counts)
     # torch.equal is False on any NaN, as (==).all() is.
-    if not torch.equal(vectors, vectors[:, representative[inverse]]):
+    if not torch.equal(vectors, vectors.index_select(1, groups.spread)):
         # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
         _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
         m = counts.shape[0]
         if m == pos:
             return identity_groups(pos)
+        positions = identity_groups(pos).representative
         representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-    return Groups(representative, inverse, counts)
+        groups = Groups(representative, inverse, counts)
+    return groups
 
 
 def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:
@@ -236,8 +305,16 @@ def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice,
         xT[rows] += update
 
 
+def _any_nan(t: Tensor) -> bool:
+    """``bool(torch.isnan(t).any())``, in numpy for a CPU tensor (one reduction instead of two torch operations: the
+    maximum is NaN exactly when an element is, as numpy's maximum propagates NaN)."""
+    if t.is_cpu and not t.requires_grad and t.numel():
+        return bool(np.isnan(t.numpy().max()))
+    return bool(torch.isnan(t).any())
+
+
 def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
-                      pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None
+                      pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None, hint: Groups | None = None
                       ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
     """One head's output on one problem (feature-major), computed on groups of identical keys (or queries).
 
@@ -247,16 +324,17 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     ``hook_attn_scores`` hook of the model; its ``structured`` counterpart is applied to the grouped scores (and
     keys stay ungrouped if it says ``single_keys``). Attention sinks and qk-norm are reproduced as TransformerLens
     computes them. The output is returned for the residual rows ``plan.out.rows`` only: the head writes exactly 0
-    to every other one.
+    to every other one. ``hint``: the key groups of an earlier layer on the same head (see
+    :func:`group_identical_columns`).
     """
     pos = xT.shape[1]
     plan = plan if plan is not None else AttentionPlan.of(attn)
     qkv, d_head = plan.qkv.apply(xT), plan.d_head
-    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views, as split's
+    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views (slicing: Tensor.split is Python)
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
-    kg = identity_groups(pos) if single_keys else group_identical_columns(kT)
+    kg = identity_groups(pos) if single_keys else group_identical_columns(kT, hint=hint)
     if kg.size <= pair_budget:
         qg = identity_groups(pos)
     else:
@@ -268,7 +346,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
             )
         kg = identity_groups(pos)
     q_cols = qT if qg.is_identity else qT[:, qg.representative]
-    k_rows = kT.T if kg.is_identity else kT[:, kg.representative].T
+    k_rows = kT.T if kg.is_identity else kT.index_select(1, kg.representative).T
     # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
     scores_T = k_rows @ q_cols
     if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
@@ -276,7 +354,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     if score_hook is not None:
         groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
         scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()
-    counts = kg.counts.to(scores_T.dtype)
+    counts = kg.weights(scores_T.dtype)
     if attn.cfg.use_attention_sinks:
         sink = attn.sinks[0].detach().to(scores_T.dtype).expand(1, scores_T.shape[1])
         per_group = torch.softmax(torch.cat([scores_T, sink]), dim=0)
@@ -288,7 +366,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     # softmax over the groups weighs each group once; dividing by the count-weighted total gives each *key* its
     # dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats to a few ulp).
     pattern_T = per_group.div_(total)
-    if bool(torch.isnan(total).any()):
+    if _any_nan(total):
         # As TransformerLens: a row with no finite score has no pattern.
         pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
     value_sums = vT if kg.is_identity else torch.zeros(vT.shape[0], kg.size, dtype=vT.dtype).index_add_(1, kg.inverse, vT)
@@ -324,15 +402,25 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     def token_major(tensors: list[Tensor]) -> Tensor:
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
 
+    # Key groups by (head, problem): a head shared by several layers (tied layers, a derived circuit's repeated
+    # iterations) tries its last grouping first, which group_identical_columns takes only where it is exact.
+    hints: dict[tuple[int, int], Groups] = {}
+    # A block's submodules and plans, looked up once per run: a block shared by several layers (tied layers, a
+    # derived circuit's iterations) is read once (each read goes through nn.Module.__getattr__; no parameter
+    # changes during a forward).
+    parts: dict[int, tuple] = {}
     for layer, block in enumerate(model.blocks):
-        # Submodules read once per block (each read goes through nn.Module.__getattr__).
-        attn, ln1, ln2 = block.attn, block.ln1, block.ln2
-        attn_plan = cached_plan(attn, AttentionPlan)
-        mlp_plan = cached_plan(block.mlp, MLPPlan)
+        found = parts.get(id(block))
+        if found is None:
+            attn, ln1, ln2, mlp = block.attn, block.ln1, block.ln2, block.mlp
+            found = parts[id(block)] = (attn, ln1, ln2, cached_plan(attn, AttentionPlan), cached_plan(mlp, MLPPlan))
+        attn, ln1, ln2, attn_plan, mlp_plan = found
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
             out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
-                                             pair_budget, attn_plan)
+                                             pair_budget, attn_plan, hints.get((id(attn), b)))
+            if not grouped.keys.is_identity:
+                hints[(id(attn), b)] = grouped.keys
             post = xT if in_place else xT.clone()
             _add_rows(post, attn_plan.out.rows, out)
             if keep_mid:

@@ -11,16 +11,31 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 
-def _as_slice(index: Int[Tensor, " m"]) -> slice | Int[Tensor, " m"]:
-    """``index`` as a slice when it is a contiguous run (a view instead of a gather), else unchanged."""
-    if index.numel() and int(index[-1]) - int(index[0]) + 1 == index.numel():
+def _nonzero(t: Tensor) -> np.ndarray:
+    """``t != 0`` as a numpy mask. Plans are built from these scans: numpy runs each in about a microsecond, torch in
+    several (a derived circuit's fresh head is planned on its first run). NaN counts as nonzero, as in torch."""
+    if t.device.type == "cpu" and t.dtype in (torch.float64, torch.float32, torch.float16):
+        return t.numpy() != 0
+    return (t != 0).cpu().numpy()
+
+
+def _as_slice(index: np.ndarray) -> slice | None:
+    """``index`` (increasing) as a slice when it is a contiguous run (a view instead of a gather), else ``None``."""
+    if index.size and int(index[-1]) - int(index[0]) + 1 == index.size:
         return slice(int(index[0]), int(index[-1]) + 1)
-    return index
+    return None
+
+
+def _index(index: np.ndarray, like: Tensor) -> Tensor:
+    """``index`` as a long tensor on ``like``'s device (what ``torch.nonzero`` would have given)."""
+    index = torch.from_numpy(index)
+    return index if like.is_cpu else index.to(like.device)
 
 
 @dataclass
@@ -43,21 +58,24 @@ class RestrictedMap:
     def of(cls, W: Float[Tensor, "d_in d_out"], b: Float[Tensor, " d_out"] | None = None,
            all_outputs: bool = False) -> "RestrictedMap":
         W = W.detach()
-        b = torch.zeros(W.shape[1], dtype=W.dtype) if b is None else b.detach()
-        used = torch.ones(W.shape[1], dtype=torch.bool) if all_outputs else (W != 0).any(dim=0) | (b != 0)
-        rows = torch.nonzero(used).flatten()
-        bias = b[rows][:, None] if bool((b[rows] != 0).any()) else None
-        read = torch.nonzero((W[:, rows] != 0).any(dim=1)).flatten()
-        if read.numel() == 0:
-            read = torch.zeros(1, dtype=torch.long)  # a map of biases only still needs a (zero) product's shape
+        W_nonzero = _nonzero(W)
+        b_nonzero = np.zeros(W.shape[1], dtype=bool) if b is None else _nonzero(b.detach())
+        rows = np.arange(W.shape[1]) if all_outputs else np.flatnonzero(W_nonzero.any(axis=0) | b_nonzero)
+        rows_t = _index(rows, W)
+        bias = b.detach()[rows_t][:, None] if bool(b_nonzero[rows].any()) else None
+        read = np.flatnonzero(W_nonzero[:, rows].any(axis=1))
+        if read.size == 0:
+            read = np.zeros(1, dtype=np.int64)  # a map of biases only still needs a (zero) product's shape
         span = int(read[-1]) - int(read[0]) + 1
         # A gather copies the rows it reads; a span is a view but multiplies its zero columns: take the span when
         # it is at most half again as wide.
-        inputs = slice(int(read[0]), int(read[-1]) + 1) if span <= 1.5 * read.numel() else read
-        return cls(_as_slice(rows), inputs, W[inputs][:, rows].T.contiguous(), bias)
+        inputs = slice(int(read[0]), int(read[-1]) + 1) if span <= 1.5 * read.size else _index(read, W)
+        return cls(_as_slice(rows) or rows_t, inputs, W[inputs][:, rows_t].T.contiguous(), bias)
 
     def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
-        out = self.W_T @ xT[self.inputs]
+        # index_select: the same rows as xT[inputs], without advanced indexing's dispatch (a few us a call).
+        inputs = self.inputs
+        out = self.W_T @ (xT[inputs] if isinstance(inputs, slice) else xT.index_select(0, inputs))
         return out if self.b is None else out + self.b
 
 
@@ -90,16 +108,20 @@ class MLPPlan:
     def of(cls, mlp) -> "MLPPlan":
         # Only the units whose W_out row is nonzero: any other unit adds exactly 0 (its hidden value is finite), and
         # a block padded to the model's widest MLP has many of them.
-        units = torch.nonzero((mlp.W_out.detach() != 0).any(dim=1)).flatten()
+        W_out = mlp.W_out.detach()
+        units_np = np.flatnonzero(_nonzero(W_out).any(axis=1))
+        units = _index(units_np, W_out)
         W = torch.cat([mlp.W_gate.detach()[:, units], mlp.W_in.detach()[:, units]], dim=1)
-        b_in = mlp.b_in.detach()[units][:, None]
-        return cls(RestrictedMap.of(W, all_outputs=True), int(units.numel()),
-                   b_in if bool((b_in != 0).any()) else None, RestrictedMap.of(mlp.W_out.detach()[units], mlp.b_out))
+        b_in = mlp.b_in.detach()
+        bias = b_in[units][:, None] if bool(_nonzero(b_in)[units_np].any()) else None
+        return cls(RestrictedMap.of(W, all_outputs=True), int(units_np.size), bias,
+                   RestrictedMap.of(W_out[units], mlp.b_out))
 
     def apply(self, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "c pos"]:
         both = self.gate_linear.apply(xT)
-        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views, as split's
-        hidden = torch.relu(gate) * linear
+        gate, linear = both[: self.d_mlp], both[self.d_mlp :]  # views (slicing: Tensor.split is Python)
+        # relu(gate) * linear, in place in the fresh product (its leading rows: laid out as a new tensor would be).
+        hidden = torch.relu_(gate).mul_(linear)
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 

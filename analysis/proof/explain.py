@@ -43,7 +43,9 @@ a concrete problem, a proven bound (real arithmetic, evaluated with outward roun
 softmax is from hardmax (`sum |softmax - hardmax|` per query) and propagates it: assign layers bound
 `|Y - one-hot|` and certify the labels, update layers bound how far each centroid is from the hard trajectory,
 and that error feeds the next assignment's margins. The verification report carries it per iteration
-(`proven_bound`, column `proven |dc|` of the table) next to the observed centroid error; the observed error minus
+(`proven_bound`, column `proven |dc|` of the table) next to the observed centroid error (the bound is no part
+of the verdict: verification reads its inputs, and the report evaluates it the first time it is read, once, so a
+model search that only asks `verified` does not pay for it); the observed error minus
 the verifier's float64 rounding tolerance never exceeds it (`tests/unit/test_prove_bound.py` checks every layer on
 hypothesis problems, the bundled datasets and small `beta`, `beta_update` where the bound is far from 0). The bound
 is derived for Lloyd's circuit and for two variants. `damped`: the heads are Lloyd's, but the commit keeps a

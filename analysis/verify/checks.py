@@ -77,16 +77,10 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
 
     def window(C: np.ndarray, D: np.ndarray) -> np.ndarray:
         # Distances the memo of reference.memoised_distances holds stand for fixed values: their window (a function
-        # of C and D alone) is computed once; a copy is returned, as a fresh one would be.
+        # of C and D alone) is computed once.
         D_key = reference.memoised_array_key(D)
-        if D_key is None or not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
-            return distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)
-        key = (C.dtype.str, C.shape, C.tobytes(), D_key)
-        if key not in seen:
-            if len(seen) >= 64:
-                seen.clear()
-            seen[key] = distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)
-        return seen[key].copy()
+        compute = lambda: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)  # noqa: E731
+        return compute() if D_key is None else _kept(seen, C, (D_key,), compute)
 
     return window
 
@@ -122,17 +116,28 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
 
     def window(C: np.ndarray) -> np.ndarray:
         # A function of C's values: the step-wise and the trajectory check (and, below float64, the resolution
-        # check) ask for the same centroids; computed once, a copy handed out as a fresh one would be.
-        if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
-            return evaluate(C)
-        key = (C.dtype.str, C.shape, C.tobytes())
-        if key not in seen:
-            if len(seen) >= 64:
-                seen.clear()
-            seen[key] = evaluate(C)
-        return seen[key].copy()
+        # check) ask for the same centroids.
+        return _kept(seen, C, (), lambda: evaluate(C))
 
     return window
+
+
+#: At most this many windows are kept per problem (:func:`_kept`) before the store is emptied.
+WINDOWS_KEPT = 64
+
+
+def _kept(seen: dict, C: np.ndarray, extra: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """``compute()``, a function of the values of ``C`` (and of what ``extra`` names), computed once per value and
+    kept in ``seen`` by ``C``'s bytes; handed out as a copy, as a fresh result would be. Computed afresh where ``C``
+    is not a C-contiguous array (no bytes to key on)."""
+    if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
+        return compute()
+    key = (C.dtype.str, C.shape, C.tobytes(), *extra)
+    if key not in seen:
+        if len(seen) >= WINDOWS_KEPT:
+            seen.clear()
+        seen[key] = compute()
+    return seen[key].copy()
 
 
 def unresolved_decisions(D: np.ndarray, got: np.ndarray, tie_break_abs: float, E_circuit: np.ndarray, layer: int,

@@ -289,20 +289,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         seed = self._seed()
         return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
 
-    def fit(self, X, y=None, sample_weight=None):
-        self._check_params()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
-        out_dtype = X.dtype
-        X = X.astype(np.float64)
-        if sample_weight is not None:
-            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-            if not np.all(w == w[0]):
-                raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
-                                 "members with equal weight (uniform positive weights are accepted)")
-        check_magnitude(X, X.shape[0], "X")
-        check_spread(X, "X")
-        check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
-        inits = self._inits(X)
+    def _best_run(self, X: np.ndarray, inits: list[np.ndarray]) -> tuple:
+        """``(C0, result, n_iter, labels, centroids, inertia)`` of the verified run of lowest inertia among ``inits``
+        (the first of equal ones)."""
         # Every initialisation runs the same circuit: built once (or reused), sharp enough for all of them.
         sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
         T = int(self.max_iter)
@@ -322,7 +311,26 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             inertia = reference.objective(result.capture.encoded.X[0][kept], centres, labels[kept])
             if best is None or inertia < best[-1]:
                 best = (C0, result, t, labels, centres, inertia)
-        C0, result, t, labels, centres, inertia = best
+        return best
+
+    def fit(self, X, y=None, sample_weight=None):
+        self._check_params()
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+        out_dtype = X.dtype
+        X = X.astype(np.float64)
+        if sample_weight is not None:
+            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            if not np.all(w == w[0]):
+                raise ValueError("sample_weight is not supported: the circuit's update head averages a cluster's "
+                                 "members with equal weight (uniform positive weights are accepted)")
+        check_magnitude(X, X.shape[0], "X")
+        check_spread(X, "X")
+        check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
+        inits = self._inits(X)
+        # Choosing the knobs, the runs and their verification share what is computed from the same values (the
+        # median scaling, distances, cluster means: circuits.reference.memoised_distances).
+        with reference.memoised_distances():
+            C0, result, t, labels, centres, inertia = self._best_run(X, inits)
         self.circuit_ = result.circuit
         self.capture_ = result.capture
         self.report_ = result.report
@@ -422,9 +430,10 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).
             scale = float(fit_unit_scaling(X, centres).scale[0])
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
-        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
-        circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
-        return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
+        with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
+            sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
+            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
+            return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""

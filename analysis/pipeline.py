@@ -167,26 +167,16 @@ def as_run(obj) -> RunResult:
                     f" got {type(obj).__name__}")
 
 
-#: The last :func:`lloyd_scaling` (one tuple, replaced whole): (the operands' dtype, shape and bytes; the scaling).
-_last_scaling: tuple = (None, None)
-
-
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
     """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best.
 
     A function of the values of ``X`` and ``C0``: a fit asks for the same one twice (choosing the sharpness, then
-    encoding), so the last one is kept, by the exact bytes of C-contiguous operands (up to 16 MiB each), and
-    handed out as a copy."""
-    global _last_scaling
-    key = None
-    if all(isinstance(A, np.ndarray) and A.flags.c_contiguous and A.nbytes <= 2**24 for A in (X, C0)):
-        key = (X.dtype.str, X.shape, X.tobytes(), C0.dtype.str, C0.shape, C0.tobytes())
-    last_key, last = _last_scaling
-    if key is None or last_key != key:
-        last = fit_unit_scaling(X, C0, centre="median")
-        if key is not None:
-            _last_scaling = (key, last)
-    return UnitScaling(last.offset.copy(), last.scale.copy())
+    encoding), so within :func:`circuits.reference.memoised_distances` it is computed once
+    (:func:`circuits.reference.memoised`) and handed out as a copy."""
+    C0 = np.asarray(C0)
+    kept = reference.memoised(X, ("lloyd_scaling", C0.dtype.str, C0.shape, C0.tobytes()),
+                              lambda: fit_unit_scaling(X, C0, centre="median"))
+    return UnitScaling(kept.offset.copy(), kept.scale.copy())
 
 
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",

@@ -28,9 +28,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from jaxtyping import Float, Int
+
+T = TypeVar("T")
 
 #: Rows of points processed at once, to bound memory at n * k * d.
 _CHUNK = 8192
@@ -140,22 +143,36 @@ def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
     not depend on ``C`` (the estimator's stop guess, the reference run and the step-wise check of an update block
     ask for the same ones, the last with the block's own ``C``)."""
     new = np.array(C, dtype=np.float64, copy=True)
-    memo, key = _DISTANCE_MEMO.get(), None
-    if (memo is not None and isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.c_contiguous
-            and isinstance(labels, np.ndarray) and labels.dtype.kind in "iu"):
-        i = _memo_points(memo, X, add=True)
-        if i is not None:
-            key = ("means", i, labels.dtype.str, labels.shape, labels.tobytes())
-            if key in memo["entries"]:
-                filled, means = memo["entries"][key]
-                new[filled] = means
-                return new
-    filled, means = _filled_means(X, labels)
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "iu":
+        key = ("means", labels.dtype.str, labels.shape, labels.tobytes())
+        filled, means = memoised(X, key, lambda: _filled_means(X, labels), lambda r: r[1].nbytes + labels.nbytes)
+    else:
+        filled, means = _filled_means(X, labels)
     new[filled] = means
-    if key is not None and memo["bytes"] + means.nbytes + labels.nbytes <= MEMO_BYTES:
-        memo["entries"][key] = (filled, means)
-        memo["bytes"] += means.nbytes + labels.nbytes
     return new
+
+
+def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable[[T], int] = lambda _: 0) -> T:
+    """``compute()``, a function of the values of the points ``X`` and of what ``key`` stands for, kept in the memo
+    of :func:`memoised_distances` while one is active (``X`` matched by value as for the distances, a float64
+    C-contiguous array; ``key``: hashables that stand for the other operands' values, led by a name of what is
+    computed). ``size(result)``: the bytes the result holds, kept only within :data:`MEMO_BYTES`. The same object is
+    returned each time: a caller whose result is mutable hands out copies. Outside a memo, computed every call."""
+    memo = _DISTANCE_MEMO.get()
+    if memo is None or not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.flags.c_contiguous):
+        return compute()
+    i = _memo_points(memo, X, add=True)
+    if i is None:
+        return compute()
+    full = (key[0], i, *key[1:])
+    if full in memo["entries"]:
+        return memo["entries"][full]
+    result = compute()
+    nbytes = size(result)
+    if memo["bytes"] + nbytes <= MEMO_BYTES:
+        memo["entries"][full] = result
+        memo["bytes"] += nbytes
+    return result
 
 
 def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

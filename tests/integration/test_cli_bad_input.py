@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,7 +102,8 @@ def test_bad_config_fields_are_named(checkpoint, tmp_path, capsys, edit, needle)
 def test_a_float_overflowing_d_is_named(checkpoint, tmp_path, capsys):
     text = (checkpoint / "config.json").read_text().replace('"d": 2,', '"d": 1e400,')
     assert "1e400" in text
-    usage_error(capsys, evaluate(corrupt(checkpoint, tmp_path, text=text)), "model.d must be an integer", "Infinity")
+    # Refused while parsing (issue 33: json would read it as inf), still naming the field.
+    usage_error(capsys, evaluate(corrupt(checkpoint, tmp_path, text=text)), "model.d: 1e400 is out of range")
 
 
 def test_deeply_nested_json_is_an_error_not_a_recursion_crash(checkpoint, tmp_path, capsys):
@@ -546,3 +548,75 @@ def test_the_library_names_the_parameter_and_the_command_line_the_flag():
     again = pickle.loads(pickle.dumps(caught.value))
     assert (type(again), again.field, again.detail) == (ProblemError, "max_iter", "must be >= 0, got -1")
     assert bad_input_message(ProblemError("no parameter at fault")) == "no parameter at fault"
+
+
+# ------------------------------------------------------------------------------------------------ issue 33: checkpoint JSON
+# Tampered checkpoint JSON (a learned construction's learned.json, a trained model's config.json): nesting deeper
+# than any checkpoint, numbers no float64 holds or Python refuses to convert, NaN and Infinity, and values of the
+# wrong type (a bool where an integer belongs). Before issue 33 several were exit 3 (OverflowError, RecursionError,
+# "Exceeds the limit (4300 digits)") and "version": true read as version 1. Whatever is drawn: exit 2, one line
+# naming the field, nothing written.
+SENTINEL = "\u0000TAMPERED\u0000"
+TAMPERS = {  # the literal written in place of a field's value
+    "deep": "[" * 5000 + "]" * 5000, "digits": "1" + "0" * 5000, "huge int": "1" + "0" * 400,
+    "overflow": "1e400", "-overflow": "-1e400", "nan": "NaN", "inf": "Infinity", "long float": "0." + "1" * 300,
+    "bool": "true", "string": '"2"', "null": "null", "object": "{}",
+}
+#: (file, field path, tampers that must be refused there): the learned checkpoint's free-form ``training`` record
+#: takes any type, so only the limits apply to it.
+LIMITS = ("deep", "digits", "huge int", "overflow", "-overflow", "nan", "inf", "long float")
+TAMPERED_FIELDS = [
+    ("learned", ("alphas", 0), tuple(TAMPERS)), ("learned", ("version",), tuple(TAMPERS)),
+    ("learned", ("training", "seed"), LIMITS), ("learned", ("training",), LIMITS + ("bool", "string")),
+    ("config", ("model", "d"), tuple(TAMPERS)), ("config", ("model", "sharpness", "beta"), tuple(TAMPERS)),
+    ("config", ("training", "lr"), tuple(TAMPERS)), ("config", ("progress", "step"), tuple(TAMPERS)),
+]
+
+
+def tampered_checkpoint(kind: str, checkpoint, tmp_path, path: tuple, literal: str):
+    """A copy of the learned (``kind="learned"``) or trained checkpoint with the value at ``path`` written as
+    ``literal``; the path ``--checkpoint`` takes."""
+    from circuits.learned.checkpoint import DEFAULT_PATH
+
+    folder = tmp_path / "ck"
+    if kind == "learned":
+        folder.mkdir()
+        file = folder / "learned.json"
+        shutil.copy(DEFAULT_PATH, file)
+    else:
+        shutil.copytree(checkpoint, folder)
+        file = folder / "config.json"
+    obj = json.loads(file.read_text())
+    parent = obj
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = SENTINEL
+    file.write_text(json.dumps(obj, indent=1).replace(json.dumps(SENTINEL), literal))
+    return file if kind == "learned" else folder
+
+
+def dotted(path: tuple) -> str:
+    return "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path).lstrip(".")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tampered_checkpoint_json_is_one_line_naming_the_field(data, checkpoint, tmp_path, capsys):
+    import tempfile
+
+    kind, path, tampers = data.draw(st.sampled_from(TAMPERED_FIELDS), label="field")
+    tamper = data.draw(st.sampled_from(tampers), label="tamper")
+    command = data.draw(st.sampled_from(["cluster", "evaluate", "drift"]), label="command")
+    tmp = Path(tempfile.mkdtemp(dir=tmp_path))
+    bad = tampered_checkpoint(kind, checkpoint, tmp, path, TAMPERS[tamper])
+    out = tmp / ("out.html" if command == "drift" else "out")
+    argv = {"cluster": ["cluster", "--dataset", "blobs", "--n", 8, "--d", 2, "--centers", 2, "--k", 3,
+                        "--iterations", 1, "--out", out],
+            "evaluate": ["evaluate", "--tasks", 1, "--steps", 1, "--datasets", "none"],
+            "drift": ["drift", "--tasks", 1, "--steps", 1, "--no-ablations", "--out", out]}[command]
+    line = usage_error(capsys, argv + ["--checkpoint", bad], dotted(path))
+    assert not out.exists(), line
+    if tamper in ("digits", "huge int", "long float", "overflow", "-overflow"):
+        assert "out of range" in line, line
+    if tamper == "deep":
+        assert "nested too deeply" in line, line

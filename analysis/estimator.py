@@ -42,7 +42,7 @@ GROUP_FACTOR = 256.0
 #: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
 CACHE_SIZE = 64
 CACHE_BYTES = 256 * 2**20
-#: ``n_init="auto"`` runs this many initialisations for ``init="random"`` (as ``KMeans``), one otherwise.
+#: ``n_init="auto"`` runs this many initialisations for ``init="random"`` and a callable (as ``KMeans``), one otherwise.
 AUTO_N_INIT_RANDOM = 10
 
 _BUILT: OrderedDict = OrderedDict()
@@ -197,10 +197,13 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     ----------
     n_clusters : number of clusters ``k``.
     max_iter : at most this many Lloyd iterations (a circuit of ``t`` iterations has ``2 t + 2`` blocks).
-    init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
+    init : ``"random"`` (distinct data points), ``"k-means++"``, an array of shape (n_clusters, n_features), or a
+        callable ``init(X, n_clusters, random_state)`` returning such an array, as ``KMeans`` defines it
+        (``random_state`` is a ``numpy.random.RandomState`` from this estimator's; each run calls it once).
     n_init : number of initialisations (seeds ``seed, seed + 1, ...``), or ``"auto"`` (``KMeans``'s rule: 10 for
-        ``init="random"``, 1 for ``"k-means++"`` and an array); every run is verified and the one with the lowest
-        inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
+        ``init="random"`` and a callable, 1 for ``"k-means++"`` and an array); every run is verified and the one with
+        the lowest inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array (with a warning if more
+        were asked for, as ``KMeans``).
     tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. ``n_iter_`` is the
         first iteration after which the centroids moved by at most ``tol`` (or the assignment repeated), and
         ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there, as ``KMeans`` stops there. Lloyd's
@@ -265,21 +268,43 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             return int(self.random_state)
         return int(check_random_state(self.random_state).randint(0, 2**31 - 1))
 
-    def _n_init(self, given: bool) -> int:
-        if self.n_init == "auto":
-            return AUTO_N_INIT_RANDOM if self.init == "random" else 1
+    def _n_init(self) -> int:
+        if isinstance(self.n_init, str):  # "auto" (checked by _check_params); self.init may be an array
+            random = callable(self.init) or (isinstance(self.init, str) and self.init == "random")
+            return AUTO_N_INIT_RANDOM if random else 1
         return int(self.n_init)
+
+    def _called_init(self, X: np.ndarray, k: int, random_state: np.random.RandomState) -> np.ndarray:
+        """The centroids a callable ``init`` returns, checked as ``KMeans`` checks them (shape), and finite."""
+        C0 = self.init(X.copy(), k, random_state=random_state)
+        try:
+            C0 = np.asarray(C0, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"the init callable must return a ({k}, {X.shape[1]}) array of numbers, got"
+                             f" {type(C0).__name__}") from None
+        if C0.shape != (k, X.shape[1]):
+            raise ValueError(f"The shape of the initial centers {C0.shape} returned by the init callable does not"
+                             f" match ({k}, {X.shape[1]}): n_clusters and the number of features")
+        if not np.isfinite(C0).all():
+            raise ValueError("the init callable returned centroids with NaN or inf")
+        check_magnitude(C0, X.shape[0], "init")
+        return C0
 
     def _inits(self, X: np.ndarray) -> list[np.ndarray]:
         """Initial centroids of every run. With fewer distinct points than clusters (where ``KMeans`` warns), the
         distinct points are the centroids and the rest repeat them: a repeated centroid loses every tie to its
         lower-index twin, stays empty and keeps its place, so the runs are deterministic and one is enough."""
-        k, given = int(self.n_clusters), not isinstance(self.init, str)
+        k = int(self.n_clusters)
+        if callable(self.init):
+            # KMeans hands the callable one RandomState for all its runs; None here means seed 0 (reproducible).
+            random_state = check_random_state(0 if self.random_state is None else self.random_state)
+            return [self._called_init(X, k, random_state) for _ in range(self._n_init())]
+        given = not isinstance(self.init, str)
         if given:
             init = np.asarray(self.init, dtype=np.float64)
             if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
                 check_magnitude(init, X.shape[0], "init")
-        n_init = self._n_init(given)
+        n_init = self._n_init()
         if given and n_init > 1:
             warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
             n_init = 1
@@ -325,6 +350,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                                  "members with equal weight (uniform positive weights are accepted)")
         check_magnitude(X, X.shape[0], "X")
         check_spread(X, "X")
+        if X.shape[0] < int(self.n_clusters):  # KMeans's rule and words
+            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
         inits = self._inits(X)
         # Choosing the knobs, the runs and their verification share what is computed from the same values (the

@@ -87,10 +87,16 @@ def make_pair_from(args: argparse.Namespace, problem):
         options = {"a": args.centroid, "b": args.other}
     elif args.corruption == "add-outlier":
         options = {"at": parse_vector(args.to, d, "--to"), "distance": args.outlier_distance}
+    import numpy as np
+
     try:
-        return make_pair(args.corruption, problem.X, problem.C0, **options)
+        # An outlier R times farther out can overflow to inf: make_pair refuses it in words, numpy need not warn too.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return make_pair(args.corruption, problem.X, problem.C0, **options)
     except ValueError as exc:
-        raise ProblemError(f"--corruption {args.corruption}: {exc}") from None
+        by = (f" --outlier-distance {args.outlier_distance:g}" if args.corruption == "add-outlier" and args.to is None
+              else "")
+        raise ProblemError(f"--corruption {args.corruption}{by}: {exc}") from None
 
 
 def parse_sweeps(text: str) -> list[str]:

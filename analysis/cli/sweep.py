@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from analysis import engine
 from analysis.cli.exits import report_failures
@@ -22,11 +23,21 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)  # exactly: through float, 2**63 + 1 would read as 2**63
+    except ValueError:
+        value = float(text)  # "1e3" is an integer too
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(text) from None
+        return int(value)
+
+
 def _ints(text: str) -> tuple[int, ...]:
-    values = _floats(text)
-    if any(v != int(v) for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    return tuple(int(v) for v in values)
+    try:
+        return tuple(_int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from analysis.cli.options import add_engine_arguments
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.progress import Cells
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "sweep"
 HELP = "run the soft k-means circuit at several temperatures over grids of d, k, n and data scale, against Lloyd's"
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         checks = sweep.trend_checks(rows)
         settings = args.runner + "".join(f"; MISSING (failed) {f.cell}" for f in outcome.failures)
         write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, settings)})
-        print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
+        print(f"sweep: {count(len(rows), 'run')} ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
               f" wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
         for line in sweep.summary_lines(rows, checks, missing=len(outcome.failures)):
             print(line)

@@ -227,6 +227,45 @@ def test_an_empty_out_is_an_error_not_the_current_folder(tmp_path, capsys, monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_out_refuses_a_folder_it_did_not_make(tmp_path, capsys):
+    """Issue 33: ``cluster --out /`` wrote into ``/``. An existing folder must be empty or a previous output of the
+    command; anything else is refused before any work, and left as it was."""
+    iris = ["--dataset", "iris", "--k", 3, "--iterations", 1]
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    for argv in (["cluster", *iris], ["patch", *iris, "--corruption", "move-point", "--sweeps", "layer-subspace"],
+                 ["sweep", "--grid", "tiny", "--runner", "reference"],
+                 ["train", "--d", 2, "--k", 2, "--steps", 1, "--device", "cpu"]):
+        usage_error(capsys, argv + ["--out", mine], "is an existing folder that is not an output of this command")
+    assert os.listdir(mine) == ["notes.txt"]
+    # "/" by the check alone: a regression must not get as far as writing there.
+    from analysis.cli.cluster import OUT_FILES
+    from analysis.cli.output import check_out_dir
+    from analysis.errors import ProblemError
+
+    with pytest.raises(ProblemError, match="not an output of this command"):
+        check_out_dir("/", OUT_FILES)
+    # A previous output of the command, of any of its modes, is its to replace; so is an empty folder.
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["cluster", *iris, "--out", out], ["cluster", *iris, "--construction", "swap", "--out", out],
+                 ["cluster", *iris, "--out", out]):
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["centroids.csv", "labels.csv", "report.html", "verification.json"]
+
+
+@pytest.mark.parametrize("command", ["report", "drift"])
+def test_every_single_file_out_refuses_an_existing_file_of_another_kind_alike(checkpoint, tmp_path, capsys, command):
+    """Issue 33: drift replaced an existing file of any suffix where report refused a name not ending in .html."""
+    data = tmp_path / "data.csv"
+    data.write_text("1,2\n")
+    argv = {"report": ["report", "--dataset", "iris", "--k", 3, "--iterations", 1],
+            "drift": ["drift", "--checkpoint", checkpoint, "--tasks", 1, "--steps", 1, "--no-ablations"]}[command]
+    usage_error(capsys, argv + ["--out", data], "the report is an HTML file; give a name ending in .html")
+    assert data.read_text() == "1,2\n"
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
 def test_an_unwritable_out_file_is_refused_before_the_work(checkpoint, capsys):
     # Probed by creating a file: os.access says /proc is writable to root, so this failed only after the work.
@@ -519,13 +558,17 @@ def test_no_bad_value_of_any_option_is_a_crash(command, data, checkpoint, tmp_pa
         assert os.listdir(tmp) == [], (argv, os.listdir(tmp))
 
 
-def test_patch_names_its_default_out_after_the_data_and_checks_that_name_too(tmp_path, capsys, monkeypatch):
+def test_patch_without_out_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Issue 30: patch wrote ./patching-SOURCE-KIND into the current folder when no --out was given."""
     monkeypatch.chdir(tmp_path)
-    data = tmp_path / ("d" * 245 + ".csv")  # a name the file system takes; patching-NAME-move-point is longer
+    data = tmp_path / "d.csv"
     np.savetxt(data, np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]), delimiter=",")
-    usage_error(capsys, ["patch", "--data", data, "--k", 2, "--iterations", 1, "--corruption", "move-point"],
-                "--out (default, from the data's name): the name")
+    argv = ["patch", "--data", data, "--k", 2, "--iterations", 1, "--corruption", "move-point", "--sweeps",
+            "layer-subspace"]
+    assert main([str(a) for a in argv + ["--json"]]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] is None
     assert os.listdir(tmp_path) == [data.name]
+    usage_error(capsys, argv + ["--report"], "--report", "--out")
 
 
 def test_the_library_names_the_parameter_and_the_command_line_the_flag():

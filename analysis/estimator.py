@@ -19,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
+from analysis.estimator_init import AUTO_N_INIT_RANDOM, initial_runs  # noqa: F401 (AUTO_N_INIT_RANDOM: API)
 from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (stopping_point: part of this API)
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
@@ -30,7 +30,6 @@ from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.encoding import fit_unit_scaling
-from circuits.initialisation import fewer_distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
@@ -42,8 +41,6 @@ GROUP_FACTOR = 256.0
 #: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
 CACHE_SIZE = 64
 CACHE_BYTES = 256 * 2**20
-#: ``n_init="auto"`` runs this many initialisations for ``init="random"`` and a callable (as ``KMeans``), one otherwise.
-AUTO_N_INIT_RANDOM = 10
 
 _BUILT: OrderedDict = OrderedDict()
 
@@ -261,58 +258,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
 
-    def _seed(self) -> int:
-        if self.random_state is None:
-            return 0
-        if isinstance(self.random_state, (int, np.integer)):
-            return int(self.random_state)
-        return int(check_random_state(self.random_state).randint(0, 2**31 - 1))
-
-    def _n_init(self) -> int:
-        if isinstance(self.n_init, str):  # "auto" (checked by _check_params); self.init may be an array
-            random = callable(self.init) or (isinstance(self.init, str) and self.init == "random")
-            return AUTO_N_INIT_RANDOM if random else 1
-        return int(self.n_init)
-
-    def _called_init(self, X: np.ndarray, k: int, random_state: np.random.RandomState) -> np.ndarray:
-        """The centroids a callable ``init`` returns, checked as ``KMeans`` checks them (shape), and finite."""
-        C0 = self.init(X.copy(), k, random_state=random_state)
-        try:
-            C0 = np.asarray(C0, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"the init callable must return a ({k}, {X.shape[1]}) array of numbers, got"
-                             f" {type(C0).__name__}") from None
-        if C0.shape != (k, X.shape[1]):
-            raise ValueError(f"The shape of the initial centers {C0.shape} returned by the init callable does not"
-                             f" match ({k}, {X.shape[1]}): n_clusters and the number of features")
-        if not np.isfinite(C0).all():
-            raise ValueError("the init callable returned centroids with NaN or inf")
-        check_magnitude(C0, X.shape[0], "init")
-        return C0
-
     def _inits(self, X: np.ndarray) -> list[np.ndarray]:
-        """Initial centroids of every run. With fewer distinct points than clusters (where ``KMeans`` warns), the
-        distinct points are the centroids and the rest repeat them: a repeated centroid loses every tie to its
-        lower-index twin, stays empty and keeps its place, so the runs are deterministic and one is enough."""
-        k = int(self.n_clusters)
-        if callable(self.init):
-            # KMeans hands the callable one RandomState for all its runs; None here means seed 0 (reproducible).
-            random_state = check_random_state(0 if self.random_state is None else self.random_state)
-            return [self._called_init(X, k, random_state) for _ in range(self._n_init())]
-        given = not isinstance(self.init, str)
-        if given:
-            init = np.asarray(self.init, dtype=np.float64)
-            if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
-                check_magnitude(init, X.shape[0], "init")
-        n_init = self._n_init()
-        if given and n_init > 1:
-            warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
-            n_init = 1
-        distinct = None if given else fewer_distinct_rows(X, k)
-        if distinct is not None:
-            return [distinct[np.arange(k) % len(distinct)]]
-        seed = self._seed()
-        return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
+        """Initial centroids of every run (:func:`analysis.estimator_init.initial_runs`)."""
+        return initial_runs(X, int(self.n_clusters), self.init, self.n_init, self.random_state)
 
     def _best_run(self, X: np.ndarray, inits: list[np.ndarray]) -> tuple:
         """``(C0, result, n_iter, labels, centroids, inertia)`` of the verified run of lowest inertia among ``inits``

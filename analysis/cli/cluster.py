@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         rep = result.report
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
-              f" variant {problem.variant}, {count(problem.iterations, 'iteration')}, beta={result.circuit.sharpness.beta:g},"
+              f" variant {problem.variant}, {count(problem.iterations, 'iteration')},"
+              f" beta={result.circuit.sharpness.beta:g},"
               f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)

@@ -150,7 +150,8 @@ def format_table(doc: dict) -> str:
     for ds in doc.get("datasets", []):
         f = ds["final"]
         lines.append(f"{ds['name']}: n={ds['n']} ({ds['prepared']}), {ds['classes']} classes, k={ds['k']},"
-                     f" {ds['inits']} {ds['init']} inits, {count(ds['steps'], 'step')}: objective model {f['model_objective']:.4g}"
+                     f" {ds['inits']} {ds['init']} inits, {count(ds['steps'], 'step')}: objective model"
+                     f" {f['model_objective']:.4g}"
                      f" Lloyd {f['lloyd_objective']:.4g} (ratio {f['ratio_mean']:.4f}); ARI {f['model_ari']:.3f} /"
                      f" {f['lloyd_ari']:.3f}, NMI {f['model_nmi']:.3f} / {f['lloyd_nmi']:.3f}")
     return "\n".join(lines)

@@ -52,7 +52,8 @@ def validate(obj: object) -> LearnedCheckpoint:
     if type(obj.get("version")) is not int or obj["version"] != VERSION:
         raise ValueError(f"version: {VERSION} (an integer) expected, got {_shown(obj.get('version'))}")
     if obj.get("candidate") != CANDIDATE:
-        raise ValueError(f"candidate: unknown learned candidate {_shown(obj.get('candidate'))} (expected {CANDIDATE!r})")
+        raise ValueError(f"candidate: unknown learned candidate {_shown(obj.get('candidate'))}"
+                         f" (expected {CANDIDATE!r})")
     alphas = obj.get("alphas")
     if not isinstance(alphas, list) or not 1 <= len(alphas) <= MAX_ALPHAS:
         raise ValueError(f"alphas must be a list of 1 to {MAX_ALPHAS} numbers")

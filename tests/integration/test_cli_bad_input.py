@@ -593,7 +593,7 @@ def test_the_library_names_the_parameter_and_the_command_line_the_flag():
     assert bad_input_message(ProblemError("no parameter at fault")) == "no parameter at fault"
 
 
-# ------------------------------------------------------------------------------------------------ issue 33: checkpoint JSON
+# ------------------------------------------------------------------------------------------ issue 33: checkpoint JSON
 # Tampered checkpoint JSON (a learned construction's learned.json, a trained model's config.json): nesting deeper
 # than any checkpoint, numbers no float64 holds or Python refuses to convert, NaN and Infinity, and values of the
 # wrong type (a bool where an integer belongs). Before issue 33 several were exit 3 (OverflowError, RecursionError,
@@ -665,7 +665,7 @@ def test_tampered_checkpoint_json_is_one_line_naming_the_field(data, checkpoint,
         assert "nested too deeply" in line, line
 
 
-# ------------------------------------------------------------------------------------------------ issue 33: other crashes
+# ------------------------------------------------------------------------------------------ issue 33: other crashes
 @pytest.mark.parametrize("flag, value, needle", [
     ("--d", str(2**63), "d = 9223372036854775808 and n = 24 are too large"),  # was numpy's "Maximum allowed dimension"
     ("--n", str(2**63), "n = 9223372036854775808 are too large"),

@@ -19,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
+from analysis.estimator_init import AUTO_N_INIT_RANDOM, initial_runs  # noqa: F401 (AUTO_N_INIT_RANDOM: API)
 from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (stopping_point: part of this API)
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
@@ -30,7 +30,6 @@ from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.encoding import fit_unit_scaling
-from circuits.initialisation import fewer_distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import check_variant, get_variant
@@ -42,8 +41,6 @@ GROUP_FACTOR = 256.0
 #: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
 CACHE_SIZE = 64
 CACHE_BYTES = 256 * 2**20
-#: ``n_init="auto"`` runs this many initialisations for ``init="random"`` (as ``KMeans``), one otherwise.
-AUTO_N_INIT_RANDOM = 10
 
 _BUILT: OrderedDict = OrderedDict()
 
@@ -197,10 +194,13 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     ----------
     n_clusters : number of clusters ``k``.
     max_iter : at most this many Lloyd iterations (a circuit of ``t`` iterations has ``2 t + 2`` blocks).
-    init : ``"random"`` (distinct data points), ``"k-means++"`` or an array of shape (n_clusters, n_features).
+    init : ``"random"`` (distinct data points), ``"k-means++"``, an array of shape (n_clusters, n_features), or a
+        callable ``init(X, n_clusters, random_state)`` returning such an array, as ``KMeans`` defines it
+        (``random_state`` is a ``numpy.random.RandomState`` from this estimator's; each run calls it once).
     n_init : number of initialisations (seeds ``seed, seed + 1, ...``), or ``"auto"`` (``KMeans``'s rule: 10 for
-        ``init="random"``, 1 for ``"k-means++"`` and an array); every run is verified and the one with the lowest
-        inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array.
+        ``init="random"`` and a callable, 1 for ``"k-means++"`` and an array); every run is verified and the one with
+        the lowest inertia is kept, as ``KMeans`` does. 1 for an explicit ``init`` array (with a warning if more
+        were asked for, as ``KMeans``).
     tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. ``n_iter_`` is the
         first iteration after which the centroids moved by at most ``tol`` (or the assignment repeated), and
         ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there, as ``KMeans`` stops there. Lloyd's
@@ -258,36 +258,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
 
-    def _seed(self) -> int:
-        if self.random_state is None:
-            return 0
-        if isinstance(self.random_state, (int, np.integer)):
-            return int(self.random_state)
-        return int(check_random_state(self.random_state).randint(0, 2**31 - 1))
-
-    def _n_init(self, given: bool) -> int:
-        if self.n_init == "auto":
-            return AUTO_N_INIT_RANDOM if self.init == "random" else 1
-        return int(self.n_init)
-
     def _inits(self, X: np.ndarray) -> list[np.ndarray]:
-        """Initial centroids of every run. With fewer distinct points than clusters (where ``KMeans`` warns), the
-        distinct points are the centroids and the rest repeat them: a repeated centroid loses every tie to its
-        lower-index twin, stays empty and keeps its place, so the runs are deterministic and one is enough."""
-        k, given = int(self.n_clusters), not isinstance(self.init, str)
-        if given:
-            init = np.asarray(self.init, dtype=np.float64)
-            if init.ndim == 2 and init.shape[1] == X.shape[1] and np.isfinite(init).all():
-                check_magnitude(init, X.shape[0], "init")
-        n_init = self._n_init(given)
-        if given and n_init > 1:
-            warnings.warn(f"an explicit init array runs once; n_init={n_init} is ignored", RuntimeWarning, stacklevel=3)
-            n_init = 1
-        distinct = None if given else fewer_distinct_rows(X, k)
-        if distinct is not None:
-            return [distinct[np.arange(k) % len(distinct)]]
-        seed = self._seed()
-        return [initial_centroids(X, k, init if given else self.init, (seed + run) % 2**32) for run in range(n_init)]
+        """Initial centroids of every run (:func:`analysis.estimator_init.initial_runs`)."""
+        return initial_runs(X, int(self.n_clusters), self.init, self.n_init, self.random_state)
 
     def _best_run(self, X: np.ndarray, inits: list[np.ndarray]) -> tuple:
         """``(C0, result, n_iter, labels, centroids, inertia)`` of the verified run of lowest inertia among ``inits``
@@ -325,6 +298,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                                  "members with equal weight (uniform positive weights are accepted)")
         check_magnitude(X, X.shape[0], "X")
         check_spread(X, "X")
+        if X.shape[0] < int(self.n_clusters):  # KMeans's rule and words
+            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
         inits = self._inits(X)
         # Choosing the knobs, the runs and their verification share what is computed from the same values (the

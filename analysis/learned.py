@@ -17,7 +17,6 @@ in :mod:`analysis.construction`; the drift numbers are
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +39,7 @@ def find_checkpoint(path: str | Path) -> Path | None:
     ``path/learned.json`` if ``path`` is a folder holding it and no ``config.json`` (a trained model's folder);
     ``None`` for anything else (a trained model's checkpoint, or nothing)."""
     from circuits.learned.checkpoint import FORMAT, MAX_BYTES
+    from circuits.untrusted_json import UntrustedJSONError, loads
 
     path = Path(path)
     try:
@@ -48,8 +48,13 @@ def find_checkpoint(path: str | Path) -> Path | None:
             return inside if inside.is_file() and not (path / "config.json").exists() else None
         if not path.is_file() or path.stat().st_size > MAX_BYTES:
             return None
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        text = path.read_text(encoding="utf-8")
+        obj = loads(text, str(path))
+    except UntrustedJSONError as exc:
+        # JSON beyond the limits (too deep, a huge number): the learned reader names the field, unless it is a
+        # trained model's config, whose reader does.
+        return path if exc.field and path.name != "config.json" else None
+    except (OSError, UnicodeDecodeError):
         return None  # not readable as a learned checkpoint: the trained-model reader says why
     return path if isinstance(obj, dict) and obj.get("format") == FORMAT else None
 

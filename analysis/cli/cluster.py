@@ -12,6 +12,7 @@ from analysis.cli.options import (
     Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
 )
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "cluster"
 HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     learned = learned_checkpoint(args)
     construction = "learned" if learned is not None else getattr(args, "construction", None)
     out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
-                        CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
+                        CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES,
+                        previous=OUT_FILES + CHECKPOINT_OUT_FILES)
     if construction is not None:
         return run_construction(args, problem, out, construction, learned)
     if getattr(args, "checkpoint", None) is not None:
@@ -103,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         rep = result.report
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
-              f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g},"
+              f" variant {problem.variant}, {count(problem.iterations, 'iteration')},"
+              f" beta={result.circuit.sharpness.beta:g},"
               f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
@@ -153,7 +156,7 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         print(json.dumps(doc))
     else:
         print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, trained model {args.checkpoint},"
-              f" {problem.iterations} steps")
+              f" {count(problem.iterations, 'step')}")
         print(" iter  objective model  objective Lloyd's  labels = Lloyd's")
         for rec in doc["per_iteration"]:
             print(f"{rec['iteration']:5d} {rec['objective_circuit']:16.6g} {rec['objective_reference']:18.6g}"
@@ -214,7 +217,7 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
     title = ("learned safeguarded-swap construction (factors " + ", ".join(f"{a:g}" for a in doc["alphas"]) + ")"
              if name == "learned" else "safeguarded-swap construction")
     print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, {title}"
-          f" ({doc['layers']} layers), {problem.iterations} steps, {doc['path']} path"
+          f" ({doc['layers']} layers), {count(problem.iterations, 'step')}, {doc['path']} path"
           + (f" ({doc['path_note']})" if doc["path_note"] else ""))
     swap = "objective_swap" in doc["per_iteration"][0]
     width = 14 if swap else 9  # the learned construction's candidates have longer names

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             raise ProblemError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.threads is not None and args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
-    out = check_out_file(args.out, suffixes=None, example="drift.html")
+    out = check_out_file(args.out, example="drift.html")
     from analysis.learned import find_checkpoint
 
     if args.construction is not None or find_checkpoint(args.checkpoint) is not None:

@@ -16,6 +16,7 @@ from analysis.cli.options import (
 from analysis.cli.progress import Cells
 from analysis.data import DATASETS
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "evaluate"
 HELP = "compare a trained checkpoint (or a general construction) with Lloyd's algorithm on held-out tasks and real data"
@@ -149,7 +150,8 @@ def format_table(doc: dict) -> str:
     for ds in doc.get("datasets", []):
         f = ds["final"]
         lines.append(f"{ds['name']}: n={ds['n']} ({ds['prepared']}), {ds['classes']} classes, k={ds['k']},"
-                     f" {ds['inits']} {ds['init']} inits, {ds['steps']} steps: objective model {f['model_objective']:.4g}"
+                     f" {ds['inits']} {ds['init']} inits, {count(ds['steps'], 'step')}: objective model"
+                     f" {f['model_objective']:.4g}"
                      f" Lloyd {f['lloyd_objective']:.4g} (ratio {f['ratio_mean']:.4f}); ARI {f['model_ari']:.3f} /"
                      f" {f['lloyd_ari']:.3f}, NMI {f['model_nmi']:.3f} / {f['lloyd_nmi']:.3f}")
     return "\n".join(lines)
@@ -273,7 +275,7 @@ def format_general(doc: dict) -> str:
     if rows:
         sh = doc["shapes"]
         lines.append(f"{sh['tasks_per_shape']} held-out general tasks per shape, n={sh['n']}, init {sh['init']},"
-                     f" {sh['steps']} steps (same initial centroids for both)")
+                     f" {count(sh['steps'], 'step')} (same initial centroids for both)")
         rows.append(("all shapes", sh["overall"]))
     rows += [(f"{ds['name']} (k={ds['k']}, {ds['inits']} inits)", ds["anytime"]) for ds in doc.get("datasets", [])]
     lines.append(f"{'':24s} ratio mean  median     max  worst step  never rises  model/opt  Lloyd/opt")

@@ -50,11 +50,22 @@ def command_modules():
             yield module
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata, from pyproject.toml), or "unknown" when run uninstalled."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kmeans-circuits")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="kmeans-circuits",
         description="A transformer with hand-written weights that runs Lloyd's k-means exactly, and tools to look inside it.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     for module in command_modules():
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, formatter_class=DefaultsFormatter)

@@ -78,17 +78,37 @@ def _nearest_existing(path: Path) -> Path:
     return next((p for p in [path, *path.parents] if os.path.lexists(p)), Path("."))
 
 
-def check_out_dir(out: str | None, names: tuple[str, ...] = ()) -> Path | None:
-    """Reject an ``--out`` folder that can never be written, before any work is done.
+def _foreign_entry(path: Path, owned: tuple[str, ...], marker: str | None) -> str | None:
+    """The first entry of the existing folder ``path`` that a previous output of the command would not hold."""
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise ProblemError(f"--out {str(path)!r}: the folder cannot be read ({exc.strerror or exc})") from None
+    if not entries or (marker is not None and marker in entries):
+        return None
+    return next((name for name in entries if name not in owned), None)
+
+
+def check_out_dir(out: str | None, names: tuple[str, ...] = (), previous: tuple[str, ...] = (),
+                  marker: str | None = None) -> Path | None:
+    """Reject an ``--out`` folder that can never be written, or is not this command's to write, before any work.
 
     ``names`` are the files the command will write: in an existing folder none of them may be a folder, which a
-    file cannot replace.
+    file cannot replace. An existing folder must be empty or a previous output of the command: every entry one
+    of ``names`` or ``previous`` (what other modes of the command write), or, with ``marker``, holding that file
+    (a checkpoint's ``config.json``). Anything else (``/``, a home folder, a project) is refused, so a command
+    never mixes its files into a folder it did not make (docs/cli.md, "Output folders").
     """
     if out is None:
         return None
     path = _nonempty(out)
     if path.exists() and not path.is_dir():
         raise ProblemError(f"--out {out!r} exists and is not a folder")
+    if path.is_dir():
+        foreign = _foreign_entry(path, names + previous, marker)
+        if foreign is not None:
+            raise ProblemError(f"--out {out!r} is an existing folder that is not an output of this command (it holds"
+                               f" {foreign!r}); give a new or empty folder")
     anchor = _nearest_existing(path)
     if not anchor.is_dir():
         raise ProblemError(f"--out {out!r}: {str(anchor)!r} is not a folder")
@@ -103,12 +123,16 @@ def check_out_dir(out: str | None, names: tuple[str, ...] = ()) -> Path | None:
     return path
 
 
-def check_out_file(out: str, suffixes: tuple[str, ...] | None = (".html", ".htm"), example: str = "report.html") -> Path:
-    """Reject an ``--out`` file (an HTML report) that can never be written, before any work is done."""
+def check_out_file(out: str, suffixes: tuple[str, ...] = (".html", ".htm"), example: str = "report.html") -> Path:
+    """Reject an ``--out`` file (an HTML report) that can never be written, before any work is done.
+
+    The name must end in one of ``suffixes`` (every command's single file is an HTML page), so an existing file
+    of another kind (data, a script) is never replaced, by any command.
+    """
     path = _nonempty(out)
     if path.is_dir():
         raise ProblemError(f"--out {out!r} is a folder; give a file name such as {str(path / example)!r}")
-    if suffixes is not None and path.suffix.lower() not in suffixes:
+    if path.suffix.lower() not in suffixes:
         raise ProblemError(f"--out {out!r}: the report is an HTML file; give a name ending in {suffixes[0]}")
     anchor = _nearest_existing(path.parent)
     if not anchor.is_dir():

@@ -4,6 +4,7 @@ Builds the circuit, makes the clean/corrupted pair (:mod:`analysis.patching.pair
 against the Lloyd reference, runs the sweeps (:mod:`analysis.patching.sweeps`) and writes ``patching.json`` (every
 metric of every cell) and ``patching.html`` (self-contained heatmaps, plotly.js embedded) into ``--out``, all or
 nothing; with ``--report`` also ``report.html``, the circuit report of the clean run with a patching section.
+Without ``--out`` nothing is written (the summary, or ``--json``, is on stdout), as for ``cluster``.
 Exit codes as everywhere: 0 done and both unpatched runs verified, 1 an unpatched run disagrees with the reference
 (results are still written), 2 bad input.
 """
@@ -12,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from analysis.cli.output import check_out_dir, check_path_length, write_output_dir
+from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.options import add_problem_arguments, load_problem, sharpness_from
 from analysis.errors import ProblemError
+from analysis.wording import count
 from circuits.blocks import n_layers as schedule_length
 
 NAME = "patch"
@@ -52,9 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sweep.add_argument("--read", default="final", metavar="LAYER",
                        help="read the outcome after this layer (default final: the last layer)")
     parser.add_argument("--out", metavar="DIR",
-                        help="write patching.json and patching.html here (default ./patching-SOURCE-KIND)")
+                        help="write patching.json and patching.html here (without it nothing is written)")
     parser.add_argument("--report", action="store_true",
-                        help="also write report.html: the circuit report of the clean run with a patching section")
+                        help="also write report.html into --out: the circuit report of the clean run with a patching"
+                             " section")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the summary")
 
 
@@ -87,10 +88,16 @@ def make_pair_from(args: argparse.Namespace, problem):
         options = {"a": args.centroid, "b": args.other}
     elif args.corruption == "add-outlier":
         options = {"at": parse_vector(args.to, d, "--to"), "distance": args.outlier_distance}
+    import numpy as np
+
     try:
-        return make_pair(args.corruption, problem.X, problem.C0, **options)
+        # An outlier R times farther out can overflow to inf: make_pair refuses it in words, numpy need not warn too.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return make_pair(args.corruption, problem.X, problem.C0, **options)
     except ValueError as exc:
-        raise ProblemError(f"--corruption {args.corruption}: {exc}") from None
+        by = (f" --outlier-distance {args.outlier_distance:g}" if args.corruption == "add-outlier" and args.to is None
+              else "")
+        raise ProblemError(f"--corruption {args.corruption}{by}: {exc}") from None
 
 
 def parse_sweeps(text: str) -> list[str]:
@@ -113,22 +120,15 @@ def parse_read(text: str, n_layers: int) -> int:
     return layer
 
 
-def default_out(source: str, kind: str) -> str:
-    stem = Path(source).stem if source.endswith((".csv", ".npy")) else source
-    return f"patching-{re.sub(r'[^A-Za-z0-9_.-]+', '_', stem)}-{kind}"
-
-
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args)
     pair = make_pair_from(args, problem)
     sweeps = parse_sweeps(args.sweeps)
     read = parse_read(args.read, schedule_length(problem.iterations))
-    if args.out is None:
-        # Named after the data file: a long file name can make it longer than a name may be.
-        check_path_length(default_out(problem.source, args.corruption), "--out (default, from the data's name)",
-                          out=True)
-    out = check_out_dir(args.out if args.out is not None else default_out(problem.source, args.corruption),
-                        ("patching.json", "patching.html") + (("report.html",) if args.report else ()))
+    if args.report and args.out is None:
+        raise ProblemError("--report writes report.html into --out: give --out DIR")
+    out = check_out_dir(args.out, ("patching.json", "patching.html") + (("report.html",) if args.report else ()),
+                        previous=("report.html",))
     sharpness = sharpness_from(args)
 
     from analysis.cli.progress import Stages
@@ -147,13 +147,15 @@ def run(args: argparse.Namespace) -> int:
         results = _sweeps(exp, sweeps, args.positions, read, stages)
         stages.start("pages")
         files, doc, problem_info = _pages(args, problem, exp, Patched(results, check, read))
-    write_output_dir(out, files)
+    if out is not None:
+        write_output_dir(out, files)
     if args.json:
-        print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]], "out": str(out)}))
+        print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]],
+                          "out": None if out is None else str(out)}))
     else:
         s = doc["summary"]
         print(f"{problem.source}: n={problem_info['n']} d={pair.d} k={pair.k}, init {problem.init},"
-              f" {problem.iterations} iterations; corruption: {pair.description}")
+              f" {count(problem.iterations, 'iteration')}; corruption: {pair.description}")
         print(f"read after {s['read_label']}: {s['labels_differing']} label(s) differ between clean and corrupted"
               f" ({s['labels_differing_up_to_renaming']} once cluster ids are matched),"
               f" |C_clean - C_corrupted| = {s['centroid_error']:.4g}")
@@ -164,10 +166,11 @@ def run(args: argparse.Namespace) -> int:
                 cols = [c["col"] for c in sw["restoring_cells"] if c["row"] == row]
                 print(f"  {row:>18}: {', '.join(cols[:8])}{', ...' if len(cols) > 8 else ''}")
             if len(rows) > 6:
-                print(f"  {'...':>18}  (every cell in {out / 'patching.json'})")
+                print(f"  {'...':>18}  (every cell in " + ("--json's output or --out's patching.json)" if out is None
+                                                        else f"{out / 'patching.json'})"))
         print(("unpatched runs VERIFIED against the reference" if check.verified else
                "unpatched runs NOT VERIFIED: " + "; ".join(check.clean.failures + check.corrupted.failures))
-              + f"; wrote {out}")
+              + ("" if out is None else f"; wrote {out}"))
     return 0 if check.verified else 1
 
 

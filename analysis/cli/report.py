@@ -7,6 +7,7 @@ import argparse
 from analysis.cli.output import check_out_file, write_output_file
 from analysis.cli.options import add_path_argument, add_problem_arguments, load_problem, run_circuit, sharpness_from
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
@@ -55,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
     write_output_file(out, html)
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
-          f"{problem.iterations} iterations: {rep.verdict}; "
+          f"{count(problem.iterations, 'iteration')}: {rep.verdict}; "
           f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
     return 0 if rep.verified else 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from analysis import engine
 from analysis.cli.exits import report_failures
@@ -10,6 +11,7 @@ from analysis.cli.options import add_engine_arguments
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.progress import Cells
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "sweep"
 HELP = "run the soft k-means circuit at several temperatures over grids of d, k, n and data scale, against Lloyd's"
@@ -22,11 +24,21 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)  # exactly: through float, 2**63 + 1 would read as 2**63
+    except ValueError:
+        value = float(text)  # "1e3" is an integer too
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(text) from None
+        return int(value)
+
+
 def _ints(text: str) -> tuple[int, ...]:
-    values = _floats(text)
-    if any(v != int(v) for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    return tuple(int(v) for v in values)
+    try:
+        return tuple(_int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         checks = sweep.trend_checks(rows)
         settings = args.runner + "".join(f"; MISSING (failed) {f.cell}" for f in outcome.failures)
         write_output_dir(out, {"sweep.csv": sweep.rows_csv(rows), "sweep.html": sweep.sweep_html(rows, checks, grid, settings)})
-        print(f"sweep: {len(rows)} runs ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
+        print(f"sweep: {count(len(rows), 'run')} ({args.runner} runner, grid {args.grid}, {args.engine} engine);"
               f" wrote {out / 'sweep.html'} and {out / 'sweep.csv'}")
         for line in sweep.summary_lines(rows, checks, missing=len(outcome.failures)):
             print(line)

@@ -12,6 +12,7 @@ from pathlib import Path
 from analysis.cli.options import add_device_argument, resolve_device, seed
 from analysis.cli.output import check_out_dir
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "train"
 HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
@@ -140,7 +141,7 @@ def _fmt(value: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    out = check_out_dir(args.out)
+    out = check_out_dir(args.out, marker="config.json")  # a checkpoint folder is this command's to resume
     if args.resume and not (out / "config.json").is_file():
         raise ProblemError(f"--resume: {args.out!r} holds no checkpoint")
     if not args.resume and out.exists() and any(out.iterdir()):
@@ -171,10 +172,11 @@ def run(args: argparse.Namespace) -> int:
         from circuits.training.checkpoint import read_config
 
         prog = read_config(out)["progress"]
-        print(f"step {last['step']}: validation ratio model/Lloyd's {last['val_ratio']:.4f} after"
-              f" {cfg.eval_iterations} steps on {cfg.val_tasks} held-out tasks; checkpoint in {Path(args.out)}"
-              f" (model.safetensors: step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')}"
-              f" {prog['best_val_ratio']:.4f})")
+        # "step" is a training step here; the model's own steps are k-means iterations.
+        print(f"after {count(last['step'], 'training step')}: validation ratio model/Lloyd's {last['val_ratio']:.4f}"
+              f" (objectives after {count(cfg.eval_iterations, 'k-means iteration')}, on"
+              f" {count(cfg.val_tasks, 'held-out task')}); checkpoint in {Path(args.out)} (model.safetensors: training"
+              f" step {prog['best_step']}, {prog.get('best_metric', 'val_ratio')} {prog['best_val_ratio']:.4f})")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from analysis.sweep.core import GAP_FLOOR, PAIRS, SweepGrid, SweepRow, TrendCheck, aggregate, log_gap, summary_lines
+from analysis.wording import count
 
 
 def heatmaps(rows: list[SweepRow], title: str = ""):
@@ -56,8 +57,8 @@ def sweep_html(rows: list[SweepRow], checks: list[TrendCheck], grid: SweepGrid, 
     summary = "\n".join(summary_lines(rows, checks, max_listed=200))
     settings = html.escape(
         f"runner: {runner_name}; betas {list(grid.betas)}; d {list(grid.d)}; k {list(grid.k)}; n {list(grid.n)};"
-        f" scale {list(grid.scale)}; base {grid.base}; {grid.seeds} seed(s) per cell; {grid.iterations} iterations;"
-        f" {len(rows)} runs")
+        f" scale {list(grid.scale)}; base {grid.base}; {count(grid.seeds, 'seed')} per cell;"
+        f" {count(grid.iterations, 'iteration')}; {count(len(rows), 'run')}")
     intro = (f"<p>{settings}</p><p>gap = (J_soft - J_lloyd) / J_lloyd of the final centroids (each point to its"
              " nearest centroid); cells show the mean |gap| over seeds.</p>"
              f"<pre>{html.escape(summary)}</pre>")

@@ -11,8 +11,24 @@ FLOAT64_MAX = float(np.finfo(np.float64).max)
 FLOAT64_TINY = float(np.finfo(np.float64).tiny)
 
 
+def size_problem(d_max: int, n_max: int) -> str | None:
+    """Why the largest cell's data, ``n`` points in ``d`` dimensions of float64, cannot be held, or ``None``.
+
+    Its array alone is a lower bound on what a cell needs; beyond physical memory (or beyond what numpy can
+    index, where the system does not say) numpy would fail with "Maximum allowed dimension exceeded" in a cell.
+    """
+    from analysis.data import physical_memory
+
+    need = 8 * d_max * n_max
+    have = physical_memory() or 2**63 - 1
+    if need > have:
+        return (f"d = {d_max} and n = {n_max} are too large: one problem's data alone (n d float64 numbers) needs"
+                f" {need / 2**30:.3g} GiB, more than this machine's {have / 2**30:.3g} GiB of memory")
+    return None
+
+
 def range_problem(beta_max: float, scale_max: float, scale_min: float, d_max: int, n_max: int) -> str | None:
-    """Why float64 cannot run some cell of a grid with these extremes, or ``None``.
+    """Why float64 (or memory, :func:`size_problem`) cannot run some cell of a grid with these extremes, or ``None``.
 
     The data lie in ``[0, scale]^d``, so a squared distance is at most ``d scale^2`` and the k-means objective,
     a sum of ``n`` of them, at most ``n d scale^2``: it must stay finite (else the gap is NaN). The soft
@@ -24,6 +40,9 @@ def range_problem(beta_max: float, scale_max: float, scale_min: float, d_max: in
     """
     from circuits.variants.soft import MAX_STIFFNESS
 
+    reason = size_problem(d_max, n_max)
+    if reason:
+        return reason
     eps = float(np.finfo(np.float64).eps)
     if math.log10(n_max * d_max) + 2 * math.log10(scale_max) >= math.log10(FLOAT64_MAX):
         return (f"scale {scale_max:g} is too large for float64: the k-means objective of {n_max} points in"

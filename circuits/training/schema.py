@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+from circuits.untrusted_json import UntrustedJSONError, loads
+
 #: Written by this version. v2 adds the model's ``general`` flag (``d`` and ``k`` are then a capacity: any
 #: ``d' <= d``, ``k' <= k``) and the training options of a general run; v1 checkpoints (fixed d, k) still load.
 FORMAT = "kmeans-circuits/recurrent-v2"
@@ -189,15 +191,13 @@ def validate_config(config, where: str) -> dict:
     return config
 
 
-def load_json(text: str, where: str):
+def load_json(text: str, where: str, nonfinite: bool = False):
+    """The JSON value in ``text`` within :mod:`circuits.untrusted_json`'s limits (depth, number size, finite
+    numbers unless ``nonfinite``); :class:`CheckpointError` naming the field otherwise."""
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{where}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise CheckpointError(f"{where}: JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
-        raise CheckpointError(f"{where}: not valid JSON ({exc})") from None
+        return loads(text, where, nonfinite=nonfinite)
+    except UntrustedJSONError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -278,5 +278,5 @@ def read_log(path: str | Path) -> list[dict]:
     for number, line in enumerate(_read_text(folder / LOG).splitlines(), start=1):
         if line.strip():
             where = f"{folder / LOG} line {number}"
-            records.append(_log_record(load_json(line, where), where))
+            records.append(_log_record(load_json(line, where, nonfinite=True), where))
     return records

@@ -16,7 +16,8 @@ def cli(*args, cwd=None, timeout=300):
 @pytest.fixture(scope="module")
 def iris_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("iris")
-    res = cli("patch", "--dataset", "iris", "--k", 3, "--corruption", "move-centroid", "--json", cwd=cwd)
+    res = cli("patch", "--dataset", "iris", "--k", 3, "--corruption", "move-centroid", "--json", "--out", "pages",
+              cwd=cwd)
     return cwd, res
 
 
@@ -42,7 +43,7 @@ def test_iris_move_centroid_json_shows_the_restoring_layers(iris_run):
     sub = doc["sweeps"][1]
     assert ("pre L1 A0", "C") in {(c["row"], c["col"]) for c in sub["restoring_cells"]}
     out = tmp_path / doc["out"]
-    assert out.name == "patching-iris-move-centroid"
+    assert out == tmp_path / "pages"
     assert sorted(p.name for p in out.iterdir()) == ["patching.html", "patching.json"]
     page = (out / "patching.html").read_text()
     assert 'src="http' not in page and "pre L1 A0" in page and "centroids" in page
@@ -56,7 +57,7 @@ def test_the_heatmap_page_draws_offline(iris_run):
 
     if find_chromium() is None:
         pytest.skip("no Chromium")
-    page = iris_run[0] / "patching-iris-move-centroid" / "patching.html"
+    page = iris_run[0] / "pages" / "patching.html"
     assert static_external_references(page.read_text()) == []
     check = check_page(page)
     assert len(check.figures) == 3 and check.problems() == []

@@ -88,10 +88,16 @@ class CircuitConfig:
         return {**own, **self.other}
 
     def transformer_lens(self):
-        """The ``HookedTransformerConfig`` (imports TransformerLens)."""
-        from transformer_lens import HookedTransformerConfig
+        """The config :class:`circuits.model.CircuitTransformer` takes (imports TransformerLens): a
+        ``HookedTransformerConfig`` on TransformerLens 3.x, a :class:`circuits.hooked.config.HookedCircuitConfig`
+        on 4.x (which has no ``HookedTransformerConfig``)."""
+        from circuits import tl
 
-        return HookedTransformerConfig(**self.settings())
+        if tl.TL_MAJOR >= 4:
+            from circuits.hooked.config import HookedCircuitConfig
+
+            return HookedCircuitConfig.of(**self.settings())
+        return tl.HookedTransformerConfig(**self.settings())
 
     @property
     def plain_supported(self) -> bool:

@@ -4,7 +4,8 @@ For heads ``h`` (one in every circuit) and residual rows ``x_i``:
 
     q_i = x_i W_Q + b_Q,  k_j = x_j W_K + b_K,  v_j = x_j W_V + b_V       (hook_q, hook_k, hook_v)
     (use_qk_norm: q_i, k_j <- RMSNorm(q_i), RMSNorm(k_j))
-    s_ij = q_i . k_j / attn_scale                                          (hook_attn_scores; bidirectional, no mask)
+    s_ij = q_i . k_j / attn_scale      (hook_attn_scores; bidirectional, no mask; attn_scale is 1 without
+                                        use_attn_scale, times layer + 1 with scale_attn_by_inverse_layer_idx)
     A_ij = softmax_j(s_ij)   (use_attention_sinks: one more key of logit ``sinks``, dropped after the softmax)
                                                                             (hook_pattern; NaN rows become 0)
     z_i = sum_j A_ij v_j                                                    (hook_z)
@@ -47,6 +48,8 @@ class Attention(nn.Module):
         self.register_buffer("mask", torch.empty((0, 0), dtype=torch.bool))
         self.register_buffer("IGNORE", torch.tensor(-torch.inf))
         self.attn_scale = cfg.attn_scale if cfg.use_attn_scale else 1.0
+        if cfg.scale_attn_by_inverse_layer_idx:
+            self.attn_scale *= layer + 1
         if cfg.use_attention_sinks:
             self.sinks = nn.Parameter(torch.zeros(H, dtype=dtype))
         self.hook_k = HookPoint()  # [batch, pos, head, d_head]

@@ -28,11 +28,12 @@ class HookedCircuitConfig(CircuitConfig):
     use_split_qkv_input: bool = False
     use_attn_in: bool = False
     attn_scale: float = -1.0
+    #: Scores also divided by ``layer + 1`` (a HookedTransformer lever; no circuit uses it, tests do).
+    scale_attn_by_inverse_layer_idx: bool = False
 
     # Architecture a HookedTransformer could have and the hooked components do not: fixed, so that code reading
     # them (the prover's architecture obligation) sees the truth.
     use_local_attn: ClassVar[bool] = False
-    scale_attn_by_inverse_layer_idx: ClassVar[bool] = False
     use_normalization_before_and_after: ClassVar[bool] = False
     clip_qkv: ClassVar[None] = None
     use_logn_attn: ClassVar[bool] = False

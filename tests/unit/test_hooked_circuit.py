@@ -117,20 +117,17 @@ def test_hooks_edit_both_models_alike():
     assert not torch.equal(edited[0], plain)  # the hooks did change the run
 
 
-def _random_config(d_model: int, d_head: int, d_mlp: int, n_layers: int, **levers) -> CircuitConfig:
-    return CircuitConfig(n_layers=n_layers, d_model=d_model, d_head=d_head, d_mlp=d_mlp, d_vocab_out=3, **levers)
-
-
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), n_layers=st.integers(1, 3), d_head=st.integers(1, 4),
        levers=st.sampled_from([{}, {"use_qk_norm": True, "eps": 1e-6}, {"use_attention_sinks": True},
-                               {"use_attn_scale": True}]),
+                               {"use_attn_scale": True},
+                               {"use_attn_scale": True, "scale_attn_by_inverse_layer_idx": True}]),
        pos=st.integers(1, 7), batch=st.integers(1, 2))
 def test_random_weights_and_inputs_give_the_same_bits(seed, n_layers, d_head, levers, pos, batch):
     """Not the circuit's weights only: any weights (every parameter random, biases too) and any residual input."""
     from circuits.model import CircuitTransformer
 
-    cfg = _random_config(d_model=6, d_head=d_head, d_mlp=5, n_layers=n_layers, **levers)
+    cfg = CircuitConfig.of(n_layers=n_layers, d_model=6, d_head=d_head, d_mlp=5, d_vocab_out=3, **levers)
     ht = CircuitTransformer(cfg.transformer_lens())
     generator = torch.Generator().manual_seed(seed)
     state = {name: (torch.randn(value.shape, generator=generator, dtype=value.dtype) if value.is_floating_point()

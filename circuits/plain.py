@@ -89,14 +89,12 @@ class CircuitConfig:
 
     def transformer_lens(self):
         """The config :class:`circuits.model.CircuitTransformer` takes (imports TransformerLens): a
-        ``HookedTransformerConfig`` on TransformerLens 3.x, a :class:`circuits.hooked.config.HookedCircuitConfig`
-        on 4.x (which has no ``HookedTransformerConfig``)."""
+        ``HookedTransformerConfig`` on TransformerLens 3.x; on 4.x, which has none, a copy of this config (the
+        model, :class:`circuits.hooked.model.HookedCircuit`, makes its ``HookedCircuitConfig`` from it)."""
         from circuits import tl
 
         if tl.TL_MAJOR >= 4:
-            from circuits.hooked.config import HookedCircuitConfig
-
-            return HookedCircuitConfig.of(**self.settings())
+            return CircuitConfig.of(**self.settings())
         return tl.HookedTransformerConfig(**self.settings())
 
     @property

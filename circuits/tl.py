@@ -3,7 +3,7 @@
 TransformerLens 4.0 removed ``HookedTransformer``, ``HookedTransformerConfig`` and ``utils`` (now ``utilities``);
 ``HookedRootModule``, ``HookPoint``, ``ActivationCache``, ``FactoredMatrix`` and ``patching`` stayed. Code that
 needs one of them imports it from here (``from circuits.tl import ActivationCache``), so the next major touches this
-module only. Hook-name strings live next door, in :mod:`circuits.hook_names`.
+module only. Hook-name strings live next door, in circuits/hook_names.py.
 
 Importing this module does not import TransformerLens (it takes seconds, and the structured path needs none of it):
 each name is imported on first access. :data:`TL_VERSION` and :data:`TL_MAJOR` come from the installed package's
@@ -15,15 +15,18 @@ from __future__ import annotations
 import importlib
 from importlib import metadata
 
+from circuits.hook_names import HOOK_POINT_MODULE
+
 #: The installed TransformerLens version string, e.g. ``"3.9.0"`` or ``"4.3.0"``.
 TL_VERSION: str = metadata.version("transformer-lens")
-#: Its major version: 3 builds the circuit as a ``HookedTransformer``, 4 as :class:`circuits.hooked.HookedCircuit`.
+#: Its major version: 3 builds the circuit as a ``HookedTransformer``, 4 as
+#: :class:`circuits.hooked.model.HookedCircuit`.
 TL_MAJOR: int = int(TL_VERSION.split(".", 1)[0])
 
 #: Names this module hands out, and where TransformerLens keeps each (module, attribute); ``None``: the module.
 _WHERE: dict[str, tuple[str, str | None]] = {
     "HookedRootModule": ("transformer_lens", "HookedRootModule"),
-    "HookPoint": ("transformer_lens.hook_points", "HookPoint"),
+    "HookPoint": (HOOK_POINT_MODULE, "HookPoint"),
     "ActivationCache": ("transformer_lens", "ActivationCache"),
     "FactoredMatrix": ("transformer_lens", "FactoredMatrix"),
     "patching": ("transformer_lens.patching", None),
@@ -43,7 +46,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in _ONLY_3X and TL_MAJOR >= 4:
         raise ImportError(f"TransformerLens {TL_VERSION} has no {name} (removed in 4.0); the circuit is a"
-                          " circuits.hooked.HookedCircuit there (docs/python.md)", name=name)
+                          " circuits.hooked.model.HookedCircuit there (docs/python.md)", name=name)
     module_name, attribute = _WHERE[name]
     module = importlib.import_module(module_name)
     value = module if attribute is None else getattr(module, attribute)

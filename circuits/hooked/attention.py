@@ -105,8 +105,8 @@ class Attention(nn.Module):
             pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
         pattern = self.hook_pattern(pattern).to(device=v.device, dtype=v.dtype)
-        z = self.hook_z(einops.rearrange(pattern @ einops.rearrange(v, "batch key head d_head -> batch head key d_head"),
-                                         "batch head query d_head -> batch query head d_head"))
+        v_ = einops.rearrange(v, "batch key head d_head -> batch head key d_head")
+        z = self.hook_z(einops.rearrange(pattern @ v_, "batch head query d_head -> batch query head d_head"))
         return self.output(z)
 
     def scores(self, q: Float[Tensor, "batch query head d_head"],

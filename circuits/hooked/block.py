@@ -26,9 +26,16 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.Identity(), nn.Identity()
         self.attn = Attention(cfg, layer)
         self.mlp = GatedMLP(cfg)
-        for name in ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input", "hook_mlp_in",
-                     "hook_attn_out", "hook_mlp_out", "hook_resid_pre", "hook_resid_mid", "hook_resid_post"):
-            setattr(self, name, HookPoint())
+        self.hook_attn_in = HookPoint()  # silent: no use_attn_in
+        self.hook_q_input = HookPoint()  # silent: no use_split_qkv_input
+        self.hook_k_input = HookPoint()
+        self.hook_v_input = HookPoint()
+        self.hook_mlp_in = HookPoint()  # [batch, pos, d_model], with use_hook_mlp_in
+        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_pre = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def forward(self, resid_pre: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         resid_pre = self.hook_resid_pre(resid_pre)

@@ -1,4 +1,4 @@
-"""The TransformerLens 4.x model (circuits.hooked.HookedCircuit, a HookedRootModule) against the real
+"""The TransformerLens 4.x model (circuits.hooked.model.HookedCircuit, a HookedRootModule) against the real
 HookedTransformer, on TransformerLens 3.x where both exist: the same hook names, state-dict keys, cache and numbers,
 bit for bit (the float64 bit patterns, so even the sign of a zero), for the circuits and for random weights."""
 

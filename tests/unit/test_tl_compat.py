@@ -33,7 +33,7 @@ def test_the_version_is_the_installed_packages():
 def test_what_4x_removed_is_said_by_name():
     if tl.TL_MAJOR >= 4:
         for name in ("HookedTransformer", "HookedTransformerConfig"):
-            with pytest.raises(ImportError, match=f"has no {name}.*circuits.hooked.HookedCircuit"):
+            with pytest.raises(ImportError, match=f"has no {name}.*circuits.hooked.model.HookedCircuit"):
                 getattr(tl, name)
     else:
         import transformer_lens

@@ -256,7 +256,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, Recording(take, pre=keep_cache))
     cache = None
     if keep_cache:
-        from transformer_lens import ActivationCache
+        from circuits.tl import ActivationCache
 
         cache = ActivationCache(entries, circuit.model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])

@@ -155,12 +155,17 @@ class CircuitWeights:
         ``reuse``'s modules serve where their parameters are these very tensors (:class:`PlainTransformer`)."""
         return PlainTransformer(self.config, self.parameters, reuse) if self.config.plain_supported else None
 
-    def transformer(self) -> CircuitTransformer:
+    def transformer(self, model_class: type | None = None) -> CircuitTransformer:
         """The :class:`~circuits.model.CircuitTransformer` (a ``HookedTransformer`` on residual input) whose every
-        weight is one of ours (checked after loading), with the permanent hooks installed."""
+        weight is one of ours (checked after loading), with the permanent hooks installed. ``model_class``
+        :class:`circuits.hooked.model.HookedCircuit` builds that one instead (on TransformerLens 4.x it is the
+        default; on 3.x the tests compare both)."""
         from circuits.model import CircuitTransformer  # imports TransformerLens: only here
 
-        model = CircuitTransformer(self.config.transformer_lens())
+        if model_class is None or model_class is CircuitTransformer:
+            model = CircuitTransformer(self.config.transformer_lens())
+        else:
+            model = model_class(self.config)
         state = state_dict_for(self.parameters, model)
         model.load_state_dict(state, strict=True)
         check_loaded(model, state)

@@ -129,5 +129,8 @@ def param(layer: int, component: str, name: str) -> str:
     return f"blocks.{layer}.{component}.{name}"
 
 
+#: The TransformerLens module that defines ``HookPoint`` (both majors), for :mod:`circuits.tl`.
+HOOK_POINT_MODULE = "transformer_lens.hook_points"
+
 UNEMBED_W = "unembed.W_U"
 UNEMBED_B = "unembed.b_U"

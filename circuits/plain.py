@@ -88,10 +88,14 @@ class CircuitConfig:
         return {**own, **self.other}
 
     def transformer_lens(self):
-        """The ``HookedTransformerConfig`` (imports TransformerLens)."""
-        from transformer_lens import HookedTransformerConfig
+        """The config :class:`circuits.model.CircuitTransformer` takes (imports TransformerLens): a
+        ``HookedTransformerConfig`` on TransformerLens 3.x; on 4.x, which has none, a copy of this config (the
+        model, :class:`circuits.hooked.model.HookedCircuit`, makes its ``HookedCircuitConfig`` from it)."""
+        from circuits import tl
 
-        return HookedTransformerConfig(**self.settings())
+        if tl.TL_MAJOR >= 4:
+            return CircuitConfig.of(**self.settings())
+        return tl.HookedTransformerConfig(**self.settings())
 
     @property
     def plain_supported(self) -> bool:

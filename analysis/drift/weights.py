@@ -50,7 +50,7 @@ class CircuitComparison:
 
 def factored(model: RecurrentKMeans, kind: str, which: str):
     """A head circuit as a TransformerLens ``FactoredMatrix`` (learned part, no structural channel)."""
-    from transformer_lens import FactoredMatrix
+    from circuits.tl import FactoredMatrix
 
     w = {name: t.detach().double() for name, t in model.head_weights(kind).items()}
     if which == "QK":

@@ -201,7 +201,7 @@ class PatchingExperiment:
 
         Activations are cached on demand (``run_with_cache`` with a ``names_filter``) and kept.
         """
-        from transformer_lens import ActivationCache
+        from circuits.tl import ActivationCache
 
         store = self._caches[run]
         missing = sorted(set(names) - set(store))

@@ -1,5 +1,9 @@
-"""The circuit's HookedTransformer takes residual input in plain TransformerLens calls and in
-``transformer_lens.patching``'s helpers, whose results must equal the project's own patching."""
+"""The circuit's model takes residual input in plain TransformerLens calls and in ``transformer_lens.patching``'s
+helpers, whose results must equal the project's own patching.
+
+Every test runs on the circuit's model for the installed TransformerLens (a ``HookedTransformer`` on 3.x, the
+``HookedRootModule`` :class:`circuits.hooked.model.HookedCircuit` on 4.x) and, on 3.x, on a ``HookedCircuit`` holding
+the same weights as well, so the 4.x model is held to the same tests in the 3.x suite."""
 
 import sys
 
@@ -7,29 +11,49 @@ import numpy as np
 import pytest
 import torch
 from sklearn.datasets import make_blobs
-from transformer_lens import HookedTransformer, patching
 
 from analysis.patching import Patch, PatchingExperiment, move_centroid
 from analysis.patching.experiment import torch_threads
 from circuits import hook_names
-from circuits.build import build_lloyd_circuit
+from circuits import tl
+from circuits.build import KMeansCircuit, build_lloyd_circuit
 from circuits.encoding import encode
 from circuits.initialisation import initial_centroids
+from circuits.hooked.model import HookedCircuit
 from circuits.model import CircuitTransformer, ResidualInput
+from circuits.tl import patching
+
+#: The model classes under test: the installed major's CircuitTransformer, and on 3.x the 4.x class as well.
+MODEL_CLASSES = ["CircuitTransformer"] + (["HookedCircuit"] if tl.TL_MAJOR < 4 else [])
 
 
-@pytest.fixture(scope="module")
-def experiment():
+def as_hooked_circuit(circuit: KMeansCircuit) -> KMeansCircuit:
+    """The same circuit (weights, permanent hooks, layout) around a :class:`HookedCircuit`."""
+    return KMeansCircuit.from_model(circuit.weights.transformer(HookedCircuit), circuit.layout, circuit.schedule,
+                                    circuit.sharpness, circuit.iterations, variant=circuit.variant,
+                                    spec=circuit.spec, hooks=circuit.hooks, score_hooks=circuit.score_hooks)
+
+
+@pytest.fixture(scope="module", params=MODEL_CLASSES)
+def experiment(request):
     # Moving initial centroid 0 here swaps the two final clusters: the corruption reaches the logits.
     X, _ = make_blobs(n_samples=8, centers=2, cluster_std=1.5, random_state=18)
     C0 = initial_centroids(X, 2, "random", seed=18)
     circuit = build_lloyd_circuit(d=2, k=2, iterations=2)
+    if request.param == "HookedCircuit":
+        circuit = as_hooked_circuit(circuit)
     return PatchingExperiment(circuit, move_centroid(X, C0, centroid=0))
 
 
 def test_plain_calls_run_every_block_and_token_input_is_refused(experiment):
     model, resid = experiment.model, experiment.clean_input.resid
-    assert isinstance(model, CircuitTransformer) and isinstance(model, HookedTransformer)
+    # The class itself: a HookedTransformer on 3.x; on 4.x (which has none) our HookedRootModule.
+    assert isinstance(model, tl.HookedRootModule)
+    if tl.TL_MAJOR >= 4:
+        assert CircuitTransformer is HookedCircuit and isinstance(model, HookedCircuit)
+    else:
+        assert isinstance(model, (CircuitTransformer, HookedCircuit))
+        assert isinstance(model, tl.HookedTransformer) == (type(model) is CircuitTransformer)
     before = resid.clone()
     with torch.no_grad():
         plain = model(resid)

@@ -66,7 +66,7 @@ def test_what_cannot_be_read_is_refused(fitted):
         views.assign_attention(X)
     cache, encoded = _cache_and_encoding(X, est)
     partial = {name: cache[name] for name in cache.keys() if "resid" in name}
-    from transformer_lens import ActivationCache
+    from circuits.tl import ActivationCache
 
     with pytest.raises(ValueError, match="cache lacks"):
         as_run((ActivationCache(partial, est.model_), encoded))

@@ -29,6 +29,7 @@ from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (mi
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from circuits import hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
+from circuits.devices import resolve as resolve_device
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import fewer_distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
@@ -57,7 +58,8 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
-def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, **options):
+def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, device: str = "cpu",
+                  **options):
     """The circuit ``get_variant(variant).build(...)`` makes, built once per set of weights and then reused.
 
     The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
@@ -72,18 +74,19 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     shape or a run stopped early (:mod:`analysis.estimator_run`) needs. A first Lloyd circuit of a structure is
     derived from its two-block circuit (0 iterations, built and kept), so that its tied layers share tensors.
     """
-    key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
+    key = (variant, d, k, iterations, sharpness, dtype, device, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
         structure = None if sharpness is None else _structure(key)
         template = None if options else _same_structure(structure)
         if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
             # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
-            template = built_circuit(variant, d, k, 0, sharpness, dtype)
+            template = built_circuit(variant, d, k, 0, sharpness, dtype, device)
         if template is not None:
             circuit = with_assign_knobs(template, sharpness, iterations)
         else:
-            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
+            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype],
+                                                 device=device, **options)
         entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
@@ -99,9 +102,9 @@ ASSIGN_KNOBS = ("beta", "tie_break", "mask")
 def _structure(key: tuple) -> tuple:
     """``key`` without the assign head's knobs and the iterations: circuits equal under it differ in their assign
     heads and depth alone (Lloyd's weights are tied: a shallower circuit is a prefix of a deeper one)."""
-    variant, d, k, _, sharpness, dtype, options = key
+    variant, d, k, _, sharpness, dtype, device, options = key
     knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
-    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
+    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, device, options)
 
 
 def _same_structure(structure: tuple | None):
@@ -144,7 +147,7 @@ def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = N
     if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
         # A knob too large for the dtype: the fresh build says so (WeightRangeError).
         return get_variant(template.variant).build(template.layout.d, template.layout.k, iterations,
-                                                   sharpness=sharpness, dtype=dtype)
+                                                   sharpness=sharpness, dtype=dtype, device=old.config.device)
     # Layer 0 is the template's U block, layer 1 its A block (with the new assign matrices); the others repeat them.
     tied = {layer: _block_parameters(old.parameters, layer) for layer in (0, 1)}
     tied[1].update({("attn", name): value.to(old.config.device) for name, value in matrices.items()})
@@ -216,6 +219,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
+    device : where the circuit runs: ``"cpu"`` (the default), ``"cuda"`` or ``"auto"`` (cuda where present). The
+        verification is the same on either (float64 reference, same tolerances).
 
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
@@ -229,7 +234,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     @no_type_check
     def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init=1,
                  tol: float = 0.0, random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
-                 path: str = "auto"):
+                 path: str = "auto", device: str = "cpu"):
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.init = init
@@ -240,6 +245,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         self.sharpness = sharpness
         self.dtype = dtype
         self.path = path
+        self.device = device
 
     def _check_params(self) -> None:
         if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
@@ -252,11 +258,19 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"n_init must be 'auto' or a positive integer, got {self.n_init!r}")
         if not isinstance(self.tol, (int, float, np.floating, np.integer)) or not self.tol >= 0:
             raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
+        try:
+            resolve_device(self.device)
+        except ValueError as exc:
+            raise ValueError(f"device: {exc}") from None
         if self.path not in PATHS:
             raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
         if not isinstance(self.variant, str):
             raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
+
+    def _device(self) -> str:
+        """The device of ``device`` (``"auto"`` resolved), as a string: part of the circuit cache's key."""
+        return str(resolve_device(self.device))
 
     def _seed(self) -> int:
         if self.random_state is None:
@@ -297,7 +311,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         T = int(self.max_iter)
 
         def circuit_for(iterations: int):
-            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype)
+            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype,
+                                 self._device())
 
         tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
         best = None
@@ -432,7 +447,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
         with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
             sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
-            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
+            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype,
+                                    self._device(), **options)
             return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
 
     def transform(self, X):

@@ -124,18 +124,25 @@ class Groups:
         return groups
 
 
+def identity_groups(pos: int, device: torch.device | str = "cpu") -> Groups:
+    """Every position its own group (the side of a head that does not compress), on ``device``. Cached: its
+    tensors are only read."""
+    return _identity_groups(pos, torch.device(device))
+
+
 @functools.lru_cache(maxsize=8)
-def identity_groups(pos: int) -> Groups:
-    """Every position its own group (the side of a head that does not compress). Cached: its tensors are only read."""
-    every = torch.arange(pos)
-    return Groups(every, every, torch.ones(pos, dtype=torch.long), is_identity=True)
+def _identity_groups(pos: int, device: torch.device) -> Groups:
+    every = torch.arange(pos, device=device)
+    return Groups(every, every, torch.ones(pos, dtype=torch.long, device=device), is_identity=True)
 
 
 @functools.lru_cache(maxsize=64)
-def _hash_direction(h: int, dtype: torch.dtype = torch.float64) -> Float[Tensor, " h"]:
-    """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 and cast to
-    ``dtype``. Cached: it is only read."""
-    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
+def _hash_direction(h: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None
+                    ) -> Float[Tensor, " h"]:
+    """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 on the CPU
+    (the same numbers whatever the device) and cast to ``dtype`` on ``device``. Cached: it is only read."""
+    drawn = torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64, device="cpu")
+    return drawn.to(device=device if device is not None else torch.device("cpu"), dtype=dtype)
 
 
 def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None,
@@ -148,8 +155,9 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     the hashes only where :meth:`Groups.as_hash_groups` shows that ``unique`` would give exactly them; the columns
     are verified the same way either way.
     """
-    pos = vectors.shape[1]
-    direction = _hash_direction(vectors.shape[0], vectors.dtype) if direction is None else direction.to(vectors.dtype)
+    pos, device = vectors.shape[1], vectors.device
+    direction = (_hash_direction(vectors.shape[0], vectors.dtype, device) if direction is None
+                 else direction.to(device=device, dtype=vectors.dtype))
     hashes = direction @ vectors
     groups = hint.as_hash_groups(hashes) if hint is not None else None
     if groups is None:
@@ -157,9 +165,10 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
         m = counts.shape[0]
         if m == pos:
             # All hashes distinct, so all vectors distinct: every position its own group, in position order.
-            return identity_groups(pos)
-        positions = identity_groups(pos).representative  # 0 .. pos-1, only read
-        representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
+            return identity_groups(pos, device)
+        positions = identity_groups(pos, device).representative  # 0 .. pos-1, only read
+        representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
+            0, inverse, positions, reduce="amin")
         groups = Groups(representative, inverse, counts)
     # torch.equal is False on any NaN, as (==).all() is.
     if not torch.equal(vectors, vectors.index_select(1, groups.spread)):
@@ -167,9 +176,10 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
         _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
         m = counts.shape[0]
         if m == pos:
-            return identity_groups(pos)
-        positions = identity_groups(pos).representative
-        representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
+            return identity_groups(pos, device)
+        positions = identity_groups(pos, device).representative
+        representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
+            0, inverse, positions, reduce="amin")
         groups = Groups(representative, inverse, counts)
     return groups
 
@@ -334,9 +344,10 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
-    kg = identity_groups(pos) if single_keys else group_identical_columns(kT, hint=hint)
+    device = xT.device
+    kg = identity_groups(pos, device) if single_keys else group_identical_columns(kT, hint=hint)
     if kg.size <= pair_budget:
-        qg = identity_groups(pos)
+        qg = identity_groups(pos, device)
     else:
         qg = group_identical_columns(qT)
         if qg.size > pair_budget:
@@ -344,7 +355,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
                 f"{qg.size} distinct queries and {kg.size} distinct keys over {pos} tokens: the attention is not"
                 " structured (e.g. a trained model); use the dense path"
             )
-        kg = identity_groups(pos)
+        kg = identity_groups(pos, device)
     q_cols = qT if qg.is_identity else qT[:, qg.representative]
     k_rows = kT.T if kg.is_identity else kT.index_select(1, kg.representative).T
     # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
@@ -369,7 +380,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     if _any_nan(total):
         # As TransformerLens: a row with no finite score has no pattern.
         pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
-    value_sums = vT if kg.is_identity else torch.zeros(vT.shape[0], kg.size, dtype=vT.dtype).index_add_(1, kg.inverse, vT)
+    value_sums = vT if kg.is_identity else vT.new_zeros(vT.shape[0], kg.size).index_add_(1, kg.inverse, vT)
     # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
     out_groups = plan.out.apply(value_sums @ pattern_T)
     out = out_groups if qg.is_identity else out_groups[:, qg.inverse]

@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     construction = "learned" if learned is not None else getattr(args, "construction", None)
     out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
                         CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES)
+    if construction is not None or getattr(args, "checkpoint", None) is not None:
+        if args.device == "cuda":
+            flag = "--checkpoint" if getattr(args, "checkpoint", None) is not None else "--construction"
+            raise ProblemError(f"{flag} runs on the CPU: --device cuda does not apply")
     if construction is not None:
         return run_construction(args, problem, out, construction, learned)
     if getattr(args, "checkpoint", None) is not None:
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
-        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages)
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device)
         if out is not None:
             from analysis.report import build_report
 
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         rep = result.report
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
               f" variant {problem.variant}, {problem.iterations} iterations, beta={result.circuit.sharpness.beta:g},"
-              f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
+              f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else "")
+              + f", device {result.encoded.resid.device}")
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
             print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"

@@ -39,7 +39,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits import hook_names
-from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
+from circuits.structured_plans import CHUNK, AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
 
 #: The old name of :func:`circuits.structured_plans.cached_plan`, kept for one release.
 _cached_plan = cached_plan
@@ -315,6 +315,16 @@ def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice,
         xT[rows] += update
 
 
+def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
+    """The block's MLP added to the residual rows it writes, in place, a chunk of positions at a time
+    (:data:`circuits.structured_plans.CHUNK`): a per-token map, so each chunk is its own; the hidden units of
+    one chunk exist at once, not of every position."""
+    pos = xT.shape[1]
+    for start in range(0, pos, CHUNK):
+        part = xT if pos <= CHUNK else xT[:, start : start + CHUNK]  # a view: written through
+        _add_rows(part, plan.out.rows, plan.apply(_feature_major(ln2, part)))
+
+
 def _any_nan(t: Tensor) -> bool:
     """``bool(torch.isnan(t).any())``, in numpy for a CPU tensor (one reduction instead of two torch operations: the
     maximum is NaN exactly when an element is, as numpy's maximum propagates NaN)."""
@@ -436,7 +446,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
             _add_rows(post, attn_plan.out.rows, out)
             if keep_mid:
                 mids.append(post.clone())
-            _add_rows(post, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, post)))
+            _add_mlp(post, ln2, mlp_plan)
             posts.append(post)
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,

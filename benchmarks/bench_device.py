@@ -41,8 +41,9 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True) -> dict:
-    """Everything measured at one n, in this process (the forward alone unless ``verify``)."""
+def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, threads: int | None = None) -> dict:
+    """Everything measured at one n, in this process (the forward alone unless ``verify``; ``threads``: torch's CPU
+    threads on the structured path, :data:`circuits.structured.CPU_THREADS`, by default its own)."""
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
     import numpy as np
     import torch
@@ -55,10 +56,13 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True) -
     from benchmarks.make_scale_data import make
     from circuits.devices import resolve
     from circuits.encoding import encode
+    from circuits import structured
     from circuits.structured import Recording, structured_forward
     from circuits.variants import get_variant
 
     keep_freed_memory()
+    if threads is not None:
+        structured.CPU_THREADS = threads
     device = resolve(device_name)
     X, C0 = make(n, d, k)
     t0 = time.perf_counter()
@@ -104,7 +108,7 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True) -
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_data_mib": rss_before,
         "gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "verified": verified, "equal_sklearn": equal,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "structured_cpu_threads": structured.CPU_THREADS,
     }
 
 
@@ -165,6 +169,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--train-steps", type=int, default=10, help="steps of the training measurement (0: none)")
+    parser.add_argument("--structured-threads", type=int, default=None,
+                        help="torch CPU threads on the structured path (default circuits.structured.CPU_THREADS)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--json", metavar="FILE", help="also write every row as JSON")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
@@ -172,7 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.one is not None:
         verify = args.verify_max_n is None or args.one <= args.verify_max_n
-        print(json.dumps(one(args.one, args.d, args.k, args.iterations, args.device, verify)))
+        print(json.dumps(one(args.one, args.d, args.k, args.iterations, args.device, verify, args.structured_threads)))
         return
     if args.train_only:
         print(json.dumps(train_rate(args.device, args.train_steps)))
@@ -190,6 +196,8 @@ def main() -> None:
     common = ["--device", device, "--d", str(args.d), "--k", str(args.k), "--iterations", str(args.iterations)]
     if args.verify_max_n is not None:
         common += ["--verify-max-n", str(args.verify_max_n)]
+    if args.structured_threads is not None:
+        common += ["--structured-threads", str(args.structured_threads)]
     rows = []
     for n in ns:
         try:

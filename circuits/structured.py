@@ -29,6 +29,7 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -413,6 +414,31 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
+    with _cpu_threads(CPU_THREADS if resid.is_cpu else None):
+        return _structured_forward(model, resid, score_hooks, recording, pair_budget)
+
+
+#: torch's intra-op threads while the structured path runs on the CPU. Its operations are many and short (a chunk
+#: of positions, a few groups): on a loaded 2-core machine two threads waited on each other (n = 10,000, d = 8,
+#: k = 10, T = 10: a forward of 7.3 s with two threads against 0.65 s with one; benchmarks/bench_device.py).
+CPU_THREADS = 1
+
+
+@contextlib.contextmanager
+def _cpu_threads(threads: int | None):
+    """torch's CPU threads set to ``threads`` inside the block (``None``: left alone), restored after."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _structured_forward(model, resid, score_hooks: dict, recording: Recording, pair_budget: int):
     records: list[LayerRecord] = []
     # Feature-major (d_model, pos), one per problem: always a copy (``contiguous()`` would return a feature-major
     # input itself, which the in-place recording then overwrites).

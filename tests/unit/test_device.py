@@ -139,3 +139,32 @@ def test_estimator_refuses_an_unknown_device():
     X, _ = _problem(n=20)
     with pytest.raises(ValueError, match="device"):
         CircuitKMeans(2, device="abacus").fit(X)
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from analysis.cli.main import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cluster_says_which_device_ran(capsys, device):
+    import json
+
+    code, out, _ = _cli(capsys, "cluster", "--dataset", "iris", "--k", 3, "--iterations", 3, "--device", device, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verified"] and doc["device"].startswith(device)
+    code, out, _ = _cli(capsys, "cluster", "--dataset", "iris", "--k", 3, "--iterations", 3, "--device", device)
+    assert code == 0 and f"device {device}" in out.splitlines()[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: --device cuda is not bad input here")
+@pytest.mark.parametrize("command", [["cluster"], ["report", "--out", "r.html"], ["patch", "--corruption", "move-point"]])
+def test_device_cuda_without_one_is_a_one_line_error(capsys, tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _cli(capsys, command[0], "--dataset", "iris", "--k", 3, *command[1:], "--device", "cuda")
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].endswith("--device cuda: no CUDA device is available (use --device cpu)"), err
+    assert "Traceback" not in err and not any(tmp_path.iterdir())

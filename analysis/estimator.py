@@ -27,9 +27,8 @@ from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (st
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
-from circuits import hook_names, reference
+from circuits import devices, hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
-from circuits.devices import resolve as resolve_device
 from circuits.encoding import fit_unit_scaling
 from circuits.initialisation import fewer_distinct_rows, initial_centroids
 from circuits.sharpness import Sharpness
@@ -58,8 +57,7 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
-def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, device: str = "cpu",
-                  **options):
+def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, device="cpu", **options):
     """The circuit ``get_variant(variant).build(...)`` makes, built once per set of weights and then reused.
 
     The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
@@ -82,11 +80,9 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
         if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
             # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
             template = built_circuit(variant, d, k, 0, sharpness, dtype, device)
-        if template is not None:
-            circuit = with_assign_knobs(template, sharpness, iterations)
-        else:
-            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype],
-                                                 device=device, **options)
+        circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \
+            get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], device=device,
+                                       **options)
         entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
@@ -219,8 +215,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
-    device : where the circuit runs: ``"cpu"`` (the default), ``"cuda"`` or ``"auto"`` (cuda where present). The
-        verification is the same on either (float64 reference, same tolerances).
+    device : ``"cpu"`` (the default), ``"cuda"`` or ``"auto"`` (cuda where present); verified the same on either.
 
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
@@ -244,8 +239,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         self.variant = variant
         self.sharpness = sharpness
         self.dtype = dtype
-        self.path = path
-        self.device = device
+        self.path, self.device = path, device
 
     def _check_params(self) -> None:
         if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
@@ -258,19 +252,11 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"n_init must be 'auto' or a positive integer, got {self.n_init!r}")
         if not isinstance(self.tol, (int, float, np.floating, np.integer)) or not self.tol >= 0:
             raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
-        try:
-            resolve_device(self.device)
-        except ValueError as exc:
-            raise ValueError(f"device: {exc}") from None
         if self.path not in PATHS:
             raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
         if not isinstance(self.variant, str):
             raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
-
-    def _device(self) -> str:
-        """The device of ``device`` (``"auto"`` resolved), as a string: part of the circuit cache's key."""
-        return str(resolve_device(self.device))
 
     def _seed(self) -> int:
         if self.random_state is None:
@@ -308,11 +294,10 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         (the first of equal ones)."""
         # Every initialisation runs the same circuit: built once (or reused), sharp enough for all of them.
         sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
-        T = int(self.max_iter)
+        T, device = int(self.max_iter), str(devices.resolve(self.device))  # ValueError: unknown or absent device
 
         def circuit_for(iterations: int):
-            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype,
-                                 self._device())
+            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype, device)
 
         tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
         best = None
@@ -439,7 +424,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     def _run_group(self, X: np.ndarray, centres: np.ndarray):
         """One verified assign-only run of ``X`` against the fitted centroids (see :meth:`predict`)."""
         threshold = getattr(self, "threshold_", None)
-        options = {}
+        options = {"device": str(devices.resolve(self.device))}  # ValueError: an unknown or absent device
         if threshold is not None:
             # The variant's radius is relative to this run's data radius: choose it so the threshold is the fitted
             # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).
@@ -447,8 +432,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
         with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
             sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
-            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype,
-                                    self._device(), **options)
+            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
             return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
 
     def transform(self, X):

@@ -188,7 +188,10 @@ def main() -> None:
     from circuits.devices import resolve
 
     device = str(resolve(args.device))
-    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else f"CPU, {torch.get_num_threads()} torch threads"
+    from circuits.structured import CPU_THREADS
+
+    name = (torch.cuda.get_device_name(device) if device.startswith("cuda") else
+            f"CPU, {torch.get_num_threads()} torch threads, {args.structured_threads or CPU_THREADS} on the structured path")
     print(f"device {device} ({name}); d={args.d}, k={args.k}, T={args.iterations}, float64, blobs; scikit-learn on the"
           " CPU in the same process", flush=True)
     ns = [int(v) for v in args.ns.split(",") if v]

@@ -23,7 +23,7 @@ the spec's readout (labels of soft responsibilities, centroids normalised); and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from collections.abc import Callable
 
@@ -109,6 +109,18 @@ def reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
     return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
 
 
+def on_device(circuit: KMeansCircuit, encoded: EncodedBatch, device: str | torch.device | None) -> EncodedBatch:
+    """``encoded`` on the run's device (``device``, by default the circuit's), which must be the circuit's."""
+    from circuits.devices import resolve
+
+    wanted = circuit.device if device is None else resolve(device)
+    if wanted.type != circuit.device.type:
+        raise ValueError(f"the circuit was built on {circuit.device}, the run asks for {wanted}: build it there")
+    if encoded.resid.device.type == wanted.type:
+        return encoded
+    return replace(encoded, resid=encoded.resid.to(circuit.device))
+
+
 #: The dense forward holds a few (n + k + 1)^2 float64 matrices per layer: beyond this many tokens (~6 GB) it
 #: is refused rather than left to exhaust memory.
 DENSE_MAX_TOKENS = 12_000
@@ -119,7 +131,8 @@ class PathUnavailable(RuntimeError):
 
 
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
-            on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense") -> Capture:
+            on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense",
+            device: str | torch.device | None = None) -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
@@ -128,11 +141,13 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     tries the structured path and falls back to the dense one, recording why in ``Capture.path_note``. Raises
     :class:`PathUnavailable` when the asked-for path cannot run (not structured; too large for the dense path).
     ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps an
-    ``ActivationCache`` of the residual streams on the result.
+    ``ActivationCache`` of the residual streams on the result. ``device``: where to run (``"auto"``: cuda where
+    present); by default the circuit's. The encoding is moved there; the circuit must have been built there.
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
     path = ExecutionPath(path)
+    encoded = on_device(circuit, encoded, device)
     if circuit.spec.input_map is not None:
         encoded = reencode(circuit, encoded)
     note = ""

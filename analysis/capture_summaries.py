@@ -120,7 +120,7 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
         # Per key group, then per query: which centroid (or -1) the best key group is.
         starts = rep - seq.centroids.start
         chosen = np.where((starts >= 0) & (rep < seq.centroids.stop), starts, -1)[top]
-        rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points]
+        rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points].cpu()
         rows = rows_t if g.queries.is_identity else rows_t.numpy()
         fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
         fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
@@ -191,7 +191,7 @@ def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
     scores, pattern = [], []
     centroids = encoded.sequence.centroids
     for g in groups:
-        queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].numpy()
+        queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].cpu().numpy()
         keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
         for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
             rows = matrix.cpu().numpy()[queries]

@@ -27,7 +27,7 @@ from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (st
 from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
-from circuits import hook_names, reference
+from circuits import devices, hook_names, reference
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.encoding import fit_unit_scaling
 from circuits.sharpness import Sharpness
@@ -54,7 +54,7 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
-def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, **options):
+def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, device="cpu", **options):
     """The circuit ``get_variant(variant).build(...)`` makes, built once per set of weights and then reused.
 
     The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
@@ -69,18 +69,17 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     shape or a run stopped early (:mod:`analysis.estimator_run`) needs. A first Lloyd circuit of a structure is
     derived from its two-block circuit (0 iterations, built and kept), so that its tied layers share tensors.
     """
-    key = (variant, d, k, iterations, sharpness, dtype, tuple(sorted(options.items())))
+    key = (variant, d, k, iterations, sharpness, dtype, device, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
     if entry is None:
         structure = None if sharpness is None else _structure(key)
         template = None if options else _same_structure(structure)
         if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
             # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
-            template = built_circuit(variant, d, k, 0, sharpness, dtype)
-        if template is not None:
-            circuit = with_assign_knobs(template, sharpness, iterations)
-        else:
-            circuit = get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], **options)
+            template = built_circuit(variant, d, k, 0, sharpness, dtype, device)
+        circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \
+            get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], device=device,
+                                       **options)
         entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
@@ -96,9 +95,9 @@ ASSIGN_KNOBS = ("beta", "tie_break", "mask")
 def _structure(key: tuple) -> tuple:
     """``key`` without the assign head's knobs and the iterations: circuits equal under it differ in their assign
     heads and depth alone (Lloyd's weights are tied: a shallower circuit is a prefix of a deeper one)."""
-    variant, d, k, _, sharpness, dtype, options = key
+    variant, d, k, _, sharpness, dtype, device, options = key
     knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
-    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, options)
+    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, device, options)
 
 
 def _same_structure(structure: tuple | None):
@@ -141,7 +140,7 @@ def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = N
     if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
         # A knob too large for the dtype: the fresh build says so (WeightRangeError).
         return get_variant(template.variant).build(template.layout.d, template.layout.k, iterations,
-                                                   sharpness=sharpness, dtype=dtype)
+                                                   sharpness=sharpness, dtype=dtype, device=old.config.device)
     # Layer 0 is the template's U block, layer 1 its A block (with the new assign matrices); the others repeat them.
     tied = {layer: _block_parameters(old.parameters, layer) for layer in (0, 1)}
     tied[1].update({("attn", name): value.to(old.config.device) for name, value in matrices.items()})
@@ -216,6 +215,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     dtype : ``"float64"`` (exact) or ``"float32"`` (an approximation).
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
+    device : ``"cpu"`` (the default), ``"cuda"`` or ``"auto"`` (cuda where present); verified the same on either.
 
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
@@ -229,7 +229,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     @no_type_check
     def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init=1,
                  tol: float = 0.0, random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
-                 path: str = "auto"):
+                 path: str = "auto", device: str = "cpu"):
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.init = init
@@ -239,7 +239,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         self.variant = variant
         self.sharpness = sharpness
         self.dtype = dtype
-        self.path = path
+        self.path, self.device = path, device
 
     def _check_params(self) -> None:
         if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
@@ -267,10 +267,10 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         (the first of equal ones)."""
         # Every initialisation runs the same circuit: built once (or reused), sharp enough for all of them.
         sharpness, resolution = choose_sharpness(X, inits, self.variant, self.sharpness, DTYPES[self.dtype])
-        T = int(self.max_iter)
+        T, device = int(self.max_iter), str(devices.resolve(self.device))  # ValueError: unknown or absent device
 
         def circuit_for(iterations: int):
-            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype)
+            return built_circuit(self.variant, X.shape[1], inits[0].shape[0], iterations, sharpness, self.dtype, device)
 
         tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
         best = None
@@ -399,7 +399,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     def _run_group(self, X: np.ndarray, centres: np.ndarray):
         """One verified assign-only run of ``X`` against the fitted centroids (see :meth:`predict`)."""
         threshold = getattr(self, "threshold_", None)
-        options = {}
+        options = {"device": str(devices.resolve(self.device))}  # ValueError: an unknown or absent device
         if threshold is not None:
             # The variant's radius is relative to this run's data radius: choose it so the threshold is the fitted
             # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).

@@ -14,7 +14,7 @@ import torch
 
 from analysis.capture import Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.verify import VerificationReport, verify_problem
-from circuits import hook_names, reference
+from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
 from circuits.layout import ResidualLayout
@@ -73,6 +73,7 @@ class RunResult:
         return {
             "variant": self.circuit.variant,
             "path": self.capture.path,
+            "device": str(self.encoded.resid.device),
             "k": self.encoded.k,
             "iterations": self.circuit.iterations,
             "labels": [int(v) for v in self.labels],
@@ -208,26 +209,49 @@ def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "llo
     return for_problem(problems, d, d_model, given, u, underflow)
 
 
+def run_device(circuit: KMeansCircuit | None, device: str | torch.device | None) -> torch.device:
+    """The device a run uses: ``device`` (``"auto"``: cuda where present), by default the given circuit's, else
+    the CPU; a circuit built on another device than the one asked for is an error (its weights live there)."""
+    if device is None:
+        return circuit.device if circuit is not None else torch.device("cpu")
+    chosen = devices.resolve(device)
+    if circuit is not None and not _same_device(circuit.device, chosen):
+        raise ValueError(f"the circuit was built on {circuit.device}, the run asks for {chosen}: build it there")
+    return chosen
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` are the same device when the current one is 0."""
+    if a.type != b.type:
+        return False
+    current = torch.cuda.current_device() if a.type == "cuda" and torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
 def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: str = "lloyd",
                 dtype: torch.dtype = torch.float64, sharpness: Sharpness | dict | None = None,
                 on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
                 circuit: KMeansCircuit | None = None, path: str = "dense",
-                resolution: Resolution | None = None) -> RunResult:
+                resolution: Resolution | None = None, device: str | torch.device | None = None) -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
     ``sharpness``: a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
     :func:`choose_sharpness` pick the rest from the data. Pass ``circuit`` to reuse a built model (it must match
     d, k and iterations; ``resolution`` then says how its knobs were chosen). ``path`` chooses the execution path
-    (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`).
+    (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`). ``device``: where the
+    circuit is built and run (``"cpu"``, ``"cuda"``, ``"auto"``: cuda where present); by default the given
+    circuit's device, else the CPU. The verification is the same on any device (float64 reference, same tolerances).
 
-    Eleven parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
+    Twelve parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
     parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
+    device = run_device(circuit, device)
     if circuit is None:
         sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype)
-        circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype)
+        circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
+                                             device=str(device))
     scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
-    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling)
+    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device)
     cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
     return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)

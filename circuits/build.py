@@ -52,9 +52,9 @@ class WeightRangeError(ValueError):
     large for it (e.g. ``beta = 1e38`` in float32)."""
 
 
-def _cast(a, dtype: torch.dtype) -> torch.Tensor:
+def _cast(a, dtype: torch.dtype, device: str | torch.device = "cpu") -> torch.Tensor:
     a = np.asarray(a)
-    out = torch.as_tensor(a, dtype=dtype)
+    out = torch.as_tensor(a, dtype=dtype, device=device)
     if dtype.is_floating_point and not torch.isfinite(out).all() and np.isfinite(a).all():
         peak = float(np.abs(a).max())
         raise WeightRangeError(f"a weight of magnitude {peak:.3g} overflows {str(dtype).replace('torch.', '')} (largest"
@@ -64,13 +64,14 @@ def _cast(a, dtype: torch.dtype) -> torch.Tensor:
 
 
 def parameters_from_blocks(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d_model d_vocab_out"],
-                           dtype: torch.dtype) -> dict[str, torch.Tensor]:
+                           dtype: torch.dtype, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Every parameter of the circuit's state dict, from our blocks (the model's buffers are added when it is
-    built, :func:`state_dict_for`)."""
+    built, :func:`state_dict_for`), made on ``device``."""
     d_head = max(b.head.d_head for b in blocks)
     d_mlp = max(b.mlp.d_mlp for b in blocks)
     d_model = W_U.shape[0]
-    t = lambda a: _cast(a, dtype)  # noqa: E731
+    t = lambda a: _cast(a, dtype, device)  # noqa: E731
+    zeros = functools.partial(torch.zeros, dtype=dtype, device=device)
     state: dict[str, torch.Tensor] = {}
     for layer, block in enumerate(blocks):
         head, mlp = block.head.padded(d_head), block.mlp.padded(d_mlp)
@@ -78,12 +79,12 @@ def parameters_from_blocks(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d
         for name in ("W_Q", "W_K", "W_V", "W_O"):
             state[p("attn", name)] = t(getattr(head, name)[None])
         for bias in ("b_Q", "b_K", "b_V"):
-            state[p("attn", bias)] = torch.zeros(1, d_head, dtype=dtype)
-        state[p("attn", "b_O")] = torch.zeros(d_model, dtype=dtype)
+            state[p("attn", bias)] = zeros(1, d_head)
+        state[p("attn", "b_O")] = zeros(d_model)
         for name in ("W_gate", "W_in", "W_out"):
             state[p("mlp", name)] = t(getattr(mlp, name))
-        state[p("mlp", "b_in")] = torch.zeros(d_mlp, dtype=dtype)
-        state[p("mlp", "b_out")] = torch.zeros(d_model, dtype=dtype)
+        state[p("mlp", "b_in")] = zeros(d_mlp)
+        state[p("mlp", "b_out")] = zeros(d_model)
         for key, value in block.params.items():
             component, name = key.split(".", 1)
             value = np.asarray(value, dtype=np.float64)
@@ -91,7 +92,7 @@ def parameters_from_blocks(blocks: list[BlockWeights], W_U: Float[np.ndarray, "d
                 value = np.pad(value, (0, d_head - value.shape[0]))
             state[p(component, name)] = t(value)
     state[hook_names.UNEMBED_W] = t(W_U)
-    state[hook_names.UNEMBED_B] = torch.zeros(W_U.shape[1], dtype=dtype)
+    state[hook_names.UNEMBED_B] = zeros(W_U.shape[1])
     check_finite(state)
     return state
 
@@ -147,7 +148,7 @@ class CircuitWeights:
             d_mlp=max(b.mlp.d_mlp for b in blocks), d_vocab_out=W_U.shape[1], dtype=dtype, device=device,
             **cfg_overrides,
         )
-        parameters = {name: value.to(device) for name, value in parameters_from_blocks(blocks, W_U, dtype).items()}
+        parameters = parameters_from_blocks(blocks, W_U, dtype, device)
         return cls(cfg, parameters, list(hooks or []))
 
     def plain(self, reuse: PlainTransformer | None = None) -> PlainTransformer | None:
@@ -278,6 +279,11 @@ class KMeansCircuit:
     @property
     def dtype(self) -> torch.dtype:
         return self.config.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where the circuit's weights live (and so where it runs)."""
+        return torch.device(self.config.device)
 
     @property
     def n_layers(self) -> int:

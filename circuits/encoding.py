@@ -203,38 +203,46 @@ class _Kept:
 
 class StreamDecoder:
     """:func:`decode` of the successive residual streams of one run (a block's output, then the next block's), bit for
-    bit, copying from the previous decoding what comes from slots whose bits did not change: an assign block
+    bit, reusing from the previous decoding what comes from slots whose bits did not change: an assign block
     rewrites ``Y`` and leaves ``C`` and ``N`` alone, an update block the reverse, and a derived array (labels,
-    centroids in the user's units, their norms) is the same function of the same bits. Every decoded state still
-    owns all its arrays (copies, shared with no other state), with a fresh decoding's very strides (:class:`_Kept`).
-    The decoder keeps the arrays of the state it decoded last, so nothing may write into a state while it decodes
-    (nothing does: states are read by the capture's summaries, and changed only through ``dataclasses.replace``)."""
+    centroids in the user's units, their norms) is the same function of the same bits. Small arrays (of the
+    centroids) are copied with a fresh decoding's very strides (:class:`_Kept`), so every state owns them. The
+    point-sized ones (``assignments``, ``staged_assignments``, ``labels``: n x k per layer, gigabytes over a deep
+    run at a million points) are *shared* with the previous state when their bits are the same, and a shared
+    array is made read-only (in both states), so no state can change another's through it."""
 
     def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
-        self._labels: tuple[bytes, _Kept] | None = None  # Y's bits -> labels
+        self._last: DecodedState | None = None  # the point-sized arrays of the last decoding
         self._centroids: tuple[bytes, _Kept, _Kept] | None = None  # C's and N's bits -> centroids, |c|^2
         self._staged: tuple[bytes, _Kept] | None = None  # C_stage's bits -> staged centroids
 
     def __call__(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> DecodedState:
         layout, sequence, scaling = self.layout, self.sequence, self.scaling
-        # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it.
+        # One conversion to numpy (a view of the tensor's memory), then every read slices and copies from it. From
+        # another device only the slots read are brought over, not the whole residual stream.
         if isinstance(resid, torch.Tensor):
-            resid = resid.numpy() if resid.is_cpu and not resid.requires_grad else resid.detach().cpu().numpy()
+            resid = resid.detach()
+            if not resid.is_cpu:
+                resid = torch.cat([resid[..., layout[name]] for name in _DECODED], dim=-1).cpu()
+                layout = _packed(layout)
+            resid = resid.numpy()
         else:
             resid = np.asarray(resid)
         # read()'s copies, each position range sliced once.
         points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
-        Y = np.array(points[..., layout["Y"]], dtype=np.float64, copy=True)
+        last = self._last
+        Y = _same_bits_or(np.array(points[..., layout["Y"]], dtype=np.float64, copy=True),
+                          None if last is None else last.assignments)
+        Y_stage = _same_bits_or(np.array(points[..., layout["Y_stage"]], dtype=np.float64, copy=True),
+                                None if last is None else last.staged_assignments)
         unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
         unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
         unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
-        key = Y.tobytes()
-        if self._labels is not None and self._labels[0] == key:
-            labels = self._labels[1].copy()
+        if last is not None and Y is last.assignments:
+            labels = _read_only(last.labels)
         else:
             labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
-            self._labels = (key, _Kept(labels))
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
             centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
@@ -247,13 +255,47 @@ class StreamDecoder:
         else:
             staged = scaling.from_unit(unit_staged)
             self._staged = (key, _Kept(staged))
-        return DecodedState(
+        state = DecodedState(
             labels=labels,
             assignments=Y,
-            staged_assignments=np.array(points[..., layout["Y_stage"]], dtype=np.float64, copy=True),
+            staged_assignments=Y_stage,
             centroids=centroids,
             staged_centroids=staged,
             centroid_sq_norms=sq_norms,
             unit_centroids=unit_c,
             unit_sq_norms=unit_n,
         )
+        self._last = state
+        return state
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only (it is about to be shared by two decoded states)."""
+    a.flags.writeable = False
+    return a
+
+
+def _same_bits_or(fresh: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
+    """``previous`` (made read-only) when it holds the very bits of ``fresh`` (NaNs and signed zeros included) laid
+    out alike (the order of a later sum over it may depend on its strides), else ``fresh``."""
+    if previous is None or previous.shape != fresh.shape or previous.dtype != fresh.dtype \
+            or previous.strides != fresh.strides:
+        return fresh
+    if not np.array_equal(np.ascontiguousarray(previous).view(np.uint8), np.ascontiguousarray(fresh).view(np.uint8)):
+        return fresh
+    return _read_only(previous)
+
+
+#: The slots a decoding reads, in the order they are brought over from another device.
+_DECODED = ("Y", "Y_stage", "C", "N", "C_stage")
+
+
+@functools.lru_cache(maxsize=16)
+def _packed(layout: ResidualLayout) -> dict[str, slice]:
+    """Where each of :data:`_DECODED` sits once they are packed side by side (what comes over from a device)."""
+    packed, start = {}, 0
+    for name in _DECODED:
+        width = len(range(layout.d_model)[layout[name]])
+        packed[name] = slice(start, start + width)
+        start += width
+    return packed

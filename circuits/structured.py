@@ -29,7 +29,7 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
-import functools
+import contextlib
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -39,7 +39,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits import hook_names
-from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
+from circuits.structured_groups import (  # noqa: F401 (re-exported)
+    Groups, _hash_direction, _identity_groups, group_identical_columns, group_identical_rows, identity_groups,
+)
+from circuits.structured_plans import CHUNK, AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
 
 #: The old name of :func:`circuits.structured_plans.cached_plan`, kept for one release.
 _cached_plan = cached_plan
@@ -50,133 +53,6 @@ PAIR_BUDGET = 256
 
 class StructuredPathUnavailable(RuntimeError):
     """The structured path cannot run this model/input exactly; the message says why."""
-
-
-@dataclass
-class Groups:
-    """A partition of token positions into groups of identical vectors."""
-
-    representative: Int[Tensor, " m"]  # one position per group (the lowest)
-    inverse: Int[Tensor, " pos"]  # group of each position
-    counts: Int[Tensor, " m"]
-    #: Every position its own group, groups in position order (so group tensors are position tensors).
-    is_identity: bool = False
-    #: What is derived from the groups once and read again (``weights`` by dtype, ``spread``); only read.
-    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    @property
-    def size(self) -> int:
-        return int(self.representative.shape[0])
-
-    def weights(self, dtype: torch.dtype) -> Tensor:
-        """``counts`` as ``dtype`` (each group's multiplicity in the softmax), converted once: the forward and the
-        capture summaries both read it. Only read: it is shared."""
-        weights = self._derived.get(dtype)
-        if weights is None:
-            weights = self._derived[dtype] = self.counts.to(dtype)
-        return weights
-
-    @property
-    def spread(self) -> Int[Tensor, " pos"]:
-        """``representative[inverse]``: the representative position of each position's group. Only read."""
-        spread = self._derived.get("spread")
-        if spread is None:
-            spread = self._derived["spread"] = self.representative[self.inverse]
-        return spread
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``representative``, ``inverse`` and ``counts`` as numpy (on the CPU), made once. Only read."""
-        arrays = self._derived.get("numpy")
-        if arrays is None:
-            arrays = self._derived["numpy"] = tuple(t.cpu().numpy() for t in (self.representative, self.inverse,
-                                                                               self.counts))
-        return arrays
-
-    def as_hash_groups(self, hashes: Float[Tensor, " pos"]) -> "Groups | None":
-        """What ``torch.unique(hashes, return_inverse=True, return_counts=True)`` groups as, when it is this partition
-        of the positions (in the order of the hashes, which may differ from this one's); ``None`` when it is not.
-
-        It is this partition when every position's hash equals its representative's and the representatives'
-        hashes all differ: then they are the distinct values, ``unique`` numbers the groups in increasing hash order,
-        and counts and lowest positions follow. False on any NaN (NaN equals nothing). Checked in numpy, a
-        microsecond a step on CPU tensors where a torch operation costs several; other devices answer ``None``.
-        """
-        if not hashes.is_cpu or self.is_identity or hashes.shape != self.inverse.shape:
-            return None
-        h = hashes.numpy()
-        representative, inverse, counts = self.arrays()
-        distinct = h[representative]
-        if not (h == distinct[inverse]).all():
-            return None
-        increasing = distinct[1:] > distinct[:-1]
-        if increasing.all():
-            return self
-        order = np.argsort(distinct, kind="stable")
-        ranked = distinct[order]
-        if not (ranked[1:] > ranked[:-1]).all():  # two groups with one hash (or a NaN): unique would merge them
-            return None
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.shape[0])
-        groups = Groups(torch.from_numpy(representative[order]), torch.from_numpy(rank[inverse]),
-                        torch.from_numpy(counts[order]))
-        if "spread" in self._derived:  # the representative of each position's group: the same partition
-            groups._derived["spread"] = self._derived["spread"]
-        return groups
-
-
-@functools.lru_cache(maxsize=8)
-def identity_groups(pos: int) -> Groups:
-    """Every position its own group (the side of a head that does not compress). Cached: its tensors are only read."""
-    every = torch.arange(pos)
-    return Groups(every, every, torch.ones(pos, dtype=torch.long), is_identity=True)
-
-
-@functools.lru_cache(maxsize=64)
-def _hash_direction(h: int, dtype: torch.dtype = torch.float64) -> Float[Tensor, " h"]:
-    """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 and cast to
-    ``dtype``. Cached: it is only read."""
-    return torch.randn(h, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
-
-
-def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Tensor, " h"] | None = None,
-                            hint: Groups | None = None) -> Groups:
-    """Exact grouping of the identical columns of a feature-major ``(h, pos)`` tensor.
-
-    Hash every column by a projection (random unless given), then verify every column against its group's
-    representative and fall back to an exact ``unique`` on any collision. ``hint``: the groups of an earlier run
-    of the same head (an assign head's keys group alike layer after layer), taken instead of ``torch.unique`` of
-    the hashes only where :meth:`Groups.as_hash_groups` shows that ``unique`` would give exactly them; the columns
-    are verified the same way either way.
-    """
-    pos = vectors.shape[1]
-    direction = _hash_direction(vectors.shape[0], vectors.dtype) if direction is None else direction.to(vectors.dtype)
-    hashes = direction @ vectors
-    groups = hint.as_hash_groups(hashes) if hint is not None else None
-    if groups is None:
-        _, inverse, counts = torch.unique(hashes, return_inverse=True, return_counts=True)
-        m = counts.shape[0]
-        if m == pos:
-            # All hashes distinct, so all vectors distinct: every position its own group, in position order.
-            return identity_groups(pos)
-        positions = identity_groups(pos).representative  # 0 .. pos-1, only read
-        representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-        groups = Groups(representative, inverse, counts)
-    # torch.equal is False on any NaN, as (==).all() is.
-    if not torch.equal(vectors, vectors.index_select(1, groups.spread)):
-        # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
-        _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
-        m = counts.shape[0]
-        if m == pos:
-            return identity_groups(pos)
-        positions = identity_groups(pos).representative
-        representative = torch.full((m,), pos, dtype=torch.long).scatter_reduce(0, inverse, positions, reduce="amin")
-        groups = Groups(representative, inverse, counts)
-    return groups
-
-
-def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:
-    """:func:`group_identical_columns` of ``rows.T``: exact grouping of identical rows."""
-    return group_identical_columns(rows.T, direction)
 
 
 @dataclass
@@ -305,6 +181,16 @@ def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice,
         xT[rows] += update
 
 
+def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
+    """The block's MLP added to the residual rows it writes, in place, a chunk of positions at a time
+    (:data:`circuits.structured_plans.CHUNK`): a per-token map, so each chunk is its own; the hidden units of
+    one chunk exist at once, not of every position."""
+    pos = xT.shape[1]
+    for start in range(0, pos, CHUNK):
+        part = xT if pos <= CHUNK else xT[:, start : start + CHUNK]  # a view: written through
+        _add_rows(part, plan.out.rows, plan.apply(_feature_major(ln2, part)))
+
+
 def _any_nan(t: Tensor) -> bool:
     """``bool(torch.isnan(t).any())``, in numpy for a CPU tensor (one reduction instead of two torch operations: the
     maximum is NaN exactly when an element is, as numpy's maximum propagates NaN)."""
@@ -334,9 +220,10 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     if attn.cfg.use_qk_norm:
         qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
     single_keys = bool(getattr(score_hook, "single_keys", False))
-    kg = identity_groups(pos) if single_keys else group_identical_columns(kT, hint=hint)
+    device = xT.device
+    kg = identity_groups(pos, device) if single_keys else group_identical_columns(kT, hint=hint)
     if kg.size <= pair_budget:
-        qg = identity_groups(pos)
+        qg = identity_groups(pos, device)
     else:
         qg = group_identical_columns(qT)
         if qg.size > pair_budget:
@@ -344,7 +231,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
                 f"{qg.size} distinct queries and {kg.size} distinct keys over {pos} tokens: the attention is not"
                 " structured (e.g. a trained model); use the dense path"
             )
-        kg = identity_groups(pos)
+        kg = identity_groups(pos, device)
     q_cols = qT if qg.is_identity else qT[:, qg.representative]
     k_rows = kT.T if kg.is_identity else kT.index_select(1, kg.representative).T
     # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
@@ -369,7 +256,7 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     if _any_nan(total):
         # As TransformerLens: a row with no finite score has no pattern.
         pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
-    value_sums = vT if kg.is_identity else torch.zeros(vT.shape[0], kg.size, dtype=vT.dtype).index_add_(1, kg.inverse, vT)
+    value_sums = vT if kg.is_identity else vT.new_zeros(vT.shape[0], kg.size).index_add_(1, kg.inverse, vT)
     # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
     out_groups = plan.out.apply(value_sums @ pattern_T)
     out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
@@ -392,6 +279,31 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
+    with _cpu_threads(CPU_THREADS if resid.is_cpu else None):
+        return _structured_forward(model, resid, score_hooks, recording, pair_budget)
+
+
+#: torch's intra-op threads while the structured path runs on the CPU. Its operations are many and short (a chunk
+#: of positions, a few groups): on a loaded 2-core machine two threads waited on each other (n = 10,000, d = 8,
+#: k = 10, T = 10: a forward of 7.3 s with two threads against 0.65 s with one; benchmarks/bench_device.py).
+CPU_THREADS = 1
+
+
+@contextlib.contextmanager
+def _cpu_threads(threads: int | None):
+    """torch's CPU threads set to ``threads`` inside the block (``None``: left alone), restored after."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _structured_forward(model, resid, score_hooks: dict, recording: Recording, pair_budget: int):
     records: list[LayerRecord] = []
     # Feature-major (d_model, pos), one per problem: always a copy (``contiguous()`` would return a feature-major
     # input itself, which the in-place recording then overwrites).
@@ -425,7 +337,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
             _add_rows(post, attn_plan.out.rows, out)
             if keep_mid:
                 mids.append(post.clone())
-            _add_rows(post, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, post)))
+            _add_mlp(post, ln2, mlp_plan)
             posts.append(post)
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,

@@ -17,6 +17,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 
+#: Positions a linear map or an MLP works on at once. A longer residual stream is streamed through them in chunks of
+#: this many positions, so that their temporaries (the MLP's hidden units, the gathered input rows) take memory in
+#: proportion to the chunk, not to n; a shorter one is one chunk, computed as before.
+CHUNK = 1 << 15
+
+
 def _nonzero(t: Tensor) -> np.ndarray:
     """``t != 0`` as a numpy mask. Plans are built from these scans: numpy runs each in about a microsecond, torch in
     several (a derived circuit's fresh head is planned on its first run). NaN counts as nonzero, as in torch."""
@@ -73,6 +79,17 @@ class RestrictedMap:
         return cls(_as_slice(rows) or rows_t, inputs, W[inputs][:, rows_t].T.contiguous(), bias)
 
     def apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
+        pos = xT.shape[1]
+        if pos <= CHUNK:
+            return self._apply(xT)
+        # Streamed over the positions: the gathered input rows exist one chunk at a time.
+        out = xT.new_empty(self.W_T.shape[0], pos)
+        for start in range(0, pos, CHUNK):
+            cols = slice(start, min(pos, start + CHUNK))
+            out[:, cols] = self._apply(xT[:, cols])
+        return out
+
+    def _apply(self, xT: Float[Tensor, "d_in pos"]) -> Float[Tensor, "c pos"]:
         # index_select: the same rows as xT[inputs], without advanced indexing's dispatch (a few us a call).
         inputs = self.inputs
         out = self.W_T @ (xT[inputs] if isinstance(inputs, slice) else xT.index_select(0, inputs))

@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
                         CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES,
                         previous=OUT_FILES + CHECKPOINT_OUT_FILES)
+    if construction is not None or getattr(args, "checkpoint", None) is not None:
+        if args.device == "cuda":
+            flag = "--checkpoint" if getattr(args, "checkpoint", None) is not None else "--construction"
+            raise ProblemError(f"{flag} runs on the CPU: --device cuda does not apply")
     if construction is not None:
         return run_construction(args, problem, out, construction, learned)
     if getattr(args, "checkpoint", None) is not None:
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
-        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages)
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device)
         if out is not None:
             from analysis.report import build_report
 
@@ -107,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
               f" variant {problem.variant}, {count(problem.iterations, 'iteration')},"
               f" beta={result.circuit.sharpness.beta:g},"
-              f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else ""))
+              f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else "")
+              + f", device {result.encoded.resid.device}")
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
             print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"

@@ -68,6 +68,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     knobs.add_argument("--tie-break", type=float, default=None, help="tie-break in unit-scaled squared distance (default: chosen from the data)")
     knobs.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                        help="float64 (exact) or float32 (an approximation, reported as such)")
+    add_device_argument(parser)
 
 
 def add_path_argument(parser: argparse.ArgumentParser) -> None:
@@ -165,19 +166,19 @@ def check_checkpoint(path: str) -> dict:
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="where torch computes (default: cuda when available, else cpu)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where torch computes: auto (cuda when available, else cpu; the default), cpu or cuda")
 
 
 def resolve_device(name: str | None) -> str:
-    """``--device``: cuda when available by default; asking for cuda where there is none is bad input."""
-    import torch
+    """``--device``: cuda when available for ``auto`` (and ``None``); asking for cuda where there is none is bad
+    input."""
+    from circuits.devices import resolve
 
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ProblemError("--device cuda: no CUDA device is available (use --device cpu)")
-    return name
+    try:
+        return str(resolve(name))
+    except ValueError:
+        raise ProblemError(f"--device {name}: no CUDA device is available (use --device cpu)") from None
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,9 +212,9 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
     return shapes
 
 
-def run_circuit(problem: Problem, dtype, sharpness, path: str, stages):
-    """Run and verify ``problem``'s circuit on ``path`` as the stage ``circuit`` of ``stages`` (one step a layer);
-    a path that cannot run it is bad input. Shared by ``cluster`` and ``report``."""
+def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: str | None = "cpu"):
+    """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
+    ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``."""
     from analysis.capture import PathUnavailable
     from analysis.pipeline import run_problem
     from circuits.blocks import n_layers
@@ -221,7 +222,7 @@ def run_circuit(problem: Problem, dtype, sharpness, path: str, stages):
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
-                           on_layer=on_layer, path=path)
+                           on_layer=on_layer, path=path, device=resolve_device(device))
     except PathUnavailable as exc:
         raise ProblemError(str(exc)) from None
 

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 
 from analysis.cli.output import check_out_dir, write_output_dir
-from analysis.cli.options import add_problem_arguments, load_problem, sharpness_from
+from analysis.cli.options import add_problem_arguments, load_problem, resolve_device, sharpness_from
 from analysis.errors import ProblemError
 from analysis.wording import count
 from circuits.blocks import n_layers as schedule_length
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Built before the progress lines start: knobs too large for the dtype are bad input, reported on one line.
     circuit = get_variant(problem.variant).build(pair.d, pair.k, problem.iterations, sharpness=sharpness,
-                                                 dtype=DTYPES[args.dtype])
+                                                 dtype=DTYPES[args.dtype], device=resolve_device(args.device))
     names = ["clean and corrupted runs"] + [f"sweep {name}" for name in sweeps] + ["pages"]
     with Stages(NAME, names) as stages:
         stages.start("clean and corrupted runs")

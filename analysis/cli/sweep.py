@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 from analysis import engine
 from analysis.cli.exits import report_failures
-from analysis.cli.options import add_engine_arguments
+from analysis.cli.options import add_device_argument, add_engine_arguments, resolve_device
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.progress import Cells
 from analysis.errors import ProblemError
@@ -59,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=_floats, metavar="S,S,...", help="data scales (data in [0, scale]^d)")
     parser.add_argument("--seeds", type=int, help="problems per cell")
     parser.add_argument("--iterations", type=int, help="iterations of both algorithms (default 10)")
+    add_device_argument(parser)
     add_engine_arguments(parser)
 
 
@@ -81,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     engine.check(args.engine, args.address)
 
     runner = sweep.RUNNERS[args.runner]
+    if args.runner != "reference":  # the numpy reference runs on the CPU
+        runner = functools.partial(runner, device=resolve_device(args.device))
     cells = sum(1 for _ in grid.cells())
     with Cells(NAME, cells) as bar:
         outcome = sweep.sweep_cells(grid, runner, bar.update, args.engine, args.address)

@@ -146,8 +146,9 @@ def encode_pair(circuit: KMeansCircuit, pair: PatchingPair) -> tuple[EncodedBatc
     X_clean = pair.clean_slots()
     if pair.placeholder is not None:
         X_clean[pair.placeholder] = scaling.offset[0]
-    clean = encode(layout, X_clean, pair.C0_clean, dtype=circuit.dtype, scaling=scaling)
-    corrupted = encode(layout, pair.X_corrupted, pair.C0_corrupted, dtype=circuit.dtype, scaling=scaling)
+    clean = encode(layout, X_clean, pair.C0_clean, dtype=circuit.dtype, scaling=scaling, device=circuit.device)
+    corrupted = encode(layout, pair.X_corrupted, pair.C0_corrupted, dtype=circuit.dtype, scaling=scaling,
+                       device=circuit.device)
     if pair.placeholder is not None:
         seq = clean.sequence
         clean.resid[:, seq.point(pair.placeholder)] = clean.resid[:, seq.bos]
@@ -277,7 +278,8 @@ class PatchingExperiment:
                 for i, b in enumerate(rows):
                     out[b] = resid[i]
         if not patches:
-            return torch.empty(0, self.sequence.n_tokens, self.layout.d_model, dtype=self.circuit.dtype)
+            return torch.empty(0, self.sequence.n_tokens, self.layout.d_model, dtype=self.circuit.dtype,
+                               device=self.circuit.device)
         return torch.stack(out)
 
     def effective(self, patch: Patch, read_layer: int | None = None) -> Patch:
@@ -316,7 +318,8 @@ class PatchingExperiment:
         masks: dict[str, torch.Tensor] = {}
         for b, s in sites:
             if s.hook not in masks:
-                masks[s.hook] = torch.zeros((B, *clean[s.hook].shape[1:]), dtype=torch.bool)
+                masks[s.hook] = torch.zeros((B, *clean[s.hook].shape[1:]), dtype=torch.bool,
+                                            device=clean[s.hook].device)
             masks[s.hook][b][self._index(s, masks[s.hook].shape[2])] = True
 
         def overwrite(mask: torch.Tensor, value: torch.Tensor):
@@ -420,7 +423,8 @@ def verify_unpatched(exp: PatchingExperiment) -> UnpatchedCheck:
     from analysis.verify import verify_problem
 
     pair, circuit = exp.pair, exp.circuit
-    plain = encode(exp.layout, pair.X_clean, pair.C0_clean, dtype=circuit.dtype, scaling=exp.scaling)
+    plain = encode(exp.layout, pair.X_clean, pair.C0_clean, dtype=circuit.dtype, scaling=exp.scaling,
+                   device=circuit.device)
     with torch_threads(exp.threads):
         clean_capture = capture(circuit, plain, keep_cache=pair.placeholder is not None)
         corrupted_capture = capture(circuit, exp.corrupted_input)

@@ -119,8 +119,8 @@ def _prior() -> float:
     return DEFAULT_PRIOR
 
 
-def circuit_runner(X, C0, beta: float, iterations: int):
-    """The soft k-means ``HookedTransformer`` on the whole batch (one model per batch and stiffness).
+def circuit_runner(X, C0, beta: float, iterations: int, device: str = "cpu"):
+    """The soft k-means ``HookedTransformer`` on the whole batch (one model per batch and stiffness), on ``device``.
 
     The batch shares one encoder radius ``S`` (the largest of its problems), so one unit-frame stiffness
     ``beta * S^2`` serves every problem of it."""
@@ -134,8 +134,8 @@ def circuit_runner(X, C0, beta: float, iterations: int):
     fitted = fit_unit_scaling(X, C0)
     S = float(fitted.scale.max())
     scaling = UnitScaling(fitted.offset, np.full(X.shape[0], S))
-    circuit = build_soft_circuit(X.shape[2], C0.shape[1], iterations, beta=beta * S**2)
-    enc = encode(circuit.layout, X, C0, scaling=scaling)
+    circuit = build_soft_circuit(X.shape[2], C0.shape[1], iterations, beta=beta * S**2, device=device)
+    enc = encode(circuit.layout, X, C0, scaling=scaling, device=device)
     last = hook_names.resid_post(circuit.centroid_layers[-1])
     with torch.no_grad():
         _, cache = circuit.model.run_with_cache(enc.resid, start_at_layer=0, stop_at_layer=circuit.centroid_layers[-1] + 1,
@@ -143,7 +143,7 @@ def circuit_runner(X, C0, beta: float, iterations: int):
     return decode(circuit.layout, cache[last], enc.sequence, enc.scaling).centroids
 
 
-def structured_runner(X, C0, beta: float, iterations: int):
+def structured_runner(X, C0, beta: float, iterations: int, device: str = "cpu"):
     """The soft k-means circuit's weights on the structured execution path (:mod:`circuits.structured`), one
     problem at a time: the same residual stream as :func:`circuit_runner` in O(n k d) per layer, so the sweep
     reaches a million points. Same shared encoder radius as :func:`circuit_runner`."""
@@ -154,12 +154,12 @@ def structured_runner(X, C0, beta: float, iterations: int):
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     fitted = fit_unit_scaling(X, C0)
     S = float(fitted.scale.max())
-    circuit = build_soft_circuit(X.shape[2], C0.shape[1], iterations, beta=beta * S**2)
+    circuit = build_soft_circuit(X.shape[2], C0.shape[1], iterations, beta=beta * S**2, device=device)
     last = circuit.centroid_layers[-1]
     out = []
     for b in range(X.shape[0]):
         scaling = UnitScaling(fitted.offset[b : b + 1], np.array([S]))
-        enc = encode(circuit.layout, X[b], C0[b], scaling=scaling)
+        enc = encode(circuit.layout, X[b], C0[b], scaling=scaling, device=device)
         seen = {}
 
         def keep_last(layer: int, record) -> None:

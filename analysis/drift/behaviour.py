@@ -9,23 +9,28 @@ applies (:func:`applied_stiffness`). Objectives and ARI are the evaluation's (:m
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from analysis.evaluation.metrics import mean_adjusted_rand, nearest_labels, objectives
+from analysis.evaluation.metrics import adjusted_rand, contingency, nearest_labels, objectives
 from analysis.evaluation.protocol import lloyd_trajectory
-from analysis.evaluation.recurrent import Probe, StepView, observe_chunks
+from analysis.evaluation.recurrent import Probe, StepView, observe_chunks, one_chunk
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.construction import InitSharpness
 from circuits.training.model import ModelConfig, RecurrentKMeans
 from circuits.training.tasks import TaskBatch
 
 
+#: The per-step quantities of :class:`Behaviour`, each a mean over tasks with its spread (standard deviation).
+QUANTITIES = ("objective", "ratio", "entropy", "ari", "stiffness")
+
+
 @dataclass
 class Behaviour:
-    """Per step ``0..T`` on held-out tasks (means over tasks)."""
+    """Per step ``0..T`` on held-out tasks: means over tasks, and in ``spread[quantity][model]`` the standard
+    deviation over the same tasks (a mean is never compared without it)."""
 
     steps: int
     tasks: int
@@ -35,6 +40,13 @@ class Behaviour:
     entropy: dict[str, list[float]]
     ari: dict[str, list[float]]
     stiffness: dict[str, list[float]]
+    spread: dict[str, dict[str, list[float]]] = field(default_factory=lambda: {q: {} for q in QUANTITIES})
+
+    def put(self, quantity: str, name: str, per_task: np.ndarray) -> None:
+        """Record ``per_task`` (``[steps + 1, tasks]``) of ``quantity`` for ``name`` as its mean and spread."""
+        per_task = np.asarray(per_task, dtype=np.float64)
+        getattr(self, quantity)[name] = per_task.mean(1).tolist()
+        self.spread[quantity][name] = per_task.std(1).tolist()
 
 
 def assignment_entropy(view: StepView) -> float:
@@ -49,17 +61,20 @@ def applied_stiffness(a: float) -> Probe:
     return lambda view: float(view.points("BETA").double().mean()) * a
 
 
-def run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int, chunk: int = 8
+def run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centroids (task units), mean assignment entropy and mean applied stiffness per step."""
+    """Centroids (task units) ``[steps + 1, tasks, k, d]``, and per step and task the mean assignment entropy and
+    the mean applied stiffness (``[steps + 1, tasks]``). One task at a time, so that the probes, which average over
+    a chunk, give one value per task (at the same cost per task as larger chunks)."""
     probes = {"entropy": assignment_entropy, "stiffness": applied_stiffness(model.knobs()["assign_stiffness"])}
-    cents, values = observe_chunks(model, tasks.X, tasks.C0, steps, probes, chunk)
-    return cents, values["entropy"], values["stiffness"]
+    parts = [one_chunk(model, tasks.X[i:i + 1], tasks.C0[i:i + 1], steps, probes) for i in range(tasks.batch)]
+    cents = np.concatenate([c for c, _ in parts], axis=1)
+    return cents, *(np.stack([v[name] for _, v in parts], axis=1) for name in probes)
 
 
-def mean_ari(X: np.ndarray, C: np.ndarray, truth: np.ndarray) -> float:
-    """Mean ARI over tasks of the nearest-centroid labels against ``truth``."""
-    return mean_adjusted_rand(nearest_labels(X, C), truth)
+def task_ari(X: np.ndarray, C: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per task, the ARI of the nearest-centroid labels against ``truth``."""
+    return np.array([adjusted_rand(contingency(t, lab)) for t, lab in zip(truth, nearest_labels(X, C))])
 
 
 def behaviour(models: dict[str, RecurrentKMeans], tasks: TaskBatch, steps: int) -> Behaviour:
@@ -67,22 +82,28 @@ def behaviour(models: dict[str, RecurrentKMeans], tasks: TaskBatch, steps: int) 
     lloyd = lloyd_trajectory(tasks.X, tasks.C0, steps)
     obj_lloyd = objectives(tasks.X, lloyd)
     out = Behaviour(steps, tasks.batch, tasks.n, {}, {}, {}, {}, {})
-    out.objective["Lloyd's"] = obj_lloyd.mean(1).tolist()
-    out.ari["Lloyd's"] = [mean_ari(tasks.X, lloyd[t], tasks.components) for t in range(steps + 1)]
+    out.put("objective", "Lloyd's", obj_lloyd)
+    out.put("ari", "Lloyd's", np.array([task_ari(tasks.X, lloyd[t], tasks.components) for t in range(steps + 1)]))
     for name, model in models.items():
         cents, ent, beta = run_observed(model, tasks, steps)
         obj = objectives(tasks.X, cents)
-        out.objective[name] = obj.mean(1).tolist()
-        out.ratio[name] = (obj / obj_lloyd).mean(1).tolist()
-        out.entropy[name] = list(map(float, ent))
-        out.stiffness[name] = list(map(float, beta))
-        out.ari[name] = [mean_ari(tasks.X, cents[t], tasks.components) for t in range(steps + 1)]
+        out.put("objective", name, obj)
+        out.put("ratio", name, obj / obj_lloyd)
+        out.put("entropy", name, ent)
+        out.put("stiffness", name, beta)
+        out.put("ari", name, np.array([task_ari(tasks.X, cents[t], tasks.components) for t in range(steps + 1)]))
     return out
 
 
+def task_ratios(model: RecurrentKMeans, tasks: TaskBatch, steps: int, lloyd_obj: np.ndarray) -> np.ndarray:
+    """Per task, the objective after ``steps`` over Lloyd's (``lloyd_obj``); no per-step probes, since only the
+    end point is compared (the probes cost a fifth of a run)."""
+    cents, _ = observe_chunks(model, tasks.X, tasks.C0, steps, {}, 8)
+    return objectives(tasks.X, cents[-1][None])[0] / lloyd_obj
+
+
 def mean_ratio(model: RecurrentKMeans, tasks: TaskBatch, steps: int, lloyd_obj: np.ndarray) -> float:
-    cents, _, _ = run_observed(model, tasks, steps)
-    return float((objectives(tasks.X, cents[-1][None])[0] / lloyd_obj).mean())
+    return float(task_ratios(model, tasks, steps, lloyd_obj).mean())
 
 
 ABLATION_GROUPS = {
@@ -105,8 +126,9 @@ def ablations(trained: RecurrentKMeans, construction: RecurrentKMeans, tasks: Ta
             for name in names:
                 getattr(reverted, f"{kind}_{name}").copy_(getattr(construction, f"{kind}_{name}"))
                 getattr(only, f"{kind}_{name}").copy_(getattr(trained, f"{kind}_{name}"))
-        rows.append({"group": label, "reverted": mean_ratio(reverted, tasks, steps, lloyd_obj),
-                     "only_this_trained": mean_ratio(only, tasks, steps, lloyd_obj)})
+        r, o = (task_ratios(m, tasks, steps, lloyd_obj) for m in (reverted, only))
+        rows.append({"group": label, "reverted": float(r.mean()), "reverted_std": float(r.std()),
+                     "only_this_trained": float(o.mean()), "only_this_trained_std": float(o.std())})
     return rows
 
 
@@ -120,5 +142,7 @@ def stiffness_sweep(config: ModelConfig, tasks: TaskBatch, steps: int, lloyd_obj
         sharp = InitSharpness(**{**base.to_dict(), "beta": float(beta)})
         model = RecurrentKMeans(ModelConfig(config.d, config.k, "exact", sharp.to_dict(), config.d_head, config.reembed,
                                             general=config.general), dtype=dtype)
-        rows.append({"beta": float(beta), "beta_update": base.beta_update, "ratio": mean_ratio(model, tasks, steps, lloyd_obj)})
+        r = task_ratios(model, tasks, steps, lloyd_obj)
+        rows.append({"beta": float(beta), "beta_update": base.beta_update, "ratio": float(r.mean()),
+                     "ratio_std": float(r.std())})
     return rows

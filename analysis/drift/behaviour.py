@@ -1,14 +1,15 @@
 """What training changed in the behaviour: per step on held-out tasks, a trained model, the construction it
 started from and Lloyd's; ablations of one weight group at a time; the construction swept over its stiffness.
 
-The models run through the evaluation's observed forward pass (:func:`analysis.evaluation.recurrent.observe_chunks`)
-with two probes of their own: how soft the assignments are (:func:`assignment_entropy`) and the stiffness the model
-applies (:func:`applied_stiffness`). Objectives and ARI are the evaluation's (:mod:`analysis.evaluation.metrics`).
+The models run through the evaluation's observed forward pass (:func:`analysis.evaluation.recurrent.one_chunk`)
+with two probes of their own, which keep one value per task: how soft the assignments are
+(:func:`assignment_entropy`) and the stiffness the model applies (:func:`applied_stiffness`). Objectives and ARI are the evaluation's (:mod:`analysis.evaluation.metrics`).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 
 from analysis.evaluation.metrics import adjusted_rand, contingency, nearest_labels, objectives
 from analysis.evaluation.protocol import lloyd_trajectory
-from analysis.evaluation.recurrent import Probe, StepView, observe_chunks, one_chunk
+from analysis.evaluation.recurrent import StepView, observe_chunks, one_chunk
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.construction import InitSharpness
 from circuits.training.model import ModelConfig, RecurrentKMeans
@@ -49,27 +50,30 @@ class Behaviour:
         self.spread[quantity][name] = per_task.std(1).tolist()
 
 
-def assignment_entropy(view: StepView) -> float:
-    """Mean entropy (nats) of a point's assignment ``Y``, normalised to sum 1 (a general model: zero beyond k)."""
+def assignment_entropy(view: StepView) -> np.ndarray:
+    """Per task, the mean entropy (nats) of a point's assignment ``Y``, normalised to sum 1 (a general model: zero
+    beyond k)."""
     Y = view.points("Y").double().clamp_min(0)
     p = Y / Y.sum(-1, keepdim=True).clamp_min(1e-30)
-    return float(-(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean())
+    return (-(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean(-1)).cpu().numpy()
 
 
-def applied_stiffness(a: float) -> Probe:
-    """The assignment stiffness applied: ``a`` (the assign head's stiffness knob) times the points' mean ``BETA``."""
-    return lambda view: float(view.points("BETA").double().mean()) * a
+def applied_stiffness(a: float) -> Callable[[StepView], np.ndarray]:
+    """Per task, the assignment stiffness applied: ``a`` (the assign head's stiffness knob) times the points'
+    mean ``BETA``."""
+    return lambda view: view.points("BETA").double().mean(dim=(-2, -1)).cpu().numpy() * a
 
 
-def run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int
+def run_observed(model: RecurrentKMeans, tasks: TaskBatch, steps: int, chunk: int = 8
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Centroids (task units) ``[steps + 1, tasks, k, d]``, and per step and task the mean assignment entropy and
-    the mean applied stiffness (``[steps + 1, tasks]``). One task at a time, so that the probes, which average over
-    a chunk, give one value per task (at the same cost per task as larger chunks)."""
+    the mean applied stiffness (``[steps + 1, tasks]``): the evaluation's forward pass, ``chunk`` tasks at a time,
+    with probes that keep one value per task (so that each mean has its spread)."""
     probes = {"entropy": assignment_entropy, "stiffness": applied_stiffness(model.knobs()["assign_stiffness"])}
-    parts = [one_chunk(model, tasks.X[i:i + 1], tasks.C0[i:i + 1], steps, probes) for i in range(tasks.batch)]
+    parts = [one_chunk(model, tasks.X[s:s + chunk], tasks.C0[s:s + chunk], steps, probes)
+             for s in range(0, tasks.batch, chunk)]
     cents = np.concatenate([c for c, _ in parts], axis=1)
-    return cents, *(np.stack([v[name] for _, v in parts], axis=1) for name in probes)
+    return cents, *(np.concatenate([v[name] for _, v in parts], axis=1) for name in probes)
 
 
 def task_ari(X: np.ndarray, C: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -134,11 +138,17 @@ def ablations(trained: RecurrentKMeans, construction: RecurrentKMeans, tasks: Ta
 
 def stiffness_sweep(config: ModelConfig, tasks: TaskBatch, steps: int, lloyd_obj: np.ndarray,
                     betas: tuple[float, ...] = (2, 3, 4, 5, 6, 8, 12, 20, 50, 200),
-                    dtype: torch.dtype = torch.float32) -> list[dict]:
-    """The construction (no training) at several assignment stiffnesses, the update stiffness kept."""
+                    dtype: torch.dtype = torch.float32, at_init: tuple[float, float] | None = None) -> list[dict]:
+    """The construction (no training) at several assignment stiffnesses, the update stiffness kept. ``at_init``:
+    the (mean, std) ratio already measured for the construction at its own initial stiffness on these tasks,
+    used instead of running it again."""
     base = config.init_sharpness
     rows = []
     for beta in betas:
+        if at_init is not None and float(beta) == base.beta:
+            rows.append({"beta": float(beta), "beta_update": base.beta_update, "ratio": at_init[0],
+                         "ratio_std": at_init[1]})
+            continue
         sharp = InitSharpness(**{**base.to_dict(), "beta": float(beta)})
         model = RecurrentKMeans(ModelConfig(config.d, config.k, "exact", sharp.to_dict(), config.d_head, config.reembed,
                                             general=config.general), dtype=dtype)

@@ -89,6 +89,25 @@ def test_patterns_from_the_hooked_transformer_are_the_fast_passes(construction):
         np.testing.assert_allclose(pats.assign["m"][1], seen[ASSIGN][0][0, :, 1:].numpy()[pats.order], atol=1e-12)
 
 
+def test_the_sweep_point_at_the_initial_stiffness_is_the_construction(construction):
+    """The sweep reuses the construction's measured ratio at its own stiffness: run anew, it is the same."""
+    from analysis.drift.assemble import held_out
+    from analysis.drift.behaviour import behaviour, stiffness_sweep, task_ratios
+    from analysis.evaluation.metrics import objectives
+    from analysis.evaluation.protocol import lloyd_trajectory
+
+    batch = held_out(construction, 3, 12, 0, None).batch
+    lloyd = objectives(batch.X, lloyd_trajectory(batch.X, batch.C0, 3)[-1][None])[0]
+    fresh = stiffness_sweep(construction.config, batch, 3, lloyd, betas=(5.0,), dtype=torch.float64)[0]
+    beh = behaviour({"construction": construction}, batch, 3)
+    assert fresh["ratio"] == pytest.approx(beh.ratio["construction"][-1], rel=1e-12)
+    assert fresh["ratio_std"] == pytest.approx(beh.spread["ratio"]["construction"][-1], rel=1e-9)
+    assert fresh["ratio"] == pytest.approx(task_ratios(construction, batch, 3, lloyd).mean(), rel=1e-12)
+    reused = stiffness_sweep(construction.config, batch, 3, lloyd, betas=(4.0, 5.0), dtype=torch.float64,
+                             at_init=(0.25, 0.5))
+    assert reused[1]["ratio"] == 0.25 and reused[1]["ratio_std"] == 0.5 and reused[0]["ratio"] != 0.25
+
+
 @pytest.fixture(scope="module")
 def untrained_analysis(construction):
     return analyse(construction, config_doc(construction), tasks=3, n=12, steps=3, pattern_steps=(0, 1))

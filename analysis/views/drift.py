@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 
 from analysis.drift.record import DriftAnalysis
 from analysis.drift.weights import BLOCK_NAMES, subspace_blocks
-from analysis.views._common import View, cluster_colour, signed_log, signed_log_ticks
+from analysis.views._common import View, cluster_colour, colorbar_beside, signed_log, signed_log_ticks
 from circuits.blocks import ASSIGN, UPDATE
 
 
@@ -123,15 +123,6 @@ def _separators(dims: np.ndarray, layout, axis: str, xref: str, yref: str) -> li
     return [dict(type="line", xref=f"{xref} domain", yref=yref, x0=0, x1=1, y0=c, y1=c, line=line) for c in cuts]
 
 
-def _colorbar_beside(fig: go.Figure, row: int, col: int, cols: int, title: str, **extra) -> dict:
-    """A colour bar just right of subplot (row, col) and as tall as it: every panel carries its own bar."""
-    axis = (row - 1) * cols + col
-    xdom = fig.layout[f"xaxis{'' if axis == 1 else axis}"].domain
-    ydom = fig.layout[f"yaxis{'' if axis == 1 else axis}"].domain
-    return dict(title=dict(text=title, side="right"), x=xdom[1] + 0.01, xanchor="left", y=(ydom[0] + ydom[1]) / 2,
-                len=ydom[1] - ydom[0], thickness=12, **extra)
-
-
 def _circuit_scales(W: np.ndarray, floor: float) -> dict[str, dict]:
     """One panel's colouring on both scales: linear (diverging, centred at 0, its own largest magnitude at the
     ends) and signed log (each decade above ``floor`` one step)."""
@@ -169,7 +160,7 @@ def view_circuits(a: DriftAnalysis) -> View:
             fig.add_trace(go.Heatmap(z=lin["z"], x=[labels[q] for q in cols], y=[labels[q] for q in rows],
                                      customdata=sub, colorscale="RdBu_r", zmid=0, zmin=lin["zmin"], zmax=lin["zmax"],
                                      visible=i == 0, showscale=True, name=name,
-                                     colorbar=_colorbar_beside(fig, 1, j + 1, 2, lin["title"]),
+                                     colorbar=colorbar_beside(fig, 1, j + 1, 2, lin["title"]),
                                      hovertemplate="row %{y}, col %{x}<br>%{customdata:.4g}<extra></extra>"), 1, j + 1)
         shapes = []
         for xref, yref in (("x", "y"), ("x2", "y2")):
@@ -230,7 +221,7 @@ def view_patterns(a: DriftAnalysis) -> View:
                                   + (" (it first runs at step 1)" if head == "update" and t == 0 else "")))
                     continue
                 fig.add_trace(go.Heatmap(z=z, colorscale=colours, zmin=0, zmax=top, name=f"{name} {head}",
-                                         colorbar=_colorbar_beside(fig, row, ci + 1, cols, head),
+                                         colorbar=colorbar_beside(fig, row, ci + 1, cols, head),
                                          hovertemplate="point %{x}, centroid %{y}: %{z:.4g}<extra></extra>"),
                               row, ci + 1)
                 idx.append(len(fig.data) - 1)

@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=20, help="recurrent steps (default 20)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the test stream (default 0)")
     parser.add_argument("--no-ablations", action="store_true", help="skip the ablations and the stiffness sweep")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: the drift's tensors are small, and a second thread on a"
+                             " busy machine costs more than it gives)")
     parser.add_argument("--json", action="store_true", help="also print the numbers and the summary as JSON")
     parser.add_argument("--shapes", default=None, metavar="DxK,...",
                         help="general checkpoints: measure the behaviour on held-out tasks of each shape (default"
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("tasks", "steps"):
         if getattr(args, name) < 1:
             raise ProblemError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.threads is not None and args.threads < 1:
+    if args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, example="drift.html")
     from analysis.learned import find_checkpoint
@@ -59,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from analysis.drift import analyse, drift_report, stages_of
     from circuits.training.checkpoint import CheckpointError, load_model, read_log
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     try:
         model, config = load_model(args.checkpoint)
         log = read_log(args.checkpoint)
@@ -115,8 +116,7 @@ def run_learned(args: argparse.Namespace, out) -> int:
     from analysis.drift.learned import learned_drift
     from analysis.report.learned import learned_drift_report
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     with Stages(NAME, ["weights and behaviour", "report"]) as stages:
         stages.start("weights and behaviour")
         drift = learned_drift(alphas, steps=args.steps, tasks=args.tasks, n=n, seed=args.seed,

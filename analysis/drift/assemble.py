@@ -109,7 +109,10 @@ def analyse(model: RecurrentKMeans, config: dict, log: list[dict] | None = None,
         stage("ablations")
         abl = ablations(model, construction, batch, steps, lloyd_final)
         stage("stiffness sweep")
-        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, betas=tasks.betas, dtype=model.dtype)
+        # The construction at its own stiffness is one point of the sweep: measured already, on the same tasks.
+        at_init = (beh.ratio["construction"][-1], beh.spread["ratio"]["construction"][-1])
+        sweep = stiffness_sweep(model.config, batch, steps, lloyd_final, betas=tasks.betas, dtype=model.dtype,
+                                at_init=at_init)
     pats = None
     if o.with_patterns:
         stage("attention patterns")

@@ -50,6 +50,8 @@ class LearnedDrift:
     kept: dict[str, float] = field(default_factory=dict)
     tasks: dict = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
+    #: Standard deviation over the tasks of each variant's ratio, per step (beside every mean it is compared by).
+    ratio_spread: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,9 +105,10 @@ def weight_drift(alphas: np.ndarray, steps: int) -> tuple[list[StepWeights], flo
     return out, other
 
 
-def behaviour(alphas: np.ndarray, tasks: int, n: int, steps: int, seed: int) -> tuple[dict, dict]:
+def behaviour(alphas: np.ndarray, tasks: int, n: int, steps: int, seed: int) -> tuple[dict, dict, dict]:
     """Mean objective over Lloyd's per step of the trained model, the untrained candidate and the untrained swap,
-    and the share of steps each candidate was kept (trained model), on ``tasks`` held-out general tasks."""
+    its standard deviation over the tasks, and the share of steps each candidate was kept (trained model), on
+    ``tasks`` held-out general tasks."""
     from circuits.learned.reference import CANDIDATES, learned_swap, safety_chains
     from circuits.learned.train import SELECT_MARGIN, ratio
     from circuits.training.general_tasks import general_tasks
@@ -130,6 +133,7 @@ def behaviour(alphas: np.ndarray, tasks: int, n: int, steps: int, seed: int) -> 
                     kept[c] += 1
     total = max(1, sum(kept.values()))
     return ({name: np.mean(r, axis=0).tolist() for name, r in ratios.items()},
+            {name: np.std(r, axis=0).tolist() for name, r in ratios.items()},
             {c: v / total for c, v in kept.items()})
 
 
@@ -142,17 +146,20 @@ def learned_drift(alphas, steps: int = 20, tasks: int = 16, n: int = 128, seed: 
     per_step, other = weight_drift(alphas, ws)
     out = LearnedDrift([float(a) for a in alphas], per_step, other)
     exact = max(abs(s.alpha - s.alpha_read) for s in per_step)
-    out.summary.append(f"the factors read back from the weights equal the checkpoint's within {exact:.2g}: "
+    agree = "exactly" if exact == 0 else f"to within {exact:.2g}"
+    out.summary.append(f"the factors read back from the weights equal the checkpoint's {agree}: "
                        + ", ".join(f"step {s.step} {s.alpha_read:g}" for s in per_step)
                        + f" (untrained construction: 1; Lloyd's step: 0)")
     out.summary.append(f"training changed one layer per step (extrapolate: W_O writes to "
-                       f"{', '.join(per_step[0].writes_to) or 'nothing'}); every other layer differs from the"
-                       f" untrained construction's by at most {other:.2g}")
+                       f"{', '.join(per_step[0].writes_to) or 'nothing'}); every other layer "
+                       + ("is identical to the untrained construction's" if other == 0 else
+                          f"differs from the untrained construction's by at most {other:.2g}"))
     if with_behaviour:
-        out.ratio_per_step, out.kept = behaviour(alphas, tasks, n, steps, seed)
+        out.ratio_per_step, out.ratio_spread, out.kept = behaviour(alphas, tasks, n, steps, seed)
         out.tasks = {"count": tasks, "n": n, "steps": steps, "seed": seed, "family": "general (TEST stream)"}
-        r = out.ratio_per_step
-        out.summary.append("mean objective over Lloyd's at step 1 / 3 / last: " + "; ".join(
-            f"{name} {v[1]:.4f} / {v[min(3, steps)]:.4f} / {v[-1]:.4f}" for name, v in r.items()))
+        r, sd = out.ratio_per_step, out.ratio_spread
+        at = (1, min(3, steps), steps)
+        out.summary.append("objective over Lloyd's at step 1 / 3 / last, mean (std over the tasks): " + "; ".join(
+            f"{name} " + " / ".join(f"{v[t]:.4f} ({sd[name][t]:.2g})" for t in at) for name, v in r.items()))
         out.summary.append("kept: " + ", ".join(f"{c} {v:.0%}" for c, v in out.kept.items()))
     return out

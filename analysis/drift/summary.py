@@ -14,6 +14,11 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def spread(x: float, std: float) -> str:
+    """A mean with its standard deviation over tasks, as every compared mean is shown."""
+    return f"{fmt(x)} (std {fmt(std)})"
+
+
 def summarise(a: DriftAnalysis) -> list[str]:
     """Plain-words findings, each computed from the analysis (no sentence is written unless its numbers say so)."""
     return [*outcome(a), *dynamics(a), *weight_changes(a), *ablation_findings(a), *sweep_findings(a)]
@@ -23,12 +28,14 @@ def outcome(a: DriftAnalysis) -> list[str]:
     """The trained model's ratio to Lloyd's and ARI, and the steps on which it is worse than Lloyd's."""
     beh, T = a.behaviour, a.behaviour.steps
     r_t, r_c = beh.ratio["trained"], beh.ratio["construction"]
-    lloyd_ari = beh.ari["Lloyd's"][-1]
+    sd = beh.spread
+    lloyd_ari = spread(beh.ari["Lloyd's"][-1], sd["ari"]["Lloyd's"][-1])
     out = [
         f"Outcome: on {beh.tasks} held-out tasks (n={beh.n}) the trained model's k-means objective after {T} steps is"
-        f" {fmt(r_t[-1])} x Lloyd's from the same initial centroids (the construction it started from: {fmt(r_c[-1])} x)."
-        f" ARI against the generating components: trained {fmt(beh.ari['trained'][-1])},"
-        f" Lloyd's {fmt(lloyd_ari)}."]
+        f" {fmt(r_t[-1])} x Lloyd's (std over the tasks {fmt(sd['ratio']['trained'][-1])}) from the same initial"
+        f" centroids (the construction it started from: {spread(r_c[-1], sd['ratio']['construction'][-1])} x)."
+        f" ARI against the generating components: trained {spread(beh.ari['trained'][-1], sd['ari']['trained'][-1])},"
+        f" Lloyd's {lloyd_ari}."]
     worse = [t for t in range(1, T + 1) if r_t[t] > 1]
     if not worse:
         out.append("It is at or below Lloyd's objective at every step.")
@@ -84,10 +91,11 @@ def ablation_findings(a: DriftAnalysis) -> list[str]:
     redundant = worst["reverted"] - r_t[-1] < 0.1 * abs(r_c[-1] - r_t[-1])
     return [f"Ablations: reverting one group of weights to the construction costs at most"
             f" {fmt(worst['reverted'] - r_t[-1])} of ratio ({worst['group']}: {fmt(r_t[-1])} ->"
-            f" {fmt(worst['reverted'])})" + ("; no single group is necessary: the change is spread over all of"
-                                             " them" if redundant else "") +
+            f" {spread(worst['reverted'], worst['reverted_std'])})" + (
+                "; no single group is necessary: the change is spread over all of them" if redundant else "") +
             f". Trained alone (the rest as constructed), each group gets between"
-            f" {fmt(only[0]['only_this_trained'])} ({only[0]['group']}) and {fmt(only[-1]['only_this_trained'])}"
+            f" {spread(only[0]['only_this_trained'], only[0]['only_this_trained_std'])} ({only[0]['group']}) and"
+            f" {spread(only[-1]['only_this_trained'], only[-1]['only_this_trained_std'])}"
             f" ({only[-1]['group']})."]
 
 
@@ -106,6 +114,7 @@ def sweep_findings(a: DriftAnalysis) -> list[str]:
                    f" Lloyd's up to a={fmt(max(collapsed))} (soft enough that centroids merge) and better from"
                    f" a={fmt(min(working))}; the trained model applies {fmt(st[-1])} at its last step.")
     out.append(f"Is it just the temperature? The untrained construction at its best assignment stiffness in the sweep"
-               f" (a={fmt(best['beta'])}, b={fmt(best['beta_update'])}) reaches {fmt(best['ratio'])} x Lloyd's on"
-               f" the same tasks; the trained model ({fmt(r_t[-1])}) is {verdict} that.")
+               f" (a={fmt(best['beta'])}, b={fmt(best['beta_update'])}) reaches {spread(best['ratio'], best['ratio_std'])}"
+               f" x Lloyd's on the same tasks; the trained model"
+               f" ({spread(r_t[-1], a.behaviour.spread['ratio']['trained'][-1])}) is {verdict} that.")
     return out

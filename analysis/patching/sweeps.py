@@ -254,7 +254,8 @@ METRIC_TITLES = {
 NAN_COLOUR = "#8c8c8c"
 
 
-def _heat_traces(sweep: SweepResult, z: np.ndarray, metric: str, showscale: bool = True) -> list:
+def _heat_traces(sweep: SweepResult, z: np.ndarray, metric: str, showscale: bool = True,
+                 colorbar: dict | None = None) -> list:
     """The heatmap of ``z`` over the sweep's axes, and a grey overlay on its NaN (0/0) cells."""
     import plotly.graph_objects as go
 
@@ -265,11 +266,14 @@ def _heat_traces(sweep: SweepResult, z: np.ndarray, metric: str, showscale: bool
               for c in range(z.shape[1])] for r in range(z.shape[0])]
     fraction = metric.startswith("restored")
     nan = np.isnan(z)
+    # A fraction's bar spans -1..1, widened to the data where a patch overshoots (a fraction below -1: the patch
+    # made the readout worse than the corruption did), so that no cell is clipped to the bar's end.
+    reach = max(1.0, float(np.abs(z[~nan]).max())) if (~nan).any() else 1.0
     main = go.Heatmap(
         z=np.where(nan, None, z).tolist(), x=sweep.col_labels, y=sweep.row_labels, text=hover,
         hoverinfo="text", colorscale="RdBu", zmid=0 if fraction else None,
-        zmin=-1 if fraction else None, zmax=1 if fraction else None, showscale=showscale,
-        colorbar={"title": {"text": metric}}, name=metric,
+        zmin=-reach if fraction else None, zmax=reach if fraction else None, showscale=showscale,
+        colorbar=colorbar or {"title": {"text": metric}}, name=metric,
     )
     if not nan.any():
         return [main]
@@ -305,15 +309,18 @@ def heatmap(sweep: SweepResult, metric: str = "restored", title: str | None = No
 
 
 def heatmap_pair(sweep: SweepResult, local: np.ndarray, metric: str = "restored"):
-    """Two heatmaps side by side on one colour scale: ``metric`` read right after the block each row patches
-    (``local``, see :func:`analysis.patching.report.local_readout`) and at the sweep's read layer."""
+    """Two heatmaps side by side, each on its own colour bar (the same -1..1 unless a panel's data reaches
+    beyond): ``metric`` read right after the block each row patches (``local``, see
+    :func:`analysis.patching.report.local_readout`) and at the sweep's read layer."""
     from plotly.subplots import make_subplots
 
+    from analysis.views._common import colorbar_beside
+
     final = sweep.values[metric].numpy().astype(float)
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04, subplot_titles=(
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.12, subplot_titles=(
         "read right after the patched block", f"read after {sweep.read_label or sweep.read_layer} (final)"))
     for col, z in ((1, np.asarray(local, dtype=float)), (2, final)):
-        for trace in _heat_traces(sweep, z, metric, showscale=col == 2):
+        for trace in _heat_traces(sweep, z, metric, colorbar=colorbar_beside(fig, 1, col, 2, metric)):
             fig.add_trace(trace, row=1, col=col)
     _layout(fig, sweep, f"{sweep.title}: {METRIC_TITLES.get(metric, metric)} (grey: 0/0, nothing to restore)",
             len(sweep.row_labels), panels=2)

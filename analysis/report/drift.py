@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from analysis.drift.record import DriftAnalysis
-from analysis.drift.summary import fmt as _fmt
+from analysis.drift.summary import fmt as _fmt, spread
 from analysis.drift.weights import BLOCK_NAMES, KNOB_DOCS
 from analysis.report.document import Fact, Header, Html, Report, Section, Table
 from analysis.views.drift import (
@@ -35,7 +35,8 @@ def _header(a: DriftAnalysis, title: str) -> Header:
     tr = a.config["training"]
     return Header(
         title=title,
-        verdict=f"trained / Lloyd's after {beh.steps} steps: {r_t:.4f} on {beh.tasks} held-out tasks (n={beh.n})",
+        verdict=f"trained / Lloyd's after {beh.steps} steps: {r_t:.4f} (mean; std {beh.spread['ratio']['trained'][-1]:.3g})"
+                f" on {beh.tasks} held-out tasks (n={beh.n})",
         verified=r_t < 1, exact=False,
         groups={
             "run": [Fact("tasks", f"d={tr['d']} k={tr['k']} n={tr['n']}, gaussian mixtures"),
@@ -58,7 +59,8 @@ def _behaviour_sections(a: DriftAnalysis) -> list[Section]:
     if a.patterns is not None:
         sections.append(Section("Attention patterns", "The same problem through the exact construction (Lloyd's, hard"
                                 " attention) and the trained model. Points are sorted by the component that generated"
-                                " them; white lines separate components. Use the slider to change step.",
+                                " them; white lines separate components. Each panel has its own colour bar, from 0 to its own largest"
+                                " weight. Use the slider to change step.",
                                 [view_patterns(a)]))
     return sections
 
@@ -95,13 +97,15 @@ def _change_sections(a: DriftAnalysis) -> list[Section]:
     extra = []
     if a.ablations:
         extra.append(Table(["weights", "ratio with these reverted to the construction", "ratio with only these trained"],
-                           [[r["group"], _fmt(r["reverted"]), _fmt(r["only_this_trained"])] for r in a.ablations]))
+                           [[r["group"], spread(r["reverted"], r["reverted_std"]),
+                             spread(r["only_this_trained"], r["only_this_trained_std"])] for r in a.ablations],
+                           caption="mean over the tasks (standard deviation over them)"))
     sweep = view_sweep(a)
     if sweep is not None:
         extra.append(sweep)
     if extra:
         sections.append(Section("Which changes matter", f"Objective / Lloyd's after {a.behaviour.steps} steps on the"
-                                f" same {a.behaviour.tasks} tasks.", extra))
+                                f" same {a.behaviour.tasks} tasks: mean over them, with its standard deviation.", extra))
     hist = view_history(a)
     if hist is not None:
         sections.append(Section("Drift against training step", "From the checkpoint's training log.", [hist]))

@@ -22,16 +22,23 @@ def factors_figure(drift) -> go.Figure:
     fig.add_scatter(x=steps, y=[0.0] * len(steps), mode="lines", name="Lloyd's step (0)", line={"dash": "dot"})
     fig.update_layout(title="Extrapolation factor per step", xaxis_title="step", yaxis_title="alpha",
                       template="plotly_white", height=380)
+    fig.update_xaxes(tick0=0, dtick=max(1, -(-len(steps) // 10)), tickformat="d")
     return fig
 
 
 def ratio_figure(drift) -> go.Figure:
-    """Mean objective over Lloyd's per step, for each variant of :attr:`LearnedDrift.ratio_per_step`."""
+    """Mean objective over Lloyd's per step, for each variant of :attr:`LearnedDrift.ratio_per_step`, with error
+    bars of one standard deviation over the tasks (:attr:`LearnedDrift.ratio_spread`)."""
     fig = go.Figure()
     for name, values in drift.ratio_per_step.items():
-        fig.add_scatter(x=list(range(len(values))), y=values, mode="lines+markers", name=name)
-    fig.update_layout(title="Objective over Lloyd's on held-out tasks (lower is better)", xaxis_title="step",
-                      yaxis_title="mean objective / Lloyd's", template="plotly_white", height=380)
+        std = drift.ratio_spread.get(name)
+        fig.add_scatter(x=list(range(len(values))), y=values, mode="lines+markers", name=name,
+                        error_y=dict(type="data", array=std, thickness=1) if std is not None else None)
+    fig.update_layout(title="Objective over Lloyd's on held-out tasks (lower is better; mean, bars: std over the"
+                      " tasks)", xaxis_title="step", yaxis_title="objective / Lloyd's", template="plotly_white",
+                      height=380)
+    fig.update_xaxes(tick0=0, dtick=max(1, -(-len(next(iter(drift.ratio_per_step.values()), [])) // 10)),
+                     tickformat="d")
     return fig
 
 
@@ -57,8 +64,9 @@ def learned_drift_report(drift, title: str = "What training changed: the learned
                       [[s.step, f"{s.alpha:g}", f"{s.alpha_read:g}", f"{s.w_o_change_vs_untrained:.4g}",
                         f"{s.mlp_change_vs_untrained:.4g}", f"{s.w_o_change_vs_lloyd:.4g}", ", ".join(s.writes_to)]
                        for s in drift.steps],
-                      caption=f"every other layer differs from the untrained construction's by at most"
-                              f" {drift.other_layers_max_change:.3g}"))
+                      caption="every other layer " + (
+                          "is identical to the untrained construction's" if drift.other_layers_max_change == 0 else
+                          f"differs from the untrained construction's by at most {drift.other_layers_max_change:.3g}")))
     report = Report(header, [weights])
     if drift.ratio_per_step:
         t = drift.tasks

@@ -259,6 +259,15 @@ def dropdown(buttons: list[dict], x: float = 0.0, y: float = 1.12) -> dict:
                 buttons=[dict(method="update", label=b["label"], args=b["args"]) for b in buttons])
 
 
+def colorbar_beside(fig: go.Figure, row: int, col: int, cols: int, title: str, **extra) -> dict:
+    """A colour bar just right of subplot (row, col) and as tall as it: every panel carries its own bar."""
+    axis = (row - 1) * cols + col
+    xdom = fig.layout[f"xaxis{'' if axis == 1 else axis}"].domain
+    ydom = fig.layout[f"yaxis{'' if axis == 1 else axis}"].domain
+    return dict(title=dict(text=title, side="right"), x=xdom[1] + 0.01, xanchor="left", y=(ydom[0] + ydom[1]) / 2,
+                len=ydom[1] - ydom[0], thickness=12, **extra)
+
+
 def visibility(n_traces: int, groups: list[list[int]], always: list[int] = ()) -> list[list[bool]]:
     """One visibility mask per slider step: the traces of ``groups[i]`` plus ``always``."""
     masks = []

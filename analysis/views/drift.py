@@ -23,28 +23,43 @@ from plotly.subplots import make_subplots
 
 from analysis.drift.record import DriftAnalysis
 from analysis.drift.weights import BLOCK_NAMES, subspace_blocks
-from analysis.views._common import View, cluster_colour, signed_log, signed_log_ticks
+from analysis.views._common import View, cluster_colour, colorbar_beside, signed_log, signed_log_ticks
 from circuits.blocks import ASSIGN, UPDATE
 
 
+def integer_steps(fig: go.Figure, steps: int, **where) -> None:
+    """Step axes tick at whole steps only (a step is a count), at most about ten ticks."""
+    fig.update_xaxes(tick0=0, dtick=max(1, int(np.ceil(steps / 10))), tickformat="d", **where)
+
+
+def _band(fig: go.Figure, x: list[int], mean: list[float], std: list[float], colour: str, name: str,
+          row: int, col: int) -> None:
+    """Mean +- one standard deviation over tasks, as a translucent band behind the mean's line."""
+    lo = (np.asarray(mean) - np.asarray(std)).tolist()
+    hi = (np.asarray(mean) + np.asarray(std)).tolist()
+    fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], mode="lines", fill="toself", fillcolor=colour, opacity=0.18,
+                             line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=name,
+                             name=f"{name} +- std"), row, col)
+
+
 def view_behaviour(a: DriftAnalysis) -> View:
+    """Per step, each model's mean over the held-out tasks with a band of one standard deviation over them."""
     beh = a.behaviour
     steps = list(range(beh.steps + 1))
-    fig = make_subplots(rows=2, cols=2, subplot_titles=("k-means objective (mean over tasks)", "ARI to generating components",
-                                                        "assignment entropy (nats)", "stiffness applied (a x BETA)"))
+    panels = (("objective", "k-means objective"), ("ari", "ARI to generating components"),
+              ("entropy", "assignment entropy (nats)"), ("stiffness", "stiffness applied (a x BETA)"))
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[f"{title} (mean +- std over tasks)" for _, title in panels])
     colours = {"trained": "#d62728", "construction": "#1f77b4", "Lloyd's": "#2ca02c"}
-    for name, ys in beh.objective.items():
-        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, line=dict(color=colours[name])), 1, 1)
-    for name, ys in beh.ari.items():
-        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
-                                 line=dict(color=colours[name])), 1, 2)
-    for name, ys in beh.entropy.items():
-        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
-                                 line=dict(color=colours[name])), 2, 1)
-    for name, ys in beh.stiffness.items():
-        fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=False,
-                                 line=dict(color=colours[name])), 2, 2)
+    for pi, (quantity, _) in enumerate(panels):
+        row, col = pi // 2 + 1, pi % 2 + 1
+        for name, ys in getattr(beh, quantity).items():
+            std = beh.spread[quantity][name]
+            _band(fig, steps, ys, std, colours[name], name, row, col)
+            fig.add_trace(go.Scatter(x=steps, y=ys, name=name, legendgroup=name, showlegend=pi == 0,
+                                     customdata=std, hovertemplate="step %{x}: %{y:.4g} (std %{customdata:.3g})",
+                                     line=dict(color=colours[name])), row, col)
     fig.update_xaxes(title_text="step", row=2)
+    integer_steps(fig, beh.steps)
     fig.update_layout(height=620, title=f"Behaviour on {beh.tasks} held-out tasks (n={beh.n}), step by step")
     return View("drift-behaviour", "behaviour per step", fig, {"behaviour": beh.__dict__})
 
@@ -108,12 +123,25 @@ def _separators(dims: np.ndarray, layout, axis: str, xref: str, yref: str) -> li
     return [dict(type="line", xref=f"{xref} domain", yref=yref, x0=0, x1=1, y0=c, y1=c, line=line) for c in cuts]
 
 
+def _circuit_scales(W: np.ndarray, floor: float) -> dict[str, dict]:
+    """One panel's colouring on both scales: linear (diverging, centred at 0, its own largest magnitude at the
+    ends) and signed log (each decade above ``floor`` one step)."""
+    top = max(float(np.abs(W).max()), 1e-300)
+    log_top = float(signed_log(np.array([top]), floor)[0])
+    tickvals, ticktext = signed_log_ticks(floor, top)
+    return {"linear": dict(z=W, zmin=-top, zmax=top, tickvals=None, ticktext=None, title="entry"),
+            "signed log": dict(z=signed_log(W, floor), zmin=-log_top, zmax=log_top, tickvals=tickvals,
+                               ticktext=ticktext, title="entry (signed log)")}
+
+
 def view_circuits(a: DriftAnalysis) -> View:
-    """Trained and construction matrices side by side, restricted to dimensions either touches, on a signed log
-    colour scale (the sink and stiffness weights are decades above the rest), with lines between subspaces."""
+    """Trained and construction matrices side by side, restricted to dimensions either touches, with lines between
+    subspaces. Colours are linear and diverging, centred at 0, each panel on its own bar from minus to plus its
+    largest magnitude; a button switches both to a signed log scale (the sink and stiffness weights are decades
+    above the rest, which the linear scale draws near white)."""
     labels = a.layout.labels
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("construction", "trained"), horizontal_spacing=0.12)
-    buttons, n_traces, data = [], 2 * len(a.circuits), []
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("construction", "trained"), horizontal_spacing=0.16)
+    buttons, n_traces, data, scales = [], 2 * len(a.circuits), [], []
     for i, c in enumerate(a.circuits):
         both = np.abs(c.construction) + np.abs(c.trained)
         scale = max(float(both.max()), 1e-12)
@@ -122,17 +150,17 @@ def view_circuits(a: DriftAnalysis) -> View:
         nonzero = np.abs(np.concatenate([c.construction.ravel(), c.trained.ravel()]))
         nonzero = nonzero[nonzero > 0]
         top = float(nonzero.max()) if nonzero.size else 1.0
-        # Six decades below the largest entry: smaller ones are drawn at the floor (still with their sign).
+        # Six decades below the largest entry: on the signed log scale smaller ones are drawn at the floor.
         floor = max(float(nonzero.min()) if nonzero.size else 1.0, top * 1e-6)
-        tickvals, ticktext = signed_log_ticks(floor, top)
-        zmax = float(signed_log(np.array([top]), floor)[0])
         for j, (W, name) in enumerate(((c.construction, "construction"), (c.trained, "trained"))):
             sub = W[np.ix_(rows, cols)]
-            fig.add_trace(go.Heatmap(z=signed_log(sub, floor), x=[labels[q] for q in cols], y=[labels[q] for q in rows],
-                                     customdata=sub, colorscale="RdBu", zmid=0, zmin=-zmax, zmax=zmax, visible=i == 0,
-                                     showscale=j == 1, name=name,
-                                     colorbar=dict(title=dict(text="entry<br>(signed log)"), tickvals=tickvals,
-                                                   ticktext=ticktext),
+            both_scales = _circuit_scales(sub, floor)
+            scales.append(both_scales)
+            lin = both_scales["linear"]
+            fig.add_trace(go.Heatmap(z=lin["z"], x=[labels[q] for q in cols], y=[labels[q] for q in rows],
+                                     customdata=sub, colorscale="RdBu_r", zmid=0, zmin=lin["zmin"], zmax=lin["zmax"],
+                                     visible=i == 0, showscale=True, name=name,
+                                     colorbar=colorbar_beside(fig, 1, j + 1, 2, lin["title"]),
                                      hovertemplate="row %{y}, col %{x}<br>%{customdata:.4g}<extra></extra>"), 1, j + 1)
         shapes = []
         for xref, yref in (("x", "y"), ("x2", "y2")):
@@ -140,44 +168,82 @@ def view_circuits(a: DriftAnalysis) -> View:
         data.append(dict(rows=rows, cols=cols, floor=floor, shapes=shapes))
         buttons.append(dict(label=f"{BLOCK_NAMES[c.block]} {c.which}", method="update",
                             args=[{"visible": [t // 2 == i for t in range(n_traces)]}, {"shapes": shapes}]))
+    scale_buttons = [dict(label=kind, method="restyle", args=[{
+        "z": [s[kind]["z"] for s in scales], "zmin": [s[kind]["zmin"] for s in scales],
+        "zmax": [s[kind]["zmax"] for s in scales], "colorbar.tickvals": [s[kind]["tickvals"] for s in scales],
+        "colorbar.ticktext": [s[kind]["ticktext"] for s in scales],
+        "colorbar.title.text": [s[kind]["title"] for s in scales]}]) for kind in ("linear", "signed log")]
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(height=720, title="Head circuits in the named residual basis (rows read by query/value, columns by key/written)",
+    fig.update_layout(height=760, margin=dict(t=140),
+                      title="Head circuits in the named residual basis (rows read by query/value, columns by key/written)",
                       shapes=data[0]["shapes"] if data else [],
-                      updatemenus=[dict(buttons=buttons, x=0, y=1.1, xanchor="left", yanchor="top")])
+                      updatemenus=[dict(buttons=buttons, x=0, y=1.06, xanchor="left", yanchor="bottom"),
+                                   dict(type="buttons", direction="right", buttons=scale_buttons, active=0, x=1,
+                                        y=1.06, xanchor="right", yanchor="bottom", showactive=True)])
     return View("drift-circuits", "circuits side by side", fig, {"circuits": data},
-                notes=["Colour: signed log scale (each decade one step; entries more than six decades below the "
-                       "largest are drawn at the floor). Lines separate the residual stream's named subspaces."])
+                notes=["Colour: linear, diverging at 0, each panel on its own bar from minus to plus its largest"
+                       " magnitude (hover for the entry). The 'signed log' button draws each decade as one step"
+                       " (entries more than six decades below the largest at the floor). Lines separate the residual"
+                       " stream's named subspaces."])
+
+
+def first_attended_step(p) -> int:
+    """Index (into ``p.steps``) of the first step at which every panel (each model's assign and update head) has
+    non-zero attention; 0 if none has."""
+    for si in range(len(p.steps)):
+        if all(float(np.max(m[si])) > 0 for heads in (p.assign, p.update) for m in heads.values()):
+            return si
+    return 0
 
 
 def view_patterns(a: DriftAnalysis) -> View:
-    """Assign (0..1) and update patterns of one problem per step; each row has its own colour bar, since update
-    weights are about 1 / cluster size, and an x-axis title only under the bottom row."""
+    """Assign and update patterns of one problem per step, every panel on its own colour bar from 0 to its own
+    largest weight (the exact update head's 1 / cluster size would otherwise wash out a trained head's softer
+    weights). The page opens at the first step with non-zero attention in every panel; at step 0 the update head
+    has not run, which its panels say instead of drawing zeros."""
     p = a.patterns
     names = list(p.assign)
-    fig = make_subplots(rows=2, cols=len(names), subplot_titles=[f"{name}: assign head, point -> centroid" for name in names]
-                        + [f"{name}: update head, centroid -> point" for name in names], vertical_spacing=0.16)
-    steps_traces, update_max = [], []
+    cols = len(names)
+    fig = make_subplots(rows=2, cols=cols, subplot_titles=[f"{name}: assign head, point -> centroid" for name in names]
+                        + [f"{name}: update head, centroid -> point" for name in names], vertical_spacing=0.16,
+                        horizontal_spacing=0.14)
+    n_titles = len(fig.layout.annotations)
+    steps_traces, notes, zmax = [], [], {f"{name} {head}": [] for name in names for head in ("assign", "update")}
     for si, t in enumerate(p.steps):
         idx = []
-        # One scale for the update panels of a step (the exact and the trained head read on the same bar).
-        top = max(1e-12, max(float(p.update[name][si].max()) for name in names))
-        update_max.append(top)
         for ci, name in enumerate(names):
-            fig.add_trace(go.Heatmap(z=p.assign[name][si].T, colorscale="Viridis", zmin=0, zmax=1, showscale=ci == 0,
-                                     colorbar=dict(title=dict(text="assign"), y=0.79, len=0.42),
-                                     visible=si == 0, name=f"{name} assign"), 1, ci + 1)
-            idx.append(len(fig.data) - 1)
-            fig.add_trace(go.Heatmap(z=p.update[name][si], colorscale="Cividis", zmin=0, zmax=top, showscale=ci == 0,
-                                     colorbar=dict(title=dict(text="update"), y=0.21, len=0.42),
-                                     visible=si == 0, name=f"{name} update"), 2, ci + 1)
-            idx.append(len(fig.data) - 1)
+            for row, head, z, colours in ((1, "assign", p.assign[name][si].T, "Viridis"),
+                                          (2, "update", p.update[name][si], "Cividis")):
+                top = float(np.max(z)) if z.size else 0.0
+                zmax[f"{name} {head}"].append(top)
+                if top <= 0:
+                    notes.append((si, row, ci, f"{head} head: no attention at step {t}"
+                                  + (" (it first runs at step 1)" if head == "update" and t == 0 else "")))
+                    continue
+                fig.add_trace(go.Heatmap(z=z, colorscale=colours, zmin=0, zmax=top, name=f"{name} {head}",
+                                         colorbar=colorbar_beside(fig, row, ci + 1, cols, head),
+                                         hovertemplate="point %{x}, centroid %{y}: %{z:.4g}<extra></extra>"),
+                              row, ci + 1)
+                idx.append(len(fig.data) - 1)
         steps_traces.append(idx)
+    for si, row, ci, text in notes:
+        axis = (row - 1) * cols + ci + 1
+        suffix = "" if axis == 1 else str(axis)
+        fig.add_annotation(text=text, x=0.5, y=0.5, xref=f"x{suffix} domain", yref=f"y{suffix} domain",
+                           showarrow=False, font=dict(color="#555"), visible=False)
+    active = first_attended_step(p)
     total = len(fig.data)
-    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=40), steps=[
-        dict(label=str(t), method="update", args=[{"visible": [i in steps_traces[si] for i in range(total)]}])
+    for i, trace in enumerate(fig.data):
+        trace.visible = i in steps_traces[active]
+    for ni, (si, *_rest) in enumerate(notes):
+        fig.layout.annotations[n_titles + ni].visible = si == active
+    slider = dict(active=active, currentvalue=dict(prefix="step "), pad=dict(t=40), steps=[
+        dict(label=str(t), method="update", args=[
+            {"visible": [i in steps_traces[si] for i in range(total)]},
+            {f"annotations[{n_titles + ni}].visible": note[0] == si for ni, note in enumerate(notes)}])
         for si, t in enumerate(p.steps)])
     bounds = np.flatnonzero(np.diff(p.components)) + 0.5
-    for ci in range(len(names)):
+    for ci in range(cols):
         for b in bounds:
             fig.add_vline(x=float(b), line=dict(color="white", width=1), row=1, col=ci + 1)
             fig.add_vline(x=float(b), line=dict(color="white", width=1), row=2, col=ci + 1)
@@ -185,8 +251,10 @@ def view_patterns(a: DriftAnalysis) -> View:
     # Only the bottom row gets an x-axis title: under the top row it would overprint the bottom row's titles.
     fig.update_xaxes(title_text="point (sorted by generating component)", row=2)
     fig.update_layout(height=680, sliders=[slider],
-                      title="Attention on one held-out problem (HookedTransformer.run_with_cache); step 0 is the first assignment")
-    return View("drift-patterns", "attention patterns", fig, {"steps": p.steps, "update_zmax": update_max})
+                      title="Attention on one held-out problem (HookedTransformer.run_with_cache); step 0 is the first"
+                            " assignment; each panel has its own colour bar")
+    return View("drift-patterns", "attention patterns", fig,
+                {"steps": p.steps, "active_step": p.steps[active], "zmax": zmax})
 
 
 def view_history(a: DriftAnalysis) -> View | None:
@@ -215,10 +283,12 @@ def view_sweep(a: DriftAnalysis) -> View | None:
     if not a.sweep:
         return None
     fig = go.Figure(go.Scatter(x=[r["beta"] for r in a.sweep], y=[r["ratio"] for r in a.sweep], mode="lines+markers",
-                               name="construction (untrained) at stiffness a"))
+                               error_y=dict(type="data", array=[r["ratio_std"] for r in a.sweep], thickness=1),
+                               name="construction (untrained) at stiffness a (mean, bars: std over tasks)"))
     trained = a.behaviour.ratio["trained"][-1]
+    trained_std = a.behaviour.spread["ratio"]["trained"][-1]
     # Labels are placed by hand on the log axis (annotation y is log10 there), each right on its line.
-    for y, colour, dash, text in ((trained, "#d62728", "dash", f"trained model ({trained:.3g})"),
+    for y, colour, dash, text in ((trained, "#d62728", "dash", f"trained model ({trained:.3g}, std {trained_std:.3g})"),
                                   (1.0, "#2ca02c", "dot", "Lloyd's (1)")):
         fig.add_hline(y=y, line=dict(color=colour, dash=dash))
         fig.add_annotation(x=1, xref="x domain", xanchor="right", y=float(np.log10(y)), yref="y",

@@ -1,7 +1,7 @@
 """The data with the centroids moving across iterations, read off the residual stream.
 
-2-D data is drawn as is; higher-dimensional data through a PCA fitted on the points (the axes say how much
-variance each component keeps). A slider walks through the iterations: at step ``t`` the points are coloured by
+2-D data is drawn as is; higher-dimensional data through a PCA fitted on the points' standardised coordinates
+(each centred and scaled to unit variance; the axes say so and how much of that variance each component keeps). A slider walks through the iterations: at step ``t`` the points are coloured by
 the assignment the circuit wrote into ``Y`` for the centroids of iteration ``t`` (faded by their weight when the
 assignment is soft), the circuit's centroids of iteration ``t`` (read from ``C``) are crosses, and the reference
 algorithm's centroids, computed independently, are open circles around them.
@@ -30,20 +30,25 @@ from analysis.views._common import (
 
 
 class Projection:
-    """Identity for d <= 2, else a PCA fitted on the points (scikit-learn)."""
+    """Identity for d <= 2, else a PCA (scikit-learn) fitted on the points' standardised coordinates: each
+    coordinate centred and divided by its standard deviation first, so that a feature in large units (wine's
+    proline, hundreds to a thousand) does not make the first component all its own."""
 
     def __init__(self, X: np.ndarray):
         self.d = X.shape[1]
         self.pca = None
         if self.d > 2:
             from sklearn.decomposition import PCA
+            from sklearn.pipeline import make_pipeline
+            from sklearn.preprocessing import StandardScaler
 
-            self.pca = PCA(n_components=2).fit(X)
+            self.pipeline = make_pipeline(StandardScaler(), PCA(n_components=2)).fit(X)
+            self.pca = self.pipeline[-1]
 
     def __call__(self, A: np.ndarray) -> np.ndarray:
         A = np.asarray(A, dtype=np.float64)
         if self.pca is not None:
-            return self.pca.transform(A)
+            return self.pipeline.transform(A)
         if self.d == 1:
             return np.concatenate([A, np.zeros_like(A)], axis=-1)
         return A
@@ -52,7 +57,8 @@ class Projection:
     def axis_titles(self) -> tuple[str, str]:
         if self.pca is not None:
             r = self.pca.explained_variance_ratio_
-            return f"PC1 ({r[0]:.0%} of variance)", f"PC2 ({r[1]:.0%} of variance)"
+            return (f"PC1 of the standardised data ({r[0]:.0%} of its variance)",
+                    f"PC2 of the standardised data ({r[1]:.0%} of its variance)")
         if self.d == 1:
             return "x[0]", ""
         return "x[0]", "x[1]"
@@ -157,17 +163,23 @@ def _add_iteration(fig: go.Figure, data: dict, PR: np.ndarray | None, labels: tu
     P, PC, idx = data["projected_points"], data["projected_centroids"], data["drawn"]
     weights, members, k = data["weights"], data["clusters"][t, data["drawn"]], PC.shape[1]
     start = len(fig.data)
-    fig.add_trace(go.Scatter(
-        x=P[idx, 0], y=P[idx, 1], mode="markers", name="points", showlegend=False,
-        marker=dict(size=6, color=[cluster_colour(c) for c in members],
-                    # Fade soft assignments by their weight; a point with none (left out) stays visible.
-                    opacity=np.where(members < 0, 0.6, np.clip(weights[t, idx], 0.15, 1.0)).tolist(),
-                    line=dict(width=0)),
-        customdata=np.stack([np.array(plab)[idx], np.array([clab[c] if c >= 0 else "none" for c in members]),
-                             weights[t, idx].astype(str)], axis=-1),
-        hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
-        visible=t == 0,
-    ))
+    # Every kind of marker has a legend entry: assigned points, points the variant leaves out (a trimmed run's
+    # outliers, grey), the circuit's and the reference's centroids.
+    for kept, name in ((members >= 0, "points (colour: their centroid)"), (members < 0, "left out (outliers)")):
+        if not kept.any():
+            continue
+        sel, mem = idx[kept], members[kept]
+        fig.add_trace(go.Scatter(
+            x=P[sel, 0], y=P[sel, 1], mode="markers", name=name, legendgroup=name,
+            marker=dict(size=6, color=[cluster_colour(c) for c in mem],
+                        # Fade soft assignments by their weight; a point with none (left out) stays visible.
+                        opacity=np.where(mem < 0, 0.6, np.clip(weights[t, sel], 0.15, 1.0)).tolist(),
+                        line=dict(width=0)),
+            customdata=np.stack([np.array(plab)[sel], np.array([clab[c] if c >= 0 else "none" for c in mem]),
+                                 weights[t, sel].astype(str)], axis=-1),
+            hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
+            visible=t == 0,
+        ))
     fig.add_trace(go.Scatter(
         x=PC[t, :, 0], y=PC[t, :, 1], mode="markers", name="circuit centroids (C)", visible=t == 0,
         marker=dict(symbol="x", size=14, color=[cluster_colour(j) for j in range(k)],

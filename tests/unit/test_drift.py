@@ -89,6 +89,25 @@ def test_patterns_from_the_hooked_transformer_are_the_fast_passes(construction):
         np.testing.assert_allclose(pats.assign["m"][1], seen[ASSIGN][0][0, :, 1:].numpy()[pats.order], atol=1e-12)
 
 
+def test_the_sweep_point_at_the_initial_stiffness_is_the_construction(construction):
+    """The sweep reuses the construction's measured ratio at its own stiffness: run anew, it is the same."""
+    from analysis.drift.assemble import held_out
+    from analysis.drift.behaviour import behaviour, stiffness_sweep, task_ratios
+    from analysis.evaluation.metrics import objectives
+    from analysis.evaluation.protocol import lloyd_trajectory
+
+    batch = held_out(construction, 3, 12, 0, None).batch
+    lloyd = objectives(batch.X, lloyd_trajectory(batch.X, batch.C0, 3)[-1][None])[0]
+    fresh = stiffness_sweep(construction.config, batch, 3, lloyd, betas=(5.0,), dtype=torch.float64)[0]
+    beh = behaviour({"construction": construction}, batch, 3)
+    assert fresh["ratio"] == pytest.approx(beh.ratio["construction"][-1], rel=1e-12)
+    assert fresh["ratio_std"] == pytest.approx(beh.spread["ratio"]["construction"][-1], rel=1e-9)
+    assert fresh["ratio"] == pytest.approx(task_ratios(construction, batch, 3, lloyd).mean(), rel=1e-12)
+    reused = stiffness_sweep(construction.config, batch, 3, lloyd, betas=(4.0, 5.0), dtype=torch.float64,
+                             at_init=(0.25, 0.5))
+    assert reused[1]["ratio"] == 0.25 and reused[1]["ratio_std"] == 0.5 and reused[0]["ratio"] != 0.25
+
+
 @pytest.fixture(scope="module")
 def untrained_analysis(construction):
     return analyse(construction, config_doc(construction), tasks=3, n=12, steps=3, pattern_steps=(0, 1))
@@ -105,6 +124,13 @@ def test_analysis_of_an_untrained_model(untrained_analysis):
     assert f"{final:.3g} x Lloyd's" in a.summary[0]
     sweep = {r["beta"]: r["ratio"] for r in a.sweep}
     assert sweep[5.0] == pytest.approx(final, rel=1e-12)  # the construction's own stiffness is in the sweep
+    # Spreads: the per-step standard deviation over tasks (one task at a time) is the one of the ablations' and
+    # the sweep's end points (all tasks in one chunk), for the same untouched model.
+    std = a.behaviour.spread["ratio"]["trained"][-1]
+    assert std > 0
+    for row in a.ablations:
+        assert row["reverted_std"] == pytest.approx(std, rel=1e-9)
+    assert {r["beta"]: r["ratio_std"] for r in a.sweep}[5.0] == pytest.approx(std, rel=1e-9)
 
 
 def test_drift_report_is_self_contained(untrained_analysis, tmp_path):
@@ -143,31 +169,50 @@ def test_drift_figures_titles_scales_and_labels(untrained_analysis):
         cols = len({t.xaxis for t in view.figure.data}) // 2
         titled = [f"xaxis{'' if i == 1 else i}" for i in range(1, 2 * cols + 1) if lay[f"xaxis{'' if i == 1 else i}"].title.text]
         assert titled == [f"xaxis{i}" for i in range(cols + 1, 2 * cols + 1)], titled
-    # Patterns: assign panels on 0..1, update panels on their own bar scaled to the step's largest update weight.
-    fig = views.view_patterns(a).figure
-    assign = [t for t in fig.data if t.name.endswith("assign")]
-    update = [t for t in fig.data if t.name.endswith("update")]
-    assert all(t.zmin == 0 and t.zmax == 1 for t in assign)
-    per_step = len(a.patterns.assign)
-    for si in range(len(a.patterns.steps)):
-        group = update[si * per_step:(si + 1) * per_step]
-        top = max(float(np.max(t.z)) for t in group)
-        assert all(t.zmax == pytest.approx(max(top, 1e-12)) for t in group)
-    bars = {(t.colorbar.title.text, t.colorbar.y) for t in fig.data if t.showscale}
-    assert {b[0] for b in bars} == {"assign", "update"} and len({b[1] for b in bars}) == 2
-    # Circuits: signed log colours (raw values on hover), lines exactly between named subspaces.
+    # Patterns: every panel on its own bar, from 0 to its own largest weight (a shared bar let the exact head's
+    # 1 / cluster size wash out a trained head's softer weights); each bar beside its own panel.
+    view = views.view_patterns(a)
+    fig = view.figure
+    assert len(fig.data) > 0
+    for t in fig.data:
+        assert t.zmin == 0 and t.zmax == pytest.approx(float(np.max(t.z))) and t.zmax > 0, t.name
+        assert t.showscale is not False and t.colorbar.title.text in ("assign", "update")
+    assert len({(t.colorbar.x, t.colorbar.y) for t in fig.data}) == 4
+    # Step 0 has no update attention (the update head first runs at step 1): no panel is drawn for it, a note says
+    # so, and the page opens at step 1, the first step where every panel has non-zero attention.
+    assert a.patterns.steps == [0, 1] and not np.any(a.patterns.update["trained"][0])
+    assert view.data["active_step"] == 1 and fig.layout.sliders[0].active == 1
+    assert {t.name for t in fig.data if t.visible} == {"exact (Lloyd's) assign", "trained assign",
+                                                        "exact (Lloyd's) update", "trained update"}
+    notes = [ann for ann in fig.layout.annotations if "no attention" in ann.text]
+    assert len(notes) == 2 and not any(n.visible for n in notes)
+    at_step_0 = fig.layout.sliders[0].steps[0].args[1]
+    assert sum(at_step_0.values()) == 2
+    # Circuits: linear colours, diverging at 0, each panel from minus to plus its own largest magnitude; the
+    # signed log scale is one button away. Lines exactly between named subspaces.
     view = views.view_circuits(a)
     fig = view.figure
+    linear, log = (b.args[0] for b in fig.layout.updatemenus[1].buttons)
     for i, c in enumerate(a.circuits):
         d = view.data["circuits"][i]
         rows, cols, floor = d["rows"], d["cols"], d["floor"]
         heat = fig.data[2 * i + 1]
-        np.testing.assert_array_equal(np.asarray(heat.customdata), c.trained[np.ix_(rows, cols)])
-        np.testing.assert_allclose(np.asarray(heat.z), signed_log(c.trained[np.ix_(rows, cols)], floor))
+        sub = c.trained[np.ix_(rows, cols)]
+        np.testing.assert_array_equal(np.asarray(heat.customdata), sub)
+        np.testing.assert_array_equal(np.asarray(heat.z), sub)
+        assert heat.zmid == 0 and heat.zmax == -heat.zmin == np.abs(sub).max()
+        np.testing.assert_array_equal(linear["z"][2 * i + 1], sub)
+        np.testing.assert_allclose(log["z"][2 * i + 1], signed_log(sub, floor))
+        assert log["zmax"][2 * i + 1] == pytest.approx(float(signed_log(np.array([np.abs(sub).max()]), floor)[0]))
         names = [a.layout.subspace_of(int(q))[0] for q in rows]
         cuts = sorted({s["y0"] for s in d["shapes"] if s["yref"] == "y"})
         assert cuts == [r + 0.5 for r in range(len(rows) - 1) if names[r] != names[r + 1]]
         assert fig.layout.updatemenus[0].buttons[i].args[1]["shapes"] == d["shapes"]
+    # Behaviour: whole-step ticks; each mean has a band of its standard deviation over the tasks.
+    fig = views.view_behaviour(a).figure
+    assert all(ax.dtick == 1 and ax.tickformat == "d" for ax in (fig.layout.xaxis, fig.layout.xaxis4))
+    bands = [t for t in fig.data if t.fill == "toself"]
+    assert len(bands) == sum(len(getattr(a.behaviour, q)) for q in ("objective", "ari", "entropy", "stiffness"))
     # Stiffness sweep: each line's label sits on the line (annotation y is log10 of the value on a log axis).
     fig = views.view_sweep(a).figure
     ys = sorted(ann.y for ann in fig.layout.annotations)

@@ -193,7 +193,7 @@ def test_large_problems_are_drawn_from_a_sample_and_say_so():
     page = rep.to_html()
     assert "Drawn: 80 of 500 points" in page and "use all 500 points" in page
     blocks = figure_blocks(page)
-    points = [t for t in blocks["centroid_trajectories"]["data"] if t.get("name") == "points"]
+    points = [t for t in blocks["centroid_trajectories"]["data"] if t.get("name") == "points (colour: their centroid)"]
     assert points and all(array_len(t["x"]) == 80 for t in points)
     assert array_len(blocks["assign_attention"]["data"][0]["y"]) == 80
     # Norms are over all tokens, not the sample.

@@ -319,23 +319,57 @@ def test_trajectories_project_with_pca_and_follow_the_reference():
     C0 = X[[0, 1, 2]]
     run = run_circuit(X, C0, 3)
     view = views.centroid_trajectories(run)
-    np.testing.assert_allclose(view.data["projected_points"], PCA(n_components=2).fit(X).transform(X),
-                               rtol=1e-10, atol=1e-10)
+    # The PCA is of the standardised coordinates (independently: z-scores by hand, then scikit-learn's PCA).
+    Z = (X - X.mean(0)) / X.std(0)
+    pca = PCA(n_components=2).fit(Z)
+    np.testing.assert_allclose(view.data["projected_points"], pca.transform(Z), rtol=1e-10, atol=1e-10)
     from circuits.reference import lloyd
 
     ref = lloyd(X, C0, 3)
     np.testing.assert_allclose(view.data["centroids"], ref.centroids, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(view.data["clusters"], ref.assignments)
-    assert "PC1" in view.figure.layout.xaxis.title.text
+    share = pca.explained_variance_ratio_
+    np.testing.assert_allclose(view.data["explained_variance_ratio"], share, rtol=1e-10)
+    assert view.figure.layout.xaxis.title.text == f"PC1 of the standardised data ({share[0]:.0%} of its variance)"
+    assert view.figure.layout.yaxis.title.text == f"PC2 of the standardised data ({share[1]:.0%} of its variance)"
     steps = view.figure.layout.sliders[0].steps
     assert len(steps) == 4
     # Step t shows the paths, the points coloured at t, the circuit's and the reference's centroids at t.
     for t, step in enumerate(steps):
         shown = visible_traces(view.figure, step.args[0]["visible"])
-        assert [tr.name for tr in shown] == ["c0 path", "c1 path", "c2 path", "points", "circuit centroids (C)",
-                                             "reference centroids"]
+        assert [tr.name for tr in shown] == ["c0 path", "c1 path", "c2 path", "points (colour: their centroid)",
+                                             "circuit centroids (C)", "reference centroids"]
+        assert all(tr.showlegend is not False for tr in shown)
         np.testing.assert_allclose(np.stack([shown[4].x, shown[4].y], axis=1),
-                                   PCA(n_components=2).fit(X).transform(ref.centroids[t]), rtol=1e-9, atol=1e-9)
+                                   pca.transform((ref.centroids[t] - X.mean(0)) / X.std(0)), rtol=1e-9, atol=1e-9)
+
+
+def test_standardised_pca_is_not_ruled_by_one_large_feature():
+    """Wine's proline is in the hundreds where the other features are near 1: on raw units PC1 would be proline
+    alone (about 100% of the variance); on standardised coordinates no component holds nearly all of it."""
+    from sklearn.datasets import load_wine
+
+    X = load_wine().data[::4]
+    proj = views.trajectories.Projection(X)
+    assert PCA(n_components=1).fit(X).explained_variance_ratio_[0] > 0.99  # what raw units would show
+    assert proj.pca.explained_variance_ratio_[0] < 0.6
+    assert "standardised" in proj.axis_titles[0]
+
+
+def test_a_trimmed_runs_outliers_have_a_legend_entry():
+    """Every marker class is in the legend: a trimmed run's left-out points are their own (grey) trace."""
+    X, _ = make_blobs(n_samples=40, n_features=3, centers=2, random_state=1, cluster_std=0.3)
+    X = np.vstack([X, [[40.0, 40.0, 40.0], [-40.0, 40.0, -40.0]]])
+    run = run_problem(X, X[[0, 1]], 2, variant="trimmed")
+    view = views.centroid_trajectories(run)
+    left_out = view.data["clusters"] < 0
+    assert left_out[-1].any()
+    t = int(np.flatnonzero(left_out.any(axis=1))[0])
+    shown = visible_traces(view.figure, view.figure.layout.sliders[0].steps[t].args[0]["visible"])
+    outliers = [tr for tr in shown if tr.name == "left out (outliers)"]
+    assert len(outliers) == 1 and outliers[0].showlegend is not False
+    assert len(outliers[0].x) == int(left_out[t][view.data["drawn"]].sum())
+    assert set(outliers[0].marker.color) == {views._common.cluster_colour(-1)}
 
 
 def test_two_dimensional_data_is_drawn_as_is(line_run):

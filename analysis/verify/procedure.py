@@ -258,6 +258,16 @@ def _iteration_bound(bound: Deferred, t: int) -> float:
 def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:
     """The trajectory's verdict, the causes of the errors found, and notes on ties, outliers and softness."""
     trajectory_verdict(diverged, found.mismatches, found.failures, found.notes, ties_fail=p.hard)
+    if diverged is not None and p.hard:
+        # Where the circuit's trajectory meets the reference's again (the same fixed point), say from when.
+        labels = [p.cap.assignments(t)[p.b] for t in range(p.T + 1)]
+        same = [np.array_equal(labels[t], p.trace.assignments[t])
+                and float(np.abs(p.cap.centroids(t)[p.b] - p.trace.centroids[t]).max()) <= p.tol.centroid
+                for t in range(p.T + 1)]
+        meet = next((t for t in range(diverged + 1, p.T + 1) if all(same[t:])), None)
+        if meet is not None:
+            found.notes.append(f"the trajectories meet again: from t = {meet} on, every label is the reference's and"
+                               f" every centroid within {p.tol.centroid:.2g} of its")
     # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
     # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
     found.failures.extend(cause_failures(found.mismatches, p.tie_break_abs, p.scale))

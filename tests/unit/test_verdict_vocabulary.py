@@ -60,3 +60,13 @@ def test_no_nan_in_any_verdict_and_json_is_strict():
         json.dumps(verdict.to_dict(), allow_nan=False)
     assert [e.kind for e in v.EXAMPLES] == list(v.KINDS)
     assert all(f"`{e.text}`" in v.section() for e in v.EXAMPLES)
+
+
+def test_exactness_page_holds_the_generated_verdicts_section():
+    """docs/exactness.md's "Verdicts" section is exactly what ``python -m analysis.verify.verdict`` prints."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "exactness.md").read_text()
+    start = page.index("## Verdicts")
+    end = page.index("\n## ", start + 1) + 1
+    assert page[start:end] == v.section() + "\n"

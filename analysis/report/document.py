@@ -107,11 +107,11 @@ class Header:
     verdict: str = ""
     verified: bool = False
     exact: bool = False
+    groups: dict[str, list[Fact]] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
     #: The verdict's kind in the vocabulary of :mod:`analysis.verify.verdict` (``exact``, ``variant``, ...), written
     #: on the badge as ``data-kind`` for whoever reads the page.
     verdict_kind: str = ""
-    groups: dict[str, list[Fact]] = field(default_factory=dict)
-    messages: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -381,11 +381,19 @@ def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failure
 
 
 def circuit_converged(cap: Capture, b: int = 0) -> bool:
-    """Whether the circuit's last step changed no centroid (``C`` after ``T`` updates equals ``C`` after ``T - 1``):
-    only then is its result a fixed point. A soft run whose argmax labels repeat while its centroids still move
-    has not converged."""
+    """Whether the circuit's last step changed no centroid. For a hard assignment, an assignment that repeats its
+    predecessor makes the next centroids the same means (equal up to the update's float64 rounding), and every later
+    step repeats it; for a soft one, whose argmax labels can repeat while its centroids still move, ``C`` after
+    ``T`` updates must equal ``C`` after ``T - 1``."""
     T = cap.circuit.iterations
-    return T >= 1 and np.array_equal(cap.centroids(T)[b], cap.centroids(T - 1)[b])
+    centroids = [cap.centroids(t)[b] for t in range(T + 1)]
+    if not _hard(cap, b):
+        return T >= 1 and np.array_equal(centroids[T], centroids[T - 1])
+    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+
+
+def _hard(cap: Capture, b: int) -> bool:
+    return cap.circuit.spec.reference(float(cap.encoded.scaling.scale[b]), 0.0, b).hard
 
 
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:
@@ -394,7 +402,7 @@ def circuit_n_iter(cap: Capture, b: int = 0) -> int:
     are only a readout)."""
     T = cap.circuit.iterations
     centroids = [cap.centroids(t)[b] for t in range(T + 1)]
-    if not cap.circuit.spec.reference(float(cap.encoded.scaling.scale[b]), 0.0, b).hard:
+    if not _hard(cap, b):
         return next((t for t in range(1, T + 1) if np.array_equal(centroids[t], centroids[t - 1])), T)
     return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)], centroids)
 

@@ -46,7 +46,8 @@ def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np
     The representation of points and centroids in the user's units (a decoded centroid ``s c + mu`` is rounded
     relative to its magnitude and the offset ``mu``): ``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``, plus the
     rounding of ``D_ij`` itself, ``(d + 2) u D_ij``. Two distances closer than ``E_ij1 + E_ij2`` cannot be ordered
-    by anyone computing in float64 in these units: the window in which exact arithmetic decides. ``u`` is the unit roundoff of the circuit's dtype.
+    by anyone computing in float64 in these units: the window in which exact arithmetic decides. ``u`` is the unit
+    roundoff of the circuit's dtype.
     ``x_norms``: ``np.linalg.norm(X, axis=1)`` if the caller holds it (a window evaluates many ``C`` for one ``X``).
     """
     d = X.shape[1]
@@ -334,7 +335,8 @@ def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: floa
         found = hit(cause)
         if found:
             worst = max(found, key=lambda m: m.gap)
-            out.append(f"{cause}: {len(found)} assignment(s) with gaps float64 resolves {what.format(tie_break=tie_break_abs)}"
+            out.append(f"{cause}: {len(found)} assignment(s) with gaps float64 resolves"
+                       f" {what.format(tie_break=tie_break_abs)}"
                        f" (e.g. point {worst.point} at t = {worst.iteration}: gap {worst.gap:.3g}, float64"
                        f" window {worst.window:.3g}): the data's dynamic range (scale {scale:.3g}) is beyond what"
                        f" the circuit resolves; pass a smaller --tie-break with a larger --beta, or cluster the far"

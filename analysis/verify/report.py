@@ -276,7 +276,8 @@ class VerificationReport:
             )
         lines.append(self.verdict)
         lines.append(
-            f"{len(self.errors)} errors, {len(self.ties)} ties ({len(self.tie_mismatches)} resolved unlike the reference),"
+            f"{len(self.errors)} errors, {len(self.ties)} ties ({len(self.tie_mismatches)} resolved unlike the"
+            f" reference),"
             f" hard attention everywhere: {self.hard_attention}; "
             + convergence_text(self.converged, self.n_iter, self.iterations)
         )

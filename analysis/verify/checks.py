@@ -325,8 +325,8 @@ def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: floa
     if near:
         first = min(near, key=lambda m: (m.iteration, m.point))
         gaps = sorted({f"{abs(m.gap):.2g}" for m in near}, key=float)
-        out.append(f"{NEAR_TIE}: {len(near)} assignment(s) differ from exact Lloyd's (first: point {first.point} at"
-                   f" t = {first.iteration}, to centroid {first.got} where centroid {first.expected} is nearer in"
+        out.append(f"{NEAR_TIE}: {len(near)} assignment(s) differ from the exact decision (first: point"
+                   f" {first.point} at t = {first.iteration}, to centroid {first.got} where centroid {first.expected} is nearer in"
                    f" exact arithmetic): their squared distances differ by {', '.join(gaps[:4])}"
                    + (" ..." if len(gaps) > 4 else "") + f" squared user units, within float64's tie window"
                    f" ({max(m.window for m in near):.3g}) and the circuit's tie-break ({tie_break_abs:.3g} per"

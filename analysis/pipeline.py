@@ -14,6 +14,7 @@ import torch
 
 from analysis.capture import Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.verify import VerificationReport, verify_problem
+from analysis.verify.altered import find_alterations
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
@@ -70,6 +71,7 @@ class RunResult:
         if not self.circuit.spec.unaltered:
             keys += ["max_assignment_error", "update_weight_error", "outliers"]
         per_iteration = [{key: rec[key] for key in keys} for rec in rep["per_iteration"]]
+        verdict = self.report.verdict_record.to_dict()
         return {
             "variant": self.circuit.variant,
             "path": self.capture.path,
@@ -106,6 +108,10 @@ class RunResult:
             "converged": rep["converged"],
             "failures": rep["failures"],
             "notes": rep["notes"] + ([f"dense path: {self.capture.path_note}"] if self.capture.path_note else []),
+            # The verdict in words (analysis/verify/verdict.py) and the record of t = 0 (per_iteration is t = 1..T).
+            **{key: value for key, value in verdict.items() if key != "verified"},
+            "initial": {key: rep["initial"][key] for key in keys} if rep["initial"] is not None else None,
+            "alterations": rep["alterations"],
         }
 
 
@@ -161,7 +167,10 @@ def as_run(obj) -> RunResult:
         if not isinstance(circuit, KMeansCircuit):
             raise TypeError("the ActivationCache must come from a circuit's model (KMeansCircuit.model.run_with_cache)")
         cap = capture_from_cache(circuit, encoded, cache)
-        return RunResult(circuit, cap.encoded, cap, verify_problem(cap, 0))
+        report = verify_problem(cap, 0)
+        # The cache does not say which hooks ran: the blocks whose activations it holds differ from their own.
+        report.alterations = find_alterations(circuit, cache)
+        return RunResult(circuit, cap.encoded, cap, report)
     if hasattr(obj, "get_params") and hasattr(obj, "fit"):
         raise TypeError(f"this {type(obj).__name__} is not fitted: call fit first")
     raise TypeError(f"expected a RunResult, a Capture, a fitted CircuitKMeans or (ActivationCache, EncodedBatch),"

@@ -12,8 +12,10 @@ Rules, stated because every comparison depends on them:
   default) this is ``np.argmin``: exact ties to the lower index. A *tie window* (a per-entry uncertainty
   ``E_ij`` of the squared distances, see :func:`assign_within`) widens "exact" to "equal within what the
   computation resolves": every centroid whose distance exceeds the smallest by at most ``E_ij + E_imin`` is a
-  candidate, and the lowest index among them wins. The circuit's verifier passes the circuit's own resolution
-  (:mod:`analysis.verify`); with no window this is plain Lloyd's.
+  candidate, and the lowest index among them wins, or, given ``exact_costs``, the candidate whose exact cost
+  (rational arithmetic on the float64 values) is smallest, the lowest index among exactly equal ones. The
+  circuit's verifier passes both (:mod:`analysis.verify`): its reference is Lloyd's with near ties decided
+  exactly. With no window this is plain Lloyd's.
 * Empty clusters: a centroid with no points keeps its previous position. (scikit-learn instead relocates it, so
   oracle tests against scikit-learn use problems without empty clusters.)
 * Every iterate is recorded: ``centroids[t]`` after ``t`` iterations (``centroids[0]`` is the initialisation) and
@@ -200,12 +202,25 @@ def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None 
     return float(r) if r > 0 else 1.0
 
 
-def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
-    """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc)."""
+#: ``exact(i, columns) -> exact costs`` of point ``i`` for those cost columns (e.g. :class:`fractions.Fraction`).
+ExactCosts = Callable[[int, np.ndarray], list]
+
+
+def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"],
+                  exact: ExactCosts | None = None) -> Int[np.ndarray, " n"]:
+    """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc);
+    with ``exact``, a point with more than one such candidate goes to the smallest exact cost among them (the
+    lowest index among exactly equal ones): a near tie is decided, only an exact tie is a tie."""
     rows = np.arange(D.shape[0])
     best = np.argmin(D, axis=1)
     candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
-    return np.argmax(candidate, axis=1)  # the first True: the lowest tied index
+    chosen = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
+    if exact is not None:
+        for i in np.flatnonzero(candidate.sum(axis=1) > 1):
+            columns = np.flatnonzero(candidate[i])
+            costs = exact(int(i), columns)
+            chosen[i] = columns[costs.index(min(costs))]
+    return chosen
 
 
 def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"] | None = None) -> float:
@@ -343,6 +358,10 @@ class Reference:
     #: ``(C, D) -> E``, the per-entry uncertainty of the squared distances ``D`` to ``C``: distance costs within it
     #: tie, and the lower index wins (:func:`circuits.reference.assign_within`). Set by the verifier.
     tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    #: ``(X, C, costs) -> exact(i, columns)``: the exact costs that decide candidates within the tie window
+    #: (:func:`assign_within`); ``None``: the lowest index within the window wins. Set by the verifier.
+    exact_costs: Callable[[np.ndarray, np.ndarray, Costs], ExactCosts] | None = field(default=None, repr=False,
+                                                                                      compare=False)
 
     # -- assignment ---------------------------------------------------------------------------------------
     def costs(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Costs:
@@ -352,7 +371,11 @@ class Reference:
     def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
         cost = self.costs(X, C, t)
         E = self.cost_uncertainty(cost, C)
-        chosen = np.argmin(cost.values + cost.bias, axis=1) if E is None else assign_within(cost.values + cost.bias, E)
+        if E is None:
+            chosen = np.argmin(cost.values + cost.bias, axis=1)
+        else:
+            exact = None if self.exact_costs is None else self.exact_costs(X, C, cost)
+            chosen = assign_within(cost.values + cost.bias, E, exact)
         return one_hot(cost.labels[chosen], C.shape[0])
 
     def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:

@@ -155,6 +155,8 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)
     except CheckpointError as exc:
         raise ProblemError(str(exc)) from None
+    verdict = checkpoint_verdict(doc)
+    doc.update({key: value for key, value in verdict.to_dict().items() if key != "verified"})
     if out is not None:
         write_model_files(out, CHECKPOINT_OUT_FILES, doc, problem, d)
     if args.json:
@@ -166,10 +168,10 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         for rec in doc["per_iteration"]:
             print(f"{rec['iteration']:5d} {rec['objective_circuit']:16.6g} {rec['objective_reference']:18.6g}"
                   f" {rec['label_agreement']:16.2%}")
-        status = "reproduces" if doc["verified"] else "does NOT reproduce"
-        print(f"the exported HookedTransformer {status} the trained forward pass (max centroid difference"
-              f" {doc['export_error']:.2g} of the data scale); inertia {doc['inertia']:.10g} (Lloyd's"
-              f" {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f})" + (f"; wrote {out}" if out else ""))
+        print(verdict)
+        print(f"max centroid difference of the export from the training forward {doc['export_error']:.2g} (unit"
+              f" coordinates); inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio"
+              f" {doc['ratio_to_lloyd']:.4f})" + (f"; wrote {out}" if out else ""))
     return 0 if doc["verified"] else 1
 
 
@@ -209,11 +211,37 @@ def construction_doc(args: argparse.Namespace, problem: Problem, name: str, lear
             raise ProblemError(f"{flag}: {message(exc)}") from None
 
 
+def checkpoint_verdict(doc: dict):
+    """A trained model's verdict (:mod:`analysis.verify.verdict`): its export against its training forward."""
+    from analysis.verify import verdict as vocabulary
+
+    if doc["verified"]:
+        return vocabulary.trained_export(doc["export_tolerance"])
+    return vocabulary.failure(f"the exported HookedTransformer's centroids differ from the training forward's by"
+                              f" {doc['export_error']:.3g} > {doc['export_tolerance']:.3g} (unit coordinates)",
+                              reference="the model's training forward")
+
+
+def construction_verdict(doc: dict, name: str):
+    """A construction's verdict (:mod:`analysis.verify.verdict`): its run against its numpy reference."""
+    from analysis.verify import verdict as vocabulary
+    from analysis.verify.swap import CENTROID_TOLERANCE
+
+    title = "the learned safeguarded swap" if name == "learned" else "the safeguarded swap"
+    if doc["verified"]:
+        return vocabulary.matches_construction(title, CENTROID_TOLERANCE)
+    more = len(doc["problems"]) - 1
+    return vocabulary.failure(doc["problems"][0] + (f" (and {more} more: --json lists them)" if more > 0 else ""),
+                              reference=f"{title}'s numpy reference")
+
+
 def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:
     """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
     its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap)."""
     doc = construction_doc(args, problem, name, learned)
     d = doc["d"]
+    verdict = construction_verdict(doc, name)
+    doc.update({key: value for key, value in verdict.to_dict().items() if key != "verified"})
     if out is not None:
         write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)
     if args.json:
@@ -233,9 +261,6 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
         print(f"{rec['iteration']:5d}  {rec['choice']:{width}s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
               f" {rec['objective_lloyd']:18.8g}" + (f" {rec['objective_swap']:16.8g}" if swap else "")
               + f" {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g} {gap:>11s}")
-    more = len(doc["problems"]) - 2
-    verdict = "VERIFIED: equal to its numpy reference at every step" if doc["verified"] else (
-        "NOT VERIFIED: " + "; ".join(doc["problems"][:2]) + (f" (and {more} more: --json lists them)" if more > 0 else ""))
     print(verdict)
     versus = f"; untrained swap's {doc['swap_inertia']:.10g}" if swap else ""
     print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f}"

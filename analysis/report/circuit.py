@@ -26,6 +26,7 @@ from analysis.report.document import Fact, Header, Report, Section, Table
 from analysis.views import DEFAULT_MAX_POINTS, PointSample
 from analysis.pipeline import as_run
 from analysis.views._common import as_circuit
+from analysis.verify.verdict import bound_text, convergence_text, not_applicable
 
 # ----------------------------------------------------------------------------------------------------- building
 
@@ -202,6 +203,7 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
         variant = None
     rep = run.report
     source = getattr(problem, "source", None) or "data given in Python"
+    # The badge names the first failure; every failure is listed below it.
     messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes]
     if sample is not None:
         messages.append(sample.note())
@@ -210,6 +212,7 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
         verdict=rep.verdict,
         verified=bool(rep.verified),
         exact=bool(rep.exact),
+        verdict_kind=rep.verdict_record.kind,
         groups={"Problem": _problem_facts(run, source, problem, seed, variant),
                 "Construction": _construction_facts(run, variant), "Certificate": _certificate_facts(rep)},
         messages=messages,
@@ -225,7 +228,8 @@ def _problem_facts(run, source: str, problem, seed: int | None, variant) -> list
         Fact("data", source),
         Fact("points x dimensions", f"n = {enc.n:,}, d = {enc.d}"),
         Fact("clusters", f"k = {enc.k}"),
-        Fact("iterations", f"T = {circ.iterations} ({rep.n_iter} until nothing changes)"),
+        Fact("iterations", f"T = {circ.iterations}; {convergence_text(rep.converged, rep.n_iter, circ.iterations)}",
+             "t = 0 is the initial centroids, t = s the centroids after s updates (and the assignment to them)"),
         Fact("initial centroids", init),
         Fact("variant", circ.variant + (f": {variant.algorithm}" if variant else "")),
         Fact("checked against", str(getattr(rep, "reference", "Lloyd's k-means (circuits.reference.lloyd)"))),
@@ -256,7 +260,13 @@ def _construction_facts(run, variant) -> list[Fact]:
              "squared data units: points whose two nearest centroids differ by more are assigned by an exactly "
              "one-hot pattern"),
     ]
-    if variant is not None and variant.alteration:
+    alterations = list(getattr(rep, "alterations", []) or [])
+    if alterations:
+        # A cache run with hooks: the construction is the variant's, the run is not.
+        construction.insert(0, Fact("alteration", "hooks changed this run: " + "; ".join(alterations),
+                                    "found by re-running each block on its cached input: the first activation"
+                                    " that differs from the block's own is named"))
+    elif variant is not None and variant.alteration:
         construction.insert(0, Fact("alteration", variant.alteration))
     params = dict(getattr(circ, "params", {}) or {})
     if params:
@@ -264,24 +274,35 @@ def _construction_facts(run, variant) -> list[Fact]:
                                  "distances unit-scaled, like the knobs"))
     hooks = list(getattr(circ, "hooks", []) or [])
     if hooks:
-        construction.append(Fact("permanent hooks", "; ".join(f"{name}: {what}" for name, what in hooks)))
+        construction.append(Fact("permanent hooks", _hooks_text(hooks)))
     return construction
 
 
+def _hooks_text(hooks: list[tuple[str, str]]) -> str:
+    """Permanent hooks, each description said once with the hook points it is on."""
+    by_what: dict[str, list[str]] = {}
+    for name, what in hooks:
+        by_what.setdefault(what, []).append(name)
+    return "; ".join(f"{what} (on {names[0]})" if len(names) == 1 else f"{what} (on {len(names)} hook points:"
+                     f" {', '.join(names)})" for what, names in by_what.items())
+
+
 def _certificate_facts(rep) -> list[Fact]:
-    # NaN marks a certificate that does not apply (an update head whose normalisation a variant swapped).
-    update_margins = [r.update_min_margin for r in rep.per_iteration if np.isfinite(r.update_min_margin)]
-    update_leaks = [r.update_leak_bound for r in rep.per_iteration if np.isfinite(r.update_leak_bound)]
-    leaks = [r.leak_bound for r in rep.per_iteration] + [rep.final_leak_bound]
+    # None marks a certificate that does not apply (an update head whose normalisation a variant swapped).
+    records = rep.records if hasattr(rep, "records") else rep.per_iteration
+    update_margins = [r.update_min_margin for r in records if r.update_min_margin is not None]
+    update_leaks = [r.update_leak_bound for r in records if r.update_leak_bound is not None]
+    leaks = [r.leak_bound for r in records] + [rep.final_leak_bound]
+    swapped = not_applicable("the update head's normalisation is swapped: no softmax margin to certify")
     return [
         Fact("smallest assignment margin", _g(rep.min_margin), "beta * gap (+ tie-break) over every point and layer"),
-        Fact("largest assignment leak bound", _g(max(leaks)),
-             "bounds the attention mass off the chosen centroid; 0 means exactly one-hot"),
-        Fact("smallest update margin", _g(min(update_margins)) if update_margins else "n/a"),
-        Fact("largest update leak bound", _g(max(update_leaks)) if update_leaks else "n/a"),
+        Fact("largest assignment leak bound", bound_text(max(leaks)),
+             "bounds the attention mass off the chosen centroid; 0 means exactly one-hot; 1 or more bounds nothing"),
+        Fact("smallest update margin", _g(min(update_margins)) if update_margins else swapped),
+        Fact("largest update leak bound", bound_text(max(update_leaks)) if update_leaks else swapped),
         Fact("hard attention everywhere", str(rep.hard_attention)),
         Fact("final label agreement", f"{rep.final_label_agreement:.2%}"),
-        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} ties "
+        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} exact ties "
                               f"({len(rep.tie_mismatches)} resolved unlike the reference)"),
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
              "in data units (squared for the tie window), derived from the dtype's eps"),

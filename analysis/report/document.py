@@ -109,6 +109,9 @@ class Header:
     exact: bool = False
     groups: dict[str, list[Fact]] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    #: The verdict's kind in the vocabulary of :mod:`analysis.verify.verdict` (``exact``, ``variant``, ...), written
+    #: on the badge as ``data-kind`` for whoever reads the page.
+    verdict_kind: str = ""
 
 
 @dataclass
@@ -283,7 +286,8 @@ def _header_html(h: Header) -> str:
     messages = "".join(f"<li>{html.escape(m)}</li>" for m in h.messages)
     cls = "ok" if h.verified and h.exact else "approx" if h.verified else "bad"
     return (f'<header class="report"><h1>{html.escape(h.title)}</h1>'
-            + (f'<div class="verdict {cls}" id="verdict">{html.escape(h.verdict)}</div>' if h.verdict else "")
+            + (f'<div class="verdict {cls}" id="verdict" data-verified="{str(h.verified).lower()}"'
+               f' data-kind="{html.escape(h.verdict_kind)}">{html.escape(h.verdict)}</div>' if h.verdict else "")
             + (f'<div class="facts">{"".join(facts)}</div>' if facts else "")
             + (f'<ul class="messages">{messages}</ul>' if messages else "") + "</header>")
 

@@ -19,14 +19,14 @@ from analysis.verify.checks import (
 )
 from analysis.verify.procedure import verify, verify_problem
 from analysis.verify.report import (
-    Check, IterationRecord, Mismatch, MismatchKind, Tie, Tolerances, VerificationReport, tolerances, verdict_text,
+    Check, IterationRecord, Mismatch, MismatchKind, Tie, Tolerances, VerificationReport, tolerances, verdict_of,
 )
 from analysis.verify.swap import SwapReport, verify_swap
 
 __all__ = [
     "Check", "ExportParity", "IterationRecord", "MismatchKind", "Mismatch", "SwapReport", "Tie", "Tolerances", "VerificationReport",
     "check_export", "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reference_trace",
-    "resolution_window", "tolerances", "verdict_text", "verify", "verify_problem", "verify_swap",
+    "resolution_window", "tolerances", "verdict_of", "verify", "verify_problem", "verify_swap",
 ]
 
 

@@ -1,12 +1,15 @@
 """The comparisons a verification is made of: tie windows, one assignment against its reference, certificates.
 
-A **tie** is only what the computation cannot order. :func:`distance_uncertainty` bounds, per point ``i`` and
+A **tie** is an exact tie: two costs equal in rational arithmetic on the float64 values. Where two costs lie
+within what float64 can order (the window below), the reference decides them exactly (:func:`make_reference`,
+:func:`analysis.verify.nearest.exact_costs`), so a circuit whose tie-break or rounding sends such a point elsewhere
+is an error with cause ``"near-tie"``, never a tie. :func:`distance_uncertainty` bounds, per point ``i`` and
 centroid ``j``, how far the squared distance ``D_ij`` (user units) may be from what the circuit computed: the
 circuit's score rounding ``gamma m_ij s^2`` (:mod:`circuits.sharpness` derives ``gamma`` and
 ``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in unit coordinates), plus the representation of points and centroids in
 the user's units (``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``) and the verifier's own rounding of ``D_ij``
-(``(d + 2) u D_ij``). Two centroids tie for a point when their distances differ by at most ``E_ij1 + E_ij2``; the
-reference then takes the lower index, as the circuit's tie-break does. The circuit's tie-break ``t`` is uniform
+(``(d + 2) u D_ij``). Two centroids whose distances differ by at most ``E_ij1 + E_ij2`` are decided exactly; only
+an exact tie goes to the lower index, as the circuit's tie-break sends it. The circuit's tie-break ``t`` is uniform
 while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can still lie within
 ``t |j1 - j2|``: such a point is an error, named as caused by the tie-break.
 """
@@ -21,12 +24,13 @@ import numpy as np
 import torch
 
 from analysis.capture import Capture
+from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
 from circuits import reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import Costs, assign_within
+from circuits.reference import Costs, ExactCosts, assign_within
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 
 #: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
@@ -42,7 +46,8 @@ def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np
     The representation of points and centroids in the user's units (a decoded centroid ``s c + mu`` is rounded
     relative to its magnitude and the offset ``mu``): ``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``, plus the
     rounding of ``D_ij`` itself, ``(d + 2) u D_ij``. Two distances closer than ``E_ij1 + E_ij2`` cannot be ordered
-    by anyone computing in these units: that is a tie. ``u`` is the unit roundoff of the circuit's dtype.
+    by anyone computing in float64 in these units: the window in which exact arithmetic decides. ``u`` is the unit
+    roundoff of the circuit's dtype.
     ``x_norms``: ``np.linalg.norm(X, axis=1)`` if the caller holds it (a window evaluates many ``C`` for one ``X``).
     """
     d = X.shape[1]
@@ -173,6 +178,7 @@ def make_reference(cap: Capture, b: int = 0) -> reference.Reference:
     ref = circ.spec.reference(s, 0.0 if distance else circ.sharpness.tie_break * s**2, b)
     if ref.hard and distance:
         ref.tie_window = resolution_window(circ, enc, b)
+        ref.exact_costs = exact_costs  # near ties decided in rational arithmetic: only exact ties are ties
     return ref
 
 
@@ -202,6 +208,9 @@ class TieRule:
     E: np.ndarray | None = None
     tie_break_abs: float = 0.0
     E_circuit: np.ndarray | None = None
+    #: Exact costs (:func:`analysis.verify.nearest.exact_costs`) deciding costs within ``E``: then only an exact
+    #: tie is a tie, and a label unlike the exact decision is an error with cause ``"near-tie"``.
+    exact: ExactCosts | None = None
 
 
 def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule: TieRule,
@@ -218,8 +227,9 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
     layer, iteration, check = at.layer, at.iteration, at.check
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
+    exact = rule.exact if E is not None else None
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E, exact)
         expected = labels[exp_col]
     else:
         exp_col = _columns(labels, col_of, expected)
@@ -228,7 +238,8 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
     else:
         window = E + E[rows, exp_col][:, None]
-    within = np.abs(V - V[rows, exp_col][:, None]) <= window
+    near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
+    within = near if exact is None else _exact_ties(near, exp_col, exact)
     ties = [
         Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
         for i in np.flatnonzero(within.sum(axis=1) > 1)
@@ -241,13 +252,29 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
         w = float(window[i, g_col]) if g_col is not None else 0.0
         cause = ""
-        if kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
+        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near[i, g_col]:
+            cause = NEAR_TIE
+            got_cost, exp_cost = exact(int(i), np.array([g_col, exp_col[i]]))
+            gap = float(got_cost - exp_cost)  # the exact gap: float64's own may be 0 or of either sign
+        elif kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
             if g < e and gap <= tie_break_abs * (e - g) + w:
                 cause = "tie-break"
             elif E_circuit is not None and abs(gap) <= E_circuit[i, g] + E_circuit[i, e] + w:
                 cause = "resolution"
         mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
     return mismatches, ties
+
+
+def _exact_ties(near: np.ndarray, exp_col: np.ndarray, exact: ExactCosts) -> np.ndarray:
+    """``near`` (the columns float64 cannot order from the expected one) narrowed to the columns whose exact cost
+    equals the expected column's: only those tie."""
+    within = near.copy()
+    for i in np.flatnonzero(near.sum(axis=1) > 1):
+        columns = np.flatnonzero(near[i])
+        costs = exact(int(i), columns)
+        own = costs[int(np.flatnonzero(columns == exp_col[i])[0])]
+        within[i, columns] = [c == own for c in costs]
+    return within
 
 
 def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray:
@@ -275,6 +302,9 @@ def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> 
     return widest
 
 
+#: The cause of an error at a near tie: two costs float64 cannot order, decided in exact arithmetic unlike the circuit.
+NEAR_TIE = "near-tie"
+
 #: What each known cause of an error means, for the failure that names it.
 CAUSES = {
     "tie-break": "fell within the circuit's tie-break ({tie_break:.3g} squared user units per index)",
@@ -283,16 +313,31 @@ CAUSES = {
 
 
 def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
-    """A failure per known cause of errors: gaps the circuit's tie-break swallowed, gaps its own rounding
-    (the encoding's resolution) could not order."""
+    """A failure per known cause of errors: near ties the circuit decided unlike exact arithmetic, gaps the
+    circuit's tie-break swallowed, gaps its own rounding (the encoding's resolution) could not order."""
     out = []
-    for cause, what in CAUSES.items():
+
+    def hit(cause: str) -> list[Mismatch]:
         # A point can fail the step-wise and the trajectory check at the same iteration: count it once.
-        hit = list({(m.point, m.iteration): m for m in mismatches if m.cause == cause}.values())
-        if hit:
-            worst = max(hit, key=lambda m: m.gap)
-            out.append(f"{len(hit)} assignment(s) with gaps float64 resolves {what.format(tie_break=tie_break_abs)}"
-                       f" (e.g. point {worst.point} at iteration {worst.iteration}: gap {worst.gap:.3g}, float64"
+        return list({(m.point, m.iteration): m for m in mismatches if m.cause == cause}.values())
+
+    near = hit(NEAR_TIE)
+    if near:
+        first = min(near, key=lambda m: (m.iteration, m.point))
+        gaps = sorted({f"{abs(m.gap):.2g}" for m in near}, key=float)
+        out.append(f"{NEAR_TIE}: {len(near)} assignment(s) differ from the exact decision (first: point"
+                   f" {first.point} at t = {first.iteration}, to centroid {first.got} where centroid {first.expected} is nearer in"
+                   f" exact arithmetic): their squared distances differ by {', '.join(gaps[:4])}"
+                   + (" ..." if len(gaps) > 4 else "") + f" squared user units, within float64's tie window"
+                   f" ({max(m.window for m in near):.3g}) and the circuit's tie-break ({tie_break_abs:.3g} per"
+                   f" index), which decided them; only an exact tie goes to the lower index")
+    for cause, what in CAUSES.items():
+        found = hit(cause)
+        if found:
+            worst = max(found, key=lambda m: m.gap)
+            out.append(f"{cause}: {len(found)} assignment(s) with gaps float64 resolves"
+                       f" {what.format(tie_break=tie_break_abs)}"
+                       f" (e.g. point {worst.point} at t = {worst.iteration}: gap {worst.gap:.3g}, float64"
                        f" window {worst.window:.3g}): the data's dynamic range (scale {scale:.3g}) is beyond what"
                        f" the circuit resolves; pass a smaller --tie-break with a larger --beta, or cluster the far"
                        f" points separately")
@@ -316,35 +361,52 @@ def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failure
     """What the trajectory comparison adds to the verdict: a failure per label that differs beyond the tie window,
     and for a tie that sent the trajectory another way a failure (``ties_fail``: the result is then not the
     reference's) or a note (soft algorithms, whose labels are only a readout)."""
-    if diverged is not None and ties_fail:
-        n_tied = sum(m.kind == MismatchKind.TIE and m.check == Check.TRAJECTORY for m in mismatches)
+    n_tied = sum(m.kind == MismatchKind.TIE and m.check == Check.TRAJECTORY for m in mismatches)
+    if diverged is not None and ties_fail and n_tied:
         failures.append(
-            f"a float64 tie in the assignment to the centroids of iteration {diverged} was resolved unlike the"
-            f" reference ({n_tied} label(s)): the circuit's result is not the reference's from there on"
+            f"an exact tie in the assignment at t = {diverged} was resolved unlike the reference ({n_tied} label(s)"
+            f" not at the lowest index): the circuit's result is not the reference's from there on"
         )
+    elif diverged is not None and ties_fail:
+        notes.append(f"from the assignment at t = {diverged} on, the circuit's trajectory is not the reference's:"
+                     " later iterations are compared for information only (the step-wise check still covers every"
+                     " layer)")
     elif diverged is not None:
         notes.append(
-            f"a tie in the assignment to the centroids of iteration {diverged} was resolved differently from the"
-            " reference; from there on the trajectory is compared for information only (the step-wise check still"
-            " covers every layer)"
+            f"a tie in the assignment at t = {diverged} was resolved differently from the reference; from there on"
+            " the trajectory is compared for information only (the step-wise check still covers every layer)"
         )
-    n_traj_errors = sum(m.kind == MismatchKind.ERROR and m.check == Check.TRAJECTORY for m in mismatches)
+    n_traj_errors = sum(m.kind == MismatchKind.ERROR and m.check == Check.TRAJECTORY and m.cause != NEAR_TIE
+                        for m in mismatches)
     if n_traj_errors:
-        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory beyond the tie window")
+        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory (not ties)")
 
 
 def circuit_converged(cap: Capture, b: int = 0) -> bool:
-    """Whether two consecutive iterates of the circuit were equal (else it only hit the iteration limit)."""
+    """Whether the circuit's last step changed no centroid. For a hard assignment, an assignment that repeats its
+    predecessor makes the next centroids the same means (equal up to the update's float64 rounding), and every later
+    step repeats it; for a soft one, whose argmax labels can repeat while its centroids still move, ``C`` after
+    ``T`` updates must equal ``C`` after ``T - 1``."""
     T = cap.circuit.iterations
-    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)],
-                               [cap.centroids(t)[b] for t in range(T + 1)])
+    centroids = [cap.centroids(t)[b] for t in range(T + 1)]
+    if not _hard(cap, b):
+        return T >= 1 and np.array_equal(centroids[T], centroids[T - 1])
+    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+
+
+def _hard(cap: Capture, b: int) -> bool:
+    return cap.circuit.spec.reference(float(cap.encoded.scaling.scale[b]), 0.0, b).hard
 
 
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:
-    """Iterations until the circuit's state stops changing, counted like scikit-learn's ``n_iter_``."""
+    """Iterations until the circuit's state stops changing: for hard assignments counted like scikit-learn's
+    ``n_iter_`` (labels repeat, or centroids stand still); for soft ones, centroids standing still (their labels
+    are only a readout)."""
     T = cap.circuit.iterations
-    return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)],
-                                    [cap.centroids(t)[b] for t in range(T + 1)])
+    centroids = [cap.centroids(t)[b] for t in range(T + 1)]
+    if not _hard(cap, b):
+        return next((t for t in range(1, T + 1) if np.array_equal(centroids[t], centroids[t - 1])), T)
+    return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)], centroids)
 
 
 def assign_certificate(att, spec, b: int) -> tuple[np.ndarray, np.ndarray]:

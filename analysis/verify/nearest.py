@@ -1,8 +1,10 @@
 """The exact nearest centroid of user points, certified against float64 rounding (rational arithmetic where float64
-is unsure): what ``CircuitKMeans.predict`` holds each circuit label to."""
+is unsure): what ``CircuitKMeans.predict`` holds each circuit label to, and what decides the verifier's near ties
+(:func:`exact_costs`: two squared distances within float64's tie window are compared exactly)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -18,6 +20,27 @@ def _exact_gap(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> Fraction:
     """``|x - a|^2 - |x - b|^2`` in rational arithmetic on the float64 values (exact)."""
     return sum((Fraction(p) - Fraction(q)) * (Fraction(p) + Fraction(q) - 2 * Fraction(r))
                for p, q, r in zip(a.tolist(), b.tolist(), x.tolist()))
+
+
+def exact_costs(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], cost) -> Callable[[int, np.ndarray], list]:
+    """``exact(i, columns)``: point ``i``'s costs for those columns of ``cost`` (:class:`circuits.reference.Costs`)
+    in rational arithmetic on the float64 values, bias included: a centroid column (label ``j >= 0``) costs the
+    exact ``|x_i - c_j|^2``, any other column (a trimming threshold) its float64 value, which is exact. What
+    :func:`circuits.reference.assign_within` decides a near tie with: only exactly equal costs tie."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    labels, values, bias = np.asarray(cost.labels), cost.values, cost.bias
+
+    def exact(i: int, columns: np.ndarray) -> list[Fraction]:
+        x = X[i].tolist()
+        out = []
+        for c in columns:
+            j = int(labels[c])
+            base = (sum((Fraction(p) - Fraction(q)) ** 2 for p, q in zip(x, C[j].tolist())) if j >= 0
+                    else Fraction(float(values[i, c])))
+            out.append(base + Fraction(float(bias[c])))
+        return out
+
+    return exact
 
 
 def misassigned(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],

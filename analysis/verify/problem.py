@@ -19,6 +19,7 @@ from analysis.verify.checks import (
     At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
     widest_tie_window,
 )
+from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
 from circuits.reference import Reference, Trace
 
@@ -124,7 +125,11 @@ class Problem:
 
     def check_hard(self, C: np.ndarray, got: np.ndarray, margins: np.ndarray, at: At, state,
                    expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
-        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``)."""
+        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``).
+
+        The trajectory check decides near ties exactly (the reference's centroids are its own float64 values, so
+        exact Lloyd's is defined on them); the step-wise check does not: a block's decoded input carries the
+        decoding's rounding, so a gap within the window there says nothing about the block."""
         cost = self.ref.costs(self.X, C, at.iteration)
         E = self.ref.cost_uncertainty(cost, C)
         if at.check == Check.STEP and self.coarse is not None and E is not None:
@@ -132,8 +137,9 @@ class Problem:
             # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
             E = E.copy()
             E[:, : C.shape[0]] += self.coarse(C)
+        exact = exact_costs(self.X, C, cost) if at.check == Check.TRAJECTORY and E is not None else None
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
-                       self.own_rounding(C) if self.own_rounding is not None else None)
+                       self.own_rounding(C) if self.own_rounding is not None else None, exact)
         return check_costs(cost, got, margins, at, rule, expected)
 
 
@@ -153,3 +159,8 @@ class Findings:
     step_weight_error: dict[int, float] = field(default_factory=dict)
     #: assign index -> (label errors, ties, largest assignment error) against the reference step.
     step_counts: dict[int, tuple[int, int, float]] = field(default_factory=dict)
+    #: Layers where a failure was found (with the mismatches' own layers, the first failing layer is their min).
+    failing_layers: list[int] = field(default_factory=list)
+    #: The record of ``t = 0`` (initial centroids) and the largest centroid tolerance the trajectory was held to.
+    initial: object = None
+    centroid_limit: float = 0.0

@@ -45,7 +45,7 @@ import torch
 
 from analysis.capture import Capture, capture
 from analysis.verify.checks import (
-    FLOOR_FACTOR, At, assign_certificate, cause_failures, circuit_converged, circuit_n_iter, noise_floor,
+    FLOOR_FACTOR, NEAR_TIE, At, assign_certificate, cause_failures, circuit_converged, circuit_n_iter, noise_floor,
     trajectory_verdict,
 )
 from analysis.verify.problem import Findings, Problem
@@ -118,7 +118,8 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
     final_labels = cap.assignments(p.T)[b]
     return VerificationReport(
         variant=p.circ.variant, dtype=p.dtype_name, n=p.enc.n, d=p.enc.d, k=p.enc.k, iterations=p.T,
-        verified=not found.failures, exact=p.circ.dtype == torch.float64, hard_attention=hard_attention,
+        verified=not found.failures, hard_attention=hard_attention,
+        exact=p.circ.dtype == torch.float64 and p.spec.unaltered and hard_attention and not found.failures,
         per_iteration=records,
         final_label_agreement=float(np.mean(final_labels == p.trace.assignments[p.T])),
         final_min_margin=float(final_margin.min()), final_leak_bound=float(final_leak.max()),
@@ -126,7 +127,34 @@ def _verify(cap: Capture, b: int) -> VerificationReport:
         n_iter=circuit_n_iter(cap, b), converged=circuit_converged(cap, b), diverged_after_tie=diverged,
         failures=found.failures, notes=found.notes, variant_params=p.circ.params,
         reference=_reference_text(p.circ, p.ref), sharpness_bound=sharpness_bound, unresolved=found.unresolved,
+        initial=found.initial, centroid_limit=found.centroid_limit, reference_name=reference_name(p.spec),
+        **_first_failure(p, found),
     )
+
+
+def reference_name(spec) -> str:
+    """The reference's short name for the verdict: ``"Lloyd's k-means"``, ``"soft k-means"``, ``"damped Lloyd"``."""
+    if spec.unaltered:
+        return "Lloyd's k-means"
+    head = spec.algorithm.split(":")[0].split(";")[0].strip()
+    return f"{spec.name} k-means" if head.startswith("hard assignment") else head
+
+
+def _first_failure(p: Problem, found: Findings) -> dict:
+    """The first layer a check failed at, and what that layer does (``assign, t = 2``; ``update, t = 1``)."""
+    if not found.failures:
+        return {}
+    layers = found.failing_layers + [m.layer for m in found.mismatches if m.kind == MismatchKind.ERROR]
+    layers += [u.layer for u in found.unresolved]
+    if p.hard and any(m.kind == MismatchKind.TIE and m.check == Check.TRAJECTORY for m in found.mismatches):
+        layers += [m.layer for m in found.mismatches if m.kind == MismatchKind.TIE]
+    if not layers:
+        return {}
+    layer = min(layers)
+    circ = p.circ
+    role = (f"assign, t = {circ.assignment_layers.index(layer)}" if layer in circ.assignment_layers
+            else f"update, t = {circ.centroid_layers.index(layer)}" if layer in circ.centroid_layers else "")
+    return {"first_failing_layer": layer, "first_failing_role": role}
 
 
 def _variant_notes(p: Problem) -> list[str]:
@@ -141,59 +169,76 @@ def _variant_notes(p: Problem) -> list[str]:
 
 
 def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecord], int | None, np.ndarray | None]:
-    """The circuit's iterates against the reference run from the same initial centroids: the iteration records,
-    the iteration whose tie sent the run another way (``None``: none did), and a soft run's noise floor."""
+    """The circuit's iterates against the reference run from the same initial centroids: the iteration records
+    for ``t = 1 .. T`` (record ``t``: the centroids after ``t`` updates and the assignment to them; ``t = 0`` goes
+    to ``found.initial``), the
+    iteration whose tie sent the run another way (``None``: none did), and a soft run's noise floor."""
     cap, b, T, circ = p.cap, p.b, p.T, p.circ
     floor = None if p.hard else noise_floor(p.spec, p.enc, b, T, p.trace)
     diverged: int | None = None
-    records = []
+    certificates, errors, limits = [], [], []
     for t in range(T + 1):
         certificate = assign_certificate(cap.assign_attention(t), p.spec, b)
+        certificates.append(certificate)
         labels_t = cap.assignments(t)[b]
+        c_err = float(np.abs(cap.centroids(t)[b] - p.trace.centroids[t]).max())
+        limit = p.tol.centroid if p.hard else max(p.tol.centroid, FLOOR_FACTOR * float(floor[: t + 1].max()))
+        errors.append(c_err)
+        limits.append(limit)
+        if diverged is None and c_err > limit:
+            found.failures.append(f"t = {t}: centroids differ from the reference by {c_err:.3g} > {limit:.3g}")
+            found.failing_layers.append(circ.centroid_layers[t])
         if p.hard:
             layer = circ.assignment_layers[t]
-            traj, _ = p.check_hard(p.trace.centroids[t], labels_t, certificate[0], At(layer, t, Check.TRAJECTORY),
-                                   cap.layers[layer].pre, p.trace.assignments[t])
+            traj, ties = p.check_hard(p.trace.centroids[t], labels_t, certificate[0], At(layer, t, Check.TRAJECTORY),
+                                      cap.layers[layer].pre, p.trace.assignments[t])
             if diverged is None:
+                # Ties are the reference trajectory's exact ties (the step-wise check's window only says what a
+                # block's decoded input cannot order).
                 found.mismatches.extend(traj)
-                if any(m.kind == MismatchKind.TIE for m in traj):
+                found.ties.extend(ties)
+                errors_t, _, a_err = found.step_counts[t]
+                found.step_counts[t] = (errors_t, len(ties), a_err)
+                if any(m.kind == MismatchKind.TIE or m.cause == NEAR_TIE for m in traj):
                     diverged = t
-        if t == T:
-            break
-        c_err = float(np.abs(cap.centroids(t + 1)[b] - p.trace.centroids[t + 1]).max())
-        limit = p.tol.centroid if p.hard else max(p.tol.centroid, FLOOR_FACTOR * float(floor[: t + 2].max()))
-        if diverged is None and c_err > limit:
-            found.failures.append(f"iteration {t + 1}: centroids differ from the reference by {c_err:.3g}"
-                                  f" > {limit:.3g}")
-        records.append(_iteration_record(p, found, t, labels_t, certificate, c_err, bound))
+    found.centroid_limit = max(limits)
+    found.initial = _iteration_record(p, found, 0, certificates[0], errors[0], bound)
+    records = [_iteration_record(p, found, t, certificates[t], errors[t], bound) for t in range(1, T + 1)]
     return records, diverged, floor
 
 
-def _iteration_record(p: Problem, found: Findings, t: int, labels_t: np.ndarray, certificate, c_err: float,
-                      bound) -> IterationRecord:
+def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: float, bound) -> IterationRecord:
+    """Record ``t``: every number in it is at ``t`` (centroids after ``t`` updates, the assignment to them, the
+    objective of both, the update layer that wrote them)."""
     cap, b, circ = p.cap, p.b, p.circ
     margins, leaks = certificate
-    R_t, R_next = (cap.layers[circ.assignment_layers[i]].post.assignments[b] for i in (t, t + 1))
-    upd = cap.layers[circ.centroid_layers[t + 1]].attention
+    labels_t = cap.assignments(t)[b]
+    R_t = cap.layers[circ.assignment_layers[t]].post.assignments[b]
+    upd = cap.layers[circ.centroid_layers[t]].attention
+    update_margin = None if upd.margin is None else float(upd.margin[b].min())
+    update_leak = None if upd.leak_bound is None else float(upd.leak_bound[b].max())
+    if update_margin is not None and not math.isfinite(update_margin):
+        update_margin = update_leak = None  # a swapped normalisation has no softmax margin to certify
     errors_t, ties_t, a_err = found.step_counts[t]
     return IterationRecord(
-        iteration=t + 1,
+        iteration=t,
         label_agreement=float(np.mean(labels_t == p.trace.assignments[t])),
         max_centroid_error=c_err,
-        objective_circuit=p.ref.objective(p.X, cap.centroids(t + 1)[b], R_next),
-        objective_reference=float(p.trace.objectives[t + 1]),
+        objective_circuit=p.ref.objective(p.X, cap.centroids(t)[b], R_t),
+        objective_reference=float(p.trace.objectives[t]),
         min_margin=float(margins.min()),
         leak_bound=float(leaks.max()),
-        update_min_margin=float(upd.margin[b].min()),
-        update_leak_bound=float(upd.leak_bound[b].max()),
-        step_centroid_error=found.step_centroid_error[t + 1],
+        update_min_margin=update_margin,
+        update_leak_bound=update_leak,
+        step_centroid_error=found.step_centroid_error[t],
         step_label_errors=errors_t,
         ties=ties_t,
         max_assignment_error=0.0 if p.hard else float(np.abs(R_t - p.trace.responsibilities[t]).max()),
         step_assignment_error=a_err,
-        update_weight_error=found.step_weight_error.get(t + 1, 0.0),
+        update_weight_error=found.step_weight_error.get(t, 0.0),
         outliers=int((labels_t < 0).sum()),
-        proven_bound=Deferred(functools.partial(_iteration_bound, bound, t + 1)) if bound is not None else None,
+        proven_bound=(Deferred(functools.partial(_iteration_bound, bound, t)) if bound is not None and t > 0
+                      else None),
     )
 
 
@@ -213,6 +258,16 @@ def _iteration_bound(bound: Deferred, t: int) -> float:
 def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:
     """The trajectory's verdict, the causes of the errors found, and notes on ties, outliers and softness."""
     trajectory_verdict(diverged, found.mismatches, found.failures, found.notes, ties_fail=p.hard)
+    if diverged is not None and p.hard:
+        # Where the circuit's trajectory meets the reference's again (the same fixed point), say from when.
+        labels = [p.cap.assignments(t)[p.b] for t in range(p.T + 1)]
+        same = [np.array_equal(labels[t], p.trace.assignments[t])
+                and float(np.abs(p.cap.centroids(t)[p.b] - p.trace.centroids[t]).max()) <= p.tol.centroid
+                for t in range(p.T + 1)]
+        meet = next((t for t in range(diverged + 1, p.T + 1) if all(same[t:])), None)
+        if meet is not None:
+            found.notes.append(f"the trajectories meet again: from t = {meet} on, every label is the reference's and"
+                               f" every centroid within {p.tol.centroid:.2g} of its")
     # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
     # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
     found.failures.extend(cause_failures(found.mismatches, p.tie_break_abs, p.scale))
@@ -256,8 +311,8 @@ def _tie_notes(ties: list[Tie], hard: bool, window: float, tol_R: float, dtype: 
         return []
     if hard:
         lower = sum(t.chosen == min(t.candidates) for t in ties)
-        return [f"{len(ties)} tied assignment(s) (nearest centroids equal within {dtype}'s resolution, at most"
-                f" {window:.3g} in squared user units): {lower} went to the lower index"
+        return [f"{len(ties)} tied assignment(s) (nearest centroids exactly equidistant, in rational arithmetic on"
+                f" the {dtype} values): {lower} went to the lower index"
                 + (f", {len(ties) - lower} did not" if lower < len(ties) else "")]
     return [f"{len(ties)} label readout tie(s): the largest responsibilities are equal within {2 * tol_R:.2g},"
             " so the hard label (their argmax) may differ from the reference's while the responsibilities agree"]

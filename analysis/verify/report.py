@@ -17,6 +17,9 @@ from enum import Enum
 
 import torch
 
+from analysis.verify import verdict as vocabulary
+from analysis.verify.verdict import Verdict, bound_text, convergence_text
+
 class MismatchKind(str, Enum):
     """A label that differs from the reference's: within float64's tie window, or not. Compares as its name."""
 
@@ -120,7 +123,9 @@ class _Evaluated:
 
 @dataclass
 class IterationRecord:
-    """Iteration ``t``: assign to the centroids of ``t - 1``, then update to those of ``t``."""
+    """Everything at ``t`` (``iteration``): the centroids after ``t`` updates (their error against the reference,
+    the update layer's certificate), the assignment to them (labels, certificate, ties) and the **objective at
+    t**, ``sum_i |x_i - c_{label_i}(t)|^2`` of that assignment (the reference's own objective for soft ones)."""
 
     iteration: int
     label_agreement: float
@@ -129,8 +134,10 @@ class IterationRecord:
     objective_reference: float
     min_margin: float
     leak_bound: float
-    update_min_margin: float
-    update_leak_bound: float
+    #: The certificate of the update layer that wrote these centroids; ``None`` where it does not apply (an update
+    #: head whose softmax normalisation a variant swapped has no margin).
+    update_min_margin: float | None
+    update_leak_bound: float | None
     step_centroid_error: float
     step_label_errors: int
     ties: int
@@ -198,6 +205,20 @@ class VerificationReport:
     #: Assignments the circuit's dtype cannot decide (checked for float32 circuits; each fails the run with cause
     #: ``resolution``).
     unresolved: list[Unresolved] = field(default_factory=list)
+    #: The record of ``t = 0``: the initial centroids and the assignment to them (``per_iteration`` holds
+    #: ``t = 1 .. T``; every record's numbers are at its own ``t``).
+    initial: IterationRecord | None = None
+    #: The first layer a check failed at (``None``: verified, or a failure not tied to a layer) and what it does.
+    first_failing_layer: int | None = None
+    first_failing_role: str = ""
+    #: Hooks found to have changed the run (a report of an ``ActivationCache`` run with hooks:
+    #: :func:`analysis.verify.altered.find_alterations`), each as ``"<hook name>: <what changed>"``.
+    alterations: list[str] = field(default_factory=list)
+    #: The largest centroid tolerance the trajectory was held to (user units): ``tolerances.centroid``, or a soft
+    #: run's noise floor times ``FLOOR_FACTOR`` where larger.
+    centroid_limit: float = 0.0
+    #: The reference's short name for the verdict (``"Lloyd's k-means"``, ``"soft k-means"``).
+    reference_name: str = "Lloyd's k-means"
 
     @property
     def tie_mismatches(self) -> list[Mismatch]:
@@ -210,43 +231,58 @@ class VerificationReport:
 
     @property
     def min_margin(self) -> float:
-        return min([r.min_margin for r in self.per_iteration] + [self.final_min_margin])
+        return min([r.min_margin for r in self.records] + [self.final_min_margin])
 
     @property
     def verdict(self) -> str:
-        return verdict_text(self.verified, self.exact, self.dtype)
+        return str(self.verdict_record)
+
+    @property
+    def verdict_record(self) -> Verdict:
+        """The verdict in the project's one vocabulary (:mod:`analysis.verify.verdict`)."""
+        return verdict_of(self)
+
+    @property
+    def is_exact(self) -> bool:
+        """Exact in the vocabulary's sense: Lloyd's circuit, float64, hard attention at every layer, verified."""
+        return self.verdict_record.exact
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out.update(self.verdict_record.to_dict())
         out["n_ties"] = len(self.ties)
         out["n_tie_mismatches"] = len(self.tie_mismatches)
         out["n_errors"] = len(self.errors)
         out["n_unresolved"] = len(self.unresolved)
         return _finite(out)
 
+    @property
+    def records(self) -> list[IterationRecord]:
+        """Every record, ``t = 0 .. T``."""
+        return ([self.initial] if self.initial is not None else []) + list(self.per_iteration)
+
     def summary(self) -> str:
-        """A per-iteration table and the verdict, for people."""
-        bounded = any(r.proven_bound is not None for r in self.per_iteration)
-        head = f"{'iter':>5} {'labels':>8} {'max |dc|':>10}{' proven |dc|' if bounded else ''} {'objective':>14} {'reference':>14} {'min margin':>11} {'leak bound':>10}"
+        """A table with one row per ``t = 0 .. T`` and the verdict, for people."""
+        records = self.records
+        bounded = any(r.proven_bound is not None for r in records)
+        head = (f"{'t':>5} {'labels':>8} {'max |dc|':>10}{' proven |dc|' if bounded else ''} {'objective':>14}"
+                f" {'reference':>14} {'min margin':>11} {'leak bound':>10}")
         lines = [head]
-        for r in self.per_iteration:
+        for r in records:
             lines.append(
                 f"{r.iteration:>5} {r.label_agreement:>8.2%} {r.max_centroid_error:>10.2e}"
                 + (f" {_bound_text(r.proven_bound):>11}" if bounded else "") + f" {r.objective_circuit:>14.8g}"
-                f" {r.objective_reference:>14.8g} {r.min_margin:>11.3g} {r.leak_bound:>10.1e}"
+                f" {r.objective_reference:>14.8g} {r.min_margin:>11.3g} {bound_text(r.leak_bound):>10}"
             )
+        lines.append(self.verdict)
         lines.append(
-            f"{'final':>5} {self.final_label_agreement:>8.2%} {'':>10}{' ' * 12 if bounded else ''} {'':>14} {'':>14} {self.final_min_margin:>11.3g}"
-            f" {self.final_leak_bound:>10.1e}"
-        )
-        lines.append(
-            f"{self.verdict}: {len(self.errors)} errors, {len(self.ties)} ties"
-            f" ({len(self.tie_mismatches)} resolved unlike the reference),"
+            f"{len(self.errors)} errors, {len(self.ties)} ties ({len(self.tie_mismatches)} resolved unlike the"
+            f" reference),"
             f" hard attention everywhere: {self.hard_attention}; "
-            + (f"converged after {self.n_iter} iterations" if self.converged
-               else f"did not converge within {self.iterations} iterations")
+            + convergence_text(self.converged, self.n_iter, self.iterations)
         )
-        lines.extend(f"failure: {f}" for f in self.failures)
+        # The verdict names the first failure; the rest follow.
+        lines.extend(f"failure: {f}" for f in self.failures[1:])
         lines.extend(f"note: {n}" for n in self.notes)
         if bounded:
             lines.append(f"note: proven |dc| bounds how far softmax attention moves the centroids from the hardmax"
@@ -255,11 +291,25 @@ class VerificationReport:
         return "\n".join(lines)
 
 
-def verdict_text(verified: bool, exact: bool, dtype: str) -> str:
-    """``VERIFIED (exact, float64)``; a float64 run that fails is held to exact tolerances, not called exact."""
-    if not exact:
-        return f"{'VERIFIED' if verified else 'NOT VERIFIED'} (approximate, {dtype})"
-    return f"VERIFIED (exact, {dtype})" if verified else f"NOT VERIFIED ({dtype}, held to exact tolerances)"
+def verdict_of(rep: VerificationReport) -> Verdict:
+    """A circuit's verification in the vocabulary of :mod:`analysis.verify.verdict`: exact only for Lloyd's circuit
+    in float64 with hard attention everywhere; a variant names its reference, parameters and tolerance; a failure
+    its first failing layer, the hooks that changed the run, and the first cause."""
+    lloyd = rep.variant == "lloyd" and not rep.variant_params
+    if not rep.verified:
+        cause = rep.failures[0] if rep.failures else "no failure recorded"
+        more = len(rep.failures) - 1
+        return vocabulary.failure(cause + (f" (and {more} more)" if more > 0 else ""), reference=rep.reference_name,
+                                  layer=rep.first_failing_layer, role=rep.first_failing_role,
+                                  altered_by=[f"hook {a}" for a in rep.alterations])
+    if lloyd and rep.dtype == "float64" and rep.hard_attention:
+        return vocabulary.exact_lloyd(rep.dtype)
+    if lloyd:
+        why = (f"{rep.dtype} cannot hold beta * score exactly" if rep.dtype != "float64"
+               else "some attention not exactly one-hot")
+        return vocabulary.approximate_lloyd(rep.dtype, rep.centroid_limit or rep.tolerances.centroid, why)
+    return vocabulary.matches_variant(rep.reference_name, rep.centroid_limit or rep.tolerances.centroid,
+                                      rep.variant_params, dtype=rep.dtype)
 
 
 def _bound_text(x: float | None) -> str:

@@ -1,7 +1,7 @@
 """The verification, drawn: the per-iteration table, the objective and its certificate, the ties.
 
 * :func:`verification_table`: the :class:`~analysis.verify.VerificationReport` records as a table, one row per
-  iteration plus the final assignment.
+  ``t = 0 .. T`` (the centroids after ``t`` updates and the assignment to them).
 * :func:`objective_plot`: per iteration ``t = 0 .. T``, the k-means objective of the circuit's state (its
   centroids ``C`` and the assignment to them it wrote into ``Y``) against the reference algorithm's, the
   assignment and update margins (the certificate), and the largest centroid difference from the reference.
@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from analysis.capture import AssignAttention, UpdateAttention
 from analysis.proof.bound import format_bound
+from analysis.verify.verdict import bound_text, not_applicable
 from analysis.views._common import View, as_capture, centroid_labels, point_labels, report_of, soft_clusters
 from analysis.views.trajectories import circuit_iterates, reference_run
 from circuits import reference as lloyd_reference
@@ -41,35 +42,41 @@ def _table(header: list[str], columns: list[list], height: int | None = None) ->
 
 
 def verification_table(obj) -> View:
-    """One row per iteration of the report (plus the final assignment), as a plotly table."""
+    """One row per ``t = 0 .. T`` of the report (every number in a row is at its ``t``), as a plotly table."""
     rep = _require_report(obj)
-    header = ["iteration", "labels = ref", "max |dc|", "objective", "reference", "min margin", "leak bound",
-              "update margin", "update leak", "step |dc|", "step errors", "ties"]
+    records = rep.records
+    header = ["t", "labels = ref", "max |dc|", "objective at t", "reference's objective at t", "min margin",
+              "leak bound", "step |dc|", "step errors", "ties"]
     rows = [[r.iteration, f"{r.label_agreement:.2%}", f"{r.max_centroid_error:.3g}", f"{r.objective_circuit:.10g}",
-             f"{r.objective_reference:.10g}", f"{r.min_margin:.3g}", f"{r.leak_bound:.2g}",
-             f"{r.update_min_margin:.3g}", f"{r.update_leak_bound:.2g}", f"{r.step_centroid_error:.3g}",
-             r.step_label_errors, r.ties] for r in rep.per_iteration]
-    rows.append(["final", f"{rep.final_label_agreement:.2%}", "", "", "", f"{rep.final_min_margin:.3g}",
-                 f"{rep.final_leak_bound:.2g}", "", "", "", "", ""])
-    # Fields that variant verifications fill (soft responsibilities, outliers, proven bounds): shown when used.
-    optional = [("max |dY|", "max_assignment_error", lambda v: f"{v:.3g}", lambda v: v != 0),
+             f"{r.objective_reference:.10g}", f"{r.min_margin:.3g}", bound_text(r.leak_bound),
+             f"{r.step_centroid_error:.3g}", r.step_label_errors, r.ties] for r in records]
+    # Fields that apply to some runs only (the update certificate where the update head is a softmax; soft
+    # responsibilities, outliers, proven bounds where a variant fills them): shown where they apply, never as nan.
+    optional = [("update margin", "update_min_margin", lambda v: f"{v:.3g}", lambda v: v is not None),
+                ("update leak", "update_leak_bound", bound_text, lambda v: v is not None),
+                ("max |dY|", "max_assignment_error", lambda v: f"{v:.3g}", lambda v: v != 0),
                 ("update |dw|", "update_weight_error", lambda v: f"{v:.3g}", lambda v: v != 0),
                 ("outliers", "outliers", str, lambda v: v != 0),
                 ("proven |dc|", "proven_bound", format_bound, lambda v: v is not None)]
+    notes = ["t: the centroids after t updates (t = 0: the initial ones) and the assignment to them; labels = ref:"
+             " share of points whose label equals the reference trajectory's at t; max |dc|: largest centroid"
+             " coordinate difference from the reference's at t (user units); objective at t: sum of squared"
+             " distances from each point to its centroid at t; margins are score gaps between the chosen key and"
+             " the best other key; a leak bound of 0 means the attention pattern is exactly hard, one of 1 or more"
+             " bounds nothing (\"no bound\"); step columns compare each block with the reference step applied to"
+             " the block's own input."]
     for title, attr, fmt, used in optional:
-        values = [getattr(r, attr, None) for r in rep.per_iteration]
+        values = [getattr(r, attr, None) for r in records]
         if any(v is not None and used(v) for v in values):
             header.append(title)
             for row, v in zip(rows, values):
-                row.append("" if v is None else fmt(v))
-            rows[-1].append("")
+                row.append(not_applicable("not computed") if v is None else fmt(v))
+        elif attr == "update_min_margin":
+            notes.append("update margin and leak: not shown, the update head's normalisation is swapped by the"
+                         " variant (no softmax whose margin would certify it).")
     columns = [list(col) for col in zip(*rows)]
-    data = dict(header=header, rows=rows, records=rep.per_iteration)
-    notes = ["labels = ref: share of points whose label equals the reference trajectory's; max |dc|: largest "
-             "centroid coordinate difference from the reference (user units); margins are score gaps between the "
-             "chosen key and the best other key; a leak bound of 0 means the attention pattern is exactly hard; "
-             "step columns compare each block with the reference step applied to the block's own input."]
-    return View("verification_table", "Verification, iteration by iteration", _table(header, columns), data, notes)
+    data = dict(header=header, rows=rows, records=records)
+    return View("verification_table", "Verification at each t", _table(header, columns), data, notes)
 
 
 def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) -> View:
@@ -79,7 +86,7 @@ def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) 
     a_leak, u_margin = data["assign_leak_bound"], data["update_min_margin"]
     T1 = len(t)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("k-means objective", "certificate: smallest margin (log)",
+                        subplot_titles=("k-means objective at t", "certificate: smallest margin (log)",
                                         "largest centroid difference from the reference (log; triangles at the bottom: exactly 0)"))
     fig.add_trace(go.Scatter(x=t, y=data["objective_circuit"], mode="lines+markers", name="circuit (C and Y)",
                              line=dict(color="#1f77b4", width=3)), row=1, col=1)
@@ -88,7 +95,7 @@ def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) 
                                  line=dict(color="black", dash="dash"),
                                  marker=dict(symbol="circle-open", size=11)), row=1, col=1)
     fig.add_trace(go.Scatter(x=t, y=data["assign_min_margin"], mode="lines+markers",
-                             name="assign margin (min over points)", customdata=a_leak.astype(str),
+                             name="assign margin (min over points)", customdata=[bound_text(x) for x in a_leak],
                              hovertemplate="t=%{x}: %{y:.4g}<br>leak bound %{customdata}<extra></extra>",
                              line=dict(color="#2ca02c")), row=2, col=1)
     if np.isfinite(u_margin).any():
@@ -117,11 +124,15 @@ def _objective_data(obj, b: int, reference: np.ndarray | bool | None) -> tuple[d
     circ, X = cap.circuit, cap.encoded.X[b]
     cents, assigns = circuit_iterates(obj, b)
     T1 = len(cents)
-    # The circuit's objective from its own state: centroids in C, each point counted at its (argmax) assignment.
-    labels = np.stack([soft_clusters(a)[0] for a in assigns])
-    obj_circuit = np.array([
-        lloyd_reference.objective(X, cents[i], np.where(labels[i] >= 0, labels[i], 0)) for i in range(T1)
-    ])
+    # "Objective at t": the verifier's records where the run was verified (the same numbers as the table), else
+    # from the circuit's own state: centroids in C, each point at its (argmax) assignment, outliers nowhere.
+    rep = report_of(obj)
+    records = rep.records if rep is not None and b == 0 and len(rep.records) == T1 else None
+    if records is not None:
+        obj_circuit = np.array([r.objective_circuit for r in records])
+    else:
+        labels = np.stack([soft_clusters(a)[0] for a in assigns])
+        obj_circuit = np.array([lloyd_reference.objective(X, cents[i], labels[i]) for i in range(T1)])
     run = reference_run(obj, b) if reference is None else None
     if reference is None:
         reference = False if run is None else run.centroids
@@ -129,8 +140,9 @@ def _objective_data(obj, b: int, reference: np.ndarray | bool | None) -> tuple[d
     obj_ref = c_err = None
     if ref_c is not None:
         # The reference's own objective when it ran here, else that of its centroids with nearest assignment.
-        obj_ref = run.objectives if run is not None else np.array(
-            [lloyd_reference.objective(X, ref_c[i]) for i in range(T1)])
+        obj_ref = (np.array([r.objective_reference for r in records]) if records is not None
+                   else run.objectives if run is not None
+                   else np.array([lloyd_reference.objective(X, ref_c[i]) for i in range(T1)]))
         c_err = np.abs(cents - ref_c[:T1]).max(axis=(1, 2))
     assign_att = [cap.layers[layer].attention for layer in circ.assignment_layers]
     update_att = [cap.layers[layer].attention for layer in circ.centroid_layers]
@@ -178,7 +190,7 @@ def ties_table(obj, limit: int = 200) -> View:
     """Every tie and every mismatch of the verification report (the first ``limit`` of each drawn)."""
     rep = _require_report(obj)
     plab, clab = point_labels(obj), centroid_labels(obj)
-    header = ["kind", "point", "layer", "iteration", "candidates / expected", "chosen", "margin", "gap"]
+    header = ["kind", "point", "layer", "t", "candidates / expected", "chosen", "margin", "gap"]
     rows = [["tie", plab[t.point], t.layer, t.iteration, ", ".join(clab[j] for j in t.candidates), clab[t.chosen],
              f"{t.margin:.3g}", ""] for t in rep.ties[:limit]]
     rows += [[f"{m.kind} ({m.check})", plab[m.point], m.layer, m.iteration, clab[m.expected],
@@ -189,7 +201,8 @@ def ties_table(obj, limit: int = 200) -> View:
     columns = [list(col) for col in zip(*rows)]
     data = dict(ties=rep.ties, mismatches=rep.mismatches, header=header, rows=rows)
     notes = [f"{len(rep.ties)} tie(s), {len(rep.mismatches)} mismatch(es) with the reference "
-             f"({len(rep.errors)} beyond the tie window)."]
+             f"({len(rep.errors)} of them errors). t: the assignment to the centroids after t updates; a tie is an"
+             " exact tie (equal squared distances in rational arithmetic)."]
     if len(rep.ties) > limit or len(rep.mismatches) > limit:
         notes.append(f"only the first {limit} of each are listed; the verification counted all of them")
     return View("ties", "Ties and mismatches", _table(header, columns), data, notes)

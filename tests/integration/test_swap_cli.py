@@ -78,7 +78,8 @@ def test_cluster_with_fixed_knobs_on_a_far_point_is_not_verified_and_says_why(fa
     code, out, _ = run(capsys, "cluster", "--data", path, "--k", 3, "--iterations", 3, "--construction", "swap")
     assert code == 1
     verdict = [line for line in out.splitlines() if "VERIFIED" in line]
-    assert verdict and verdict[0].startswith("NOT VERIFIED: cause tie-break")
+    assert verdict and verdict[0].startswith("NOT VERIFIED against the safeguarded swap's numpy reference:"
+                                             " cause tie-break")
 
 
 def test_cluster_iris_writes_its_files_all_or_none(tmp_path, capsys):

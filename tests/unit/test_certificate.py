@@ -75,7 +75,8 @@ def test_margin_is_beta_times_gap(blobs):
 
 
 def test_float32_is_reported_as_approximate():
-    X = load_iris().data
+    # Blobs, not iris: iris's near ties make it NOT VERIFIED in any dtype (exact arithmetic decides them).
+    X, _ = make_blobs(300, n_features=2, centers=4, random_state=3)
     C0 = initial_centroids(X, 3, "random", 0)
     rep = run_problem(X, C0, 10, dtype=torch.float32).report
     assert rep.dtype == "float32" and not rep.exact
@@ -132,7 +133,8 @@ def test_float32_unresolved_assignments_fail_with_cause_resolution():
 @pytest.mark.parametrize("dataset", ["iris", "blobs"])
 def test_float32_verified_runs_are_scikit_learns(dataset):
     """Whenever a float32 run is VERIFIED its labels are scikit-learn's at every iteration (and none of its decisions
-    was unresolved); iris, whose decimal ties float64 orders, is VERIFIED."""
+    was unresolved); iris, whose decimal ties are near ties in binary that exact arithmetic decides unlike the
+    circuit's tie-break, is NOT VERIFIED with that cause."""
     if dataset == "iris":
         X = load_iris().data
     else:
@@ -141,7 +143,7 @@ def test_float32_verified_runs_are_scikit_learns(dataset):
     result = run_problem(X, C0, 6, dtype=torch.float32)
     rep = result.report
     if dataset == "iris":
-        assert rep.verified, rep.summary()
+        assert not rep.verified and any(f.startswith("near-tie:") for f in rep.failures), rep.summary()
     if rep.verified:
         assert not rep.unresolved
         for t, ref in enumerate(_sklearn_labels(X, C0, 6)):

@@ -176,10 +176,10 @@ def test_did_not_converge_is_said():
     C0 = X[:6]
     result = run_problem(X, C0, 1)
     assert not result.report.converged
-    assert "did not converge within 1 iterations" in result.report.summary()
+    assert "not converged: centroids still changed at the last of 1 iteration" in result.report.summary()
     result = run_problem(X, C0, 30)
     assert result.report.converged
-    assert f"converged after {result.report.n_iter} iterations" in result.report.summary()
+    assert f"converged: nothing changed after {result.report.n_iter} iterations" in result.report.summary()
 
 
 @st.composite

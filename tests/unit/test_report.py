@@ -161,7 +161,11 @@ def test_static_scan_allows_what_stays_inside_the_file():
 
 def test_header_states_problem_construction_verdict_certificate(iris_run, iris_report, iris_html):
     h = iris_report.header
-    assert h.verdict == "VERIFIED (exact, float64)" and h.verified and h.exact
+    # Iris's decimal ties are near ties in binary, two of which exact arithmetic puts at the higher index: the badge
+    # names the first failing layer and that cause (docs/exactness.md, Verdicts).
+    assert h.verdict.startswith("NOT VERIFIED against Lloyd's k-means: first failing layer 1 (assign, t = 0);"
+                                " near-tie: 2 assignment(s)") and not h.verified and not h.exact
+    assert h.verdict_kind == "failure"
     facts = {f.label: f.value for group in h.groups.values() for f in group}
     assert facts["points x dimensions"] == "n = 150, d = 4" and facts["clusters"] == "k = 3"
     # beta is chosen from the data (circuits.sharpness.for_problem): the header shows what the circuit was built with.
@@ -170,8 +174,8 @@ def test_header_states_problem_construction_verdict_certificate(iris_run, iris_r
     assert facts["scale"] == f"s = {iris_run.encoded.scaling.scale[0]:.6g}"
     assert facts["smallest assignment margin"] == f"{iris_run.report.min_margin:.4g}"
     assert facts["model"].startswith("HookedTransformer, 8 blocks: (U A) x 4")
-    assert facts["errors / ties"].startswith(f"0 errors, {len(iris_run.report.ties)} ties")
-    assert ">VERIFIED (exact, float64)<" in iris_html
+    assert facts["errors / ties"].startswith("2 errors, 0 exact ties")
+    assert 'class="verdict bad" id="verdict" data-verified="false" data-kind="failure"' in iris_html
     assert "All 150 points are drawn." in iris_html
 
 
@@ -181,7 +185,8 @@ def test_a_failed_verification_says_so():
     assert not run.report.verified
     rep = R.build_report(run)
     # A float64 run that fails is not called exact: it was held to exact tolerances.
-    assert rep.header.verdict == "NOT VERIFIED (float64, held to exact tolerances)" and not rep.header.verified
+    assert rep.header.verdict.startswith("NOT VERIFIED against Lloyd's k-means: first failing layer")
+    assert not rep.header.verified
     page = rep.to_html()
     assert 'class="verdict bad"' in page and "failure: " in page
 
@@ -221,10 +226,10 @@ def test_figure_json_cannot_close_its_script_element():
 
 def test_report_command_writes_one_file_and_exit_codes(tmp_path, capsys):
     out = tmp_path / "deep" / "r.html"
-    assert main(["report", "--dataset", "iris", "--k", "3", "--iterations", "2", "--out", str(out)]) == 0
+    assert main(["report", "--dataset", "wine", "--k", "3", "--iterations", "2", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["r.html"], "no temporary file left behind"
     page = out.read_text()
-    assert ">VERIFIED (exact, float64)<" in page and "iris" in page and "initial centroids" in page
+    assert ">VERIFIED (exact Lloyd&#x27;s k-means, float64)<" in page and "wine" in page and "initial centroids" in page
     assert "random (seed 0)" in page
     assert "VERIFIED" in capsys.readouterr().out
     # Not verified: the report is still written and says so, exit code 1.
@@ -273,11 +278,11 @@ def test_report_help_is_fast_without_torch():
 
 def test_cluster_out_also_writes_the_report(tmp_path):
     out = tmp_path / "run"
-    assert main(["cluster", "--dataset", "iris", "--k", "3", "--iterations", "2", "--out", str(out)]) == 0
+    assert main(["cluster", "--dataset", "wine", "--k", "3", "--iterations", "2", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert ">VERIFIED (exact, float64)<" in page and list(figure_blocks(page)) == DEFAULT_VIEWS
+    assert ">VERIFIED (exact Lloyd&#x27;s k-means, float64)<" in page and list(figure_blocks(page)) == DEFAULT_VIEWS
     labels = np.loadtxt(out / "labels.csv", skiprows=1, dtype=int)
-    assert len(labels) == 150
+    assert len(labels) == 178
 
 
 def test_shared_plotly_js_is_written_once_beside_the_reports(iris_report, tmp_path):
@@ -303,7 +308,7 @@ def test_report_command_shared_plotly_js(tmp_path, capsys):
     from analysis.report.document import plotly_js_name
 
     out = tmp_path / "r.html"
-    assert main(["report", "--dataset", "iris", "--k", "3", "--iterations", "1", "--plotly-js", "shared",
+    assert main(["report", "--dataset", "wine", "--k", "3", "--iterations", "1", "--plotly-js", "shared",
                  "--out", str(out)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.html", plotly_js_name()])
     assert f'src="{plotly_js_name()}"' in out.read_text()

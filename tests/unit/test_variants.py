@@ -92,7 +92,8 @@ def check_hard_variant(spec, X, C0, then=None):
     honestly unresolved)."""
     result = run_variant(spec, X, C0)
     rep = result.report
-    assert rep.variant == parse_variant(spec)[0] and rep.exact
+    # Held to exact tolerances in float64; "exact" itself is Lloyd's circuit's word only (docs/exactness.md, Verdicts).
+    assert rep.variant == parse_variant(spec)[0] and rep.dtype == "float64" and not rep.exact
     assert_lloyd_or_honest(rep)
     if not rep.verified:
         return
@@ -330,8 +331,11 @@ def test_cli_spherical_iris_matches_a_spherical_kmeans_reference():
 def test_cli_trimmed_reports_outliers_and_bad_specs_exit_2():
     res = subprocess.run([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--init", "k-means++",
                           "--variant", "trimmed:radius=0.4", "--json"], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
+    # Exit 1: point 70 is a near tie (decimal, not binary) that exact arithmetic decides unlike the tie-break; the
+    # labels are still the trimmed reference's with the circuit's tie rule, checked below.
+    assert res.returncode == 1, res.stderr
     doc = json.loads(res.stdout)
+    assert doc["failures"] and all(f.startswith("near-tie:") for f in doc["failures"])
     X = load_iris().data
     C0 = initial_centroids(X, 3, "k-means++", 0)
     s = reference.data_scale(X, C0)
@@ -346,14 +350,14 @@ def test_cli_trimmed_reports_outliers_and_bad_specs_exit_2():
 
 def test_soft_label_readout_ties_are_reported_not_hidden():
     """Soft k-means is checked on its responsibilities; its hard label is their argmax. On iris (random init, seed
-    0, stiffness 30) one point's two largest responsibilities are equal to rounding at iteration 1, and its label
+    0, stiffness 30) one point's two largest responsibilities are equal to rounding at t = 0, and its label
     differs from the reference's: that point must be among the reported ties, and the run still verifies."""
     X = load_iris().data
     C0 = initial_centroids(X, 3, "random", 0)
     result = run_problem(X, C0, 2, "soft", path="dense")
     rep = result.report
     assert rep.verified
-    first = rep.per_iteration[0]
+    first = rep.initial  # t = 0: the assignment to the initial centroids
     assert first.label_agreement < 1 and first.ties >= 1
     tied_points = {tie.point for tie in rep.ties if tie.iteration == 0}
     R = result.capture.layers[result.circuit.assignment_layers[0]].post.assignments[0]  # responsibilities

@@ -438,9 +438,9 @@ def test_verification_views_carry_the_report(line_run):
     rep = line_run.report
     table = views.verification_table(line_run)
     cells = table.figure.data[0].cells.values
-    assert list(cells[0]) == [1, 2, "final"]
-    assert [float(v) for v in cells[3][:2]] == pytest.approx([r.objective_circuit for r in rep.per_iteration],
-                                                              rel=1e-9)
+    # One index: rows t = 0 .. T, each about the centroids after t updates and the assignment to them.
+    assert list(cells[0]) == [0, 1, 2]
+    assert [float(v) for v in cells[3]] == pytest.approx([r.objective_circuit for r in rep.records], rel=1e-9)
     plot = views.objective_plot(line_run)
     # Objectives by hand: t = 0 with centroids 0 and 5; then the means 0.5 and 19/3.
     by_hand_0 = 0 + 1 + 1 + 0 + 25
@@ -473,7 +473,7 @@ def test_exact_zero_centroid_errors_are_drawn_as_zeros_on_an_axis_of_real_values
     # The table prints a proven bound below every normal float64 as such, not as a subnormal number.
     table = views.verification_table(line_run)
     header = table.data["header"]
-    proven = [row[header.index("proven |dc|")] for row in table.data["rows"][:-1]]
+    proven = [row[header.index("proven |dc|")] for row in table.data["rows"][1:]]  # t = 1 .. T (t = 0: n/a)
     bounds = [r.proven_bound for r in line_run.report.per_iteration]
     assert all(b < np.finfo(float).tiny for b in bounds) and proven == ["<2.2e-308"] * len(bounds)
 

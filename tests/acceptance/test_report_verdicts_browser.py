@@ -1,0 +1,108 @@
+"""The report's badge in a real browser says what the run's verification record says, and no page shows ``nan``.
+
+For a Lloyd's run (exact: wine; not exact Lloyd's: iris, whose decimal ties are near ties in binary), a soft run and
+a trimmed run, ``kmeans-circuits cluster --out DIR`` writes the verification record (``verification.json``) and the
+report (``report.html``) of the same run. Headless Chromium opens the report offline (``tests/browser.py``); the
+rendered badge's text, kind and verified flag must be the record's ``verdict``, ``verdict_kind`` and ``verified``;
+no rendered text (outside scripts) may read ``nan``; the verification table's first column must be ``t = 0 .. T``.
+
+Skipped only when no Chromium is installed (CI installs Debian's ``chromium``).
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from browser import Chromium, find_chromium
+
+pytestmark = pytest.mark.skipif(find_chromium() is None,
+                                reason="headless Chromium is not installed (apt-get install chromium)")
+
+T = 3
+
+#: name -> (cluster arguments, expected exit code, expected verdict kind)
+RUNS = {
+    "lloyd-exact": (["--dataset", "wine", "--k", "3"], 0, "exact"),
+    "lloyd-near-ties": (["--dataset", "iris", "--k", "3"], 1, "failure"),
+    "soft": (["--dataset", "iris", "--k", "3", "--variant", "soft"], 0, "variant"),
+    "trimmed": (["--dataset", "wine", "--k", "3", "--variant", "trimmed"], 0, "variant"),
+}
+
+#: Every rendered text node outside scripts and styles (plotly's SVG text included), and the badge.
+_READ_PAGE = """(function () {
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {
+    acceptNode: function (n) {
+      var tag = n.parentNode && n.parentNode.nodeName;
+      return tag === "SCRIPT" || tag === "STYLE" ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT;
+    }});
+  var texts = [];
+  while (walker.nextNode()) { var s = walker.currentNode.nodeValue.trim(); if (s) { texts.push(s); } }
+  var badge = document.getElementById("verdict");
+  var table = document.querySelector('[data-view="verification_table"]');
+  var cells = table && table.data && table.data[0].cells ? table.data[0].cells.values : null;
+  return {texts: texts, badge: badge ? {text: badge.textContent, kind: badge.getAttribute("data-kind"),
+          verified: badge.getAttribute("data-verified")} : null, first_column: cells ? cells[0] : null,
+          done: window.kmeansReport ? window.kmeansReport.done : null};
+})()"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Chromium(timeout=120) as b:
+        yield b
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def run(request, tmp_path_factory):
+    args, code, kind = RUNS[request.param]
+    out = tmp_path_factory.mktemp(request.param) / "run"
+    res = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", *args, "--iterations", str(T),
+                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == code, res.stdout + res.stderr
+    record = json.loads((out / "verification.json").read_text())
+    return request.param, out / "report.html", record, kind
+
+
+def read_page(browser: Chromium, path: Path, timeout: float = 120.0) -> dict:
+    session = browser.open(path.resolve().as_uri())
+    try:
+        deadline = time.monotonic() + timeout
+        while browser.evaluate(session, "window.kmeansReport ? window.kmeansReport.done : null") is False:
+            assert time.monotonic() < deadline, "the report did not finish drawing"
+            browser.drain(0.1)
+        return browser.evaluate(session, _READ_PAGE)
+    finally:
+        browser.close_tab(session)
+
+
+def test_badge_is_the_verification_record(run, browser):
+    name, page, record, kind = run
+    seen = read_page(browser, page)
+    assert seen["badge"] is not None, name
+    assert seen["badge"]["text"] == record["verdict"], name
+    assert seen["badge"]["kind"] == record["verdict_kind"] == kind, name
+    assert seen["badge"]["verified"] == str(record["verified"]).lower()
+    # Exact only where exact holds: Lloyd's, float64, hard attention everywhere.
+    assert ("exact" in seen["badge"]["text"].split("(")[1].split(",")[0]) == (kind == "exact"), seen["badge"]
+    if kind == "failure":
+        assert record["first_failing_layer"] == 1 and "first failing layer 1 (assign, t = 0)" in seen["badge"]["text"]
+        assert "near-tie" in seen["badge"]["text"]
+    if kind == "variant":
+        assert record["variant"] in seen["badge"]["text"] and "not Lloyd's" in seen["badge"]["text"]
+
+
+def test_no_rendered_nan_and_one_iteration_index(run, browser):
+    name, page, record, _ = run
+    seen = read_page(browser, page)
+    assert seen["done"] is True
+    nan = [t for t in seen["texts"] if re.search(r"\bnan\b", t, flags=re.I)]
+    assert nan == [], (name, nan[:5])
+    # The table's rows are t = 0 .. T, as in the record (its t = 0 record is "initial").
+    assert [int(v) for v in seen["first_column"]] == list(range(T + 1)), seen["first_column"]
+    assert record["initial"]["iteration"] == 0
+    assert [r["iteration"] for r in record["per_iteration"]] == list(range(1, T + 1))

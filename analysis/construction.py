@@ -172,13 +172,20 @@ def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, flo
             for C, L in zip(ref.centroids[:-1], ref.lloyd_centroids[1:])]
 
 
-def chain_notes(per_iteration: list[dict], names: list[str]) -> list[str]:
-    """Where a candidate the circuit did not keep differs from the reference's by more than 1e-9 relative: named,
+def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]) -> list[str]:
+    """Where the circuit named another kept candidate than the reference for the same state (``problems``: the
+    run's, which name the steps where the state differs), and where a candidate the circuit did not keep differs
+    from the reference's by more than 1e-9 relative: named,
     since the verdict holds only the kept candidate to the reference. On iris (k = 3, seed 0) the circuit's Lloyd's
     candidates send two near ties (float64 gaps 0 and 3.6e-16) to the lower index by its tie-break, where the
     reference's float64 comparison, and exact arithmetic, order them the other way."""
     out = []
     for rec in per_iteration:
+        named = f"step {rec['iteration']}: the circuit kept"
+        if rec["choice"] != rec["reference_choice"] and not any(p.startswith(named) for p in problems):
+            out.append(f"{named} {CANDIDATE_LABELS[rec['choice']]}, the reference"
+                       f" {CANDIDATE_LABELS[rec['reference_choice']]}: the same centroids (equal objectives; the"
+                       " circuit's rounding of them exceeds the select margin, so it named the other)")
         for c in names:
             got, want = rec["candidate_objectives"][c], rec["reference_candidate_objectives"][c]
             if c != rec["choice"] and np.isfinite(want) and abs(got - want) > 1e-9 * max(abs(want), 1e-300):
@@ -238,7 +245,7 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
              " magnitude; objective_lloyd is Lloyd's from the same initial centroids (circuits/reference.py's rule:"
              " the nearest centroid, the lowest index on exact ties, an empty cluster keeps its centroid; decided in"
              " rational arithmetic where float64 cannot order two distances), at t = the step's index"]
-    notes.extend(chain_notes(per_iteration, names))
+    notes.extend(chain_notes(per_iteration, names, checked.problems))
     if decided:
         notes.append(f"Lloyd's: {decided} assignment(s) were decided in rational arithmetic, where float64's"
                      " argmin (what the construction's own Lloyd's chain uses) orders them otherwise")

@@ -8,7 +8,7 @@ and trained factors, and cached. Its factors come from a learned checkpoint
 given by path (:func:`find_checkpoint` recognises the file, or a folder holding ``learned.json`` and no
 ``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
-every step, the same candidate kept and centroids within the tolerance of the data's spread; a difference the
+every step, the same state kept and centroids within each column's tolerance; a difference the
 circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
 in :mod:`analysis.construction`; the drift numbers are
 :func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).

@@ -5,8 +5,9 @@ compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as 
 The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
 Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.SwapReport`'s contract: the
 transformer's result *is* its reference's (:func:`circuits.swap.reference.safeguarded_swap` without a tie-break)
-at every step, the same candidate kept and every centroid within :data:`CENTROID_TOLERANCE` of the data's spread;
-a difference the circuit's tie-break explains is NOT VERIFIED with that cause. Lloyd's
+at every step, the same state kept and every centroid coordinate within its column's tolerance
+(:func:`analysis.verify.swap.column_tolerances`); a difference the circuit's tie-break explains is NOT VERIFIED with
+that cause. Lloyd's
 (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
 beat, never to match. ``CENTROID_TOLERANCE``, ``spread`` and ``differences`` live in :mod:`analysis.verify.swap`
 and are importable from here as before; what this construction shares with the learned one (paths, the

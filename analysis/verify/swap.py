@@ -54,22 +54,37 @@ def column_tolerances(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"])
     return CENTROID_TOLERANCE * spread_m + MAGNITUDE_ULPS * np.finfo(np.float64).eps * magnitude
 
 
-def differences(run, ref, tolerance: Float[np.ndarray, " d"]) -> list[str]:
+def differences(run, ref, tolerance: Float[np.ndarray, " d"],
+                candidates_at: Callable[[int], dict[str, np.ndarray]] | None = None) -> list[str]:
     """Where a circuit run and a reference trajectory part: a different candidate kept, or a centroid coordinate
     farther from the reference's than its column's ``tolerance`` (:func:`column_tolerances`); empty when they
-    agree at every step."""
+    agree at every step.
+
+    ``candidates_at(t)``: the reference's candidates of step ``t`` by name. With it, a different name kept is no
+    difference where the reference's candidate of that name *is* the kept state (every coordinate within its
+    tolerance): two candidates with the same centroids have the same objective in exact arithmetic, the tie
+    order names the first, and a circuit whose objectives round apart by more than the select margin may name the
+    other; the state, which is what the run computes, is the same."""
     tolerance = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), np.shape(run.centroids)[-1:])
     out = []
     for t in range(1, len(run.centroids)):
         error = np.abs(np.asarray(run.centroids[t]) - np.asarray(ref.centroids[t])).max(axis=0)
         over = np.flatnonzero(~(error <= tolerance))
-        if run.choices[t - 1] != ref.choices[t - 1]:
+        if run.choices[t - 1] != ref.choices[t - 1] and not _same_state(candidates_at, t, run.choices[t - 1],
+                                                                        ref.centroids[t], tolerance):
             out.append(f"step {t}: the circuit kept {run.choices[t - 1]!r}, the reference {ref.choices[t - 1]!r}")
         elif over.size:
             m = int(over[np.argmax(error[over] / np.maximum(tolerance[over], 1e-300))])
             out.append(f"step {t}: centroids {error[m]:.3g} from the reference's in column {m} (its tolerance"
                        f" {tolerance[m]:.3g}" + (f"; {len(over)} columns over" if len(over) > 1 else "") + ")")
     return out
+
+
+def _same_state(candidates_at, t: int, name: str, kept: np.ndarray, tolerance: np.ndarray) -> bool:
+    if candidates_at is None:
+        return False
+    other = candidates_at(t).get(name)
+    return other is not None and bool((np.abs(np.asarray(other) - kept).max(axis=0) <= tolerance).all())
 
 
 @dataclass(frozen=True)
@@ -114,12 +129,15 @@ SwapReport = ConstructionReport
 
 
 def verify_against(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
-                   reference: Callable[[float], object], tie_break: float) -> ConstructionReport:
+                   reference: Callable[[float], object], tie_break: float,
+                   candidates: Callable[[object, int], dict[str, np.ndarray]] | None = None) -> ConstructionReport:
     """Hold ``run`` to ``reference(0.0)`` (the reference trajectory, no tie-break); where they differ but
-    ``reference(tie_break)`` (``tie_break`` in squared user units) agrees with the run, name that cause first."""
+    ``reference(tie_break)`` (``tie_break`` in squared user units) agrees with the run, name that cause first.
+    ``candidates(ref, t)``: a reference trajectory's candidates of step ``t`` by name (:func:`differences`)."""
     tolerance = column_tolerances(X, C0)
     ref = reference(0.0)
-    problems = differences(run, ref, tolerance)
+    at = None if candidates is None else (lambda t: candidates(ref, t))
+    problems = differences(run, ref, tolerance, at)
     if problems and not differences(run, reference(tie_break), tolerance):
         problems.insert(0, f"cause tie-break: the circuit's tie-break, {tie_break:.3g} squared data units on this"
                            " problem, decides what the data does not tie (float64 cannot resolve the problem's"
@@ -132,22 +150,33 @@ def verify_swap(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], 
                 tie_break: float) -> ConstructionReport:
     """Hold ``run`` (a :class:`~circuits.swap.build.SwapCircuit` run from ``C0`` on ``X``) to its reference run with
     the circuit's ``select_margin``; ``tie_break`` (squared user units) names the cause where the run differs."""
-    from circuits.swap.reference import safeguarded_swap
+    from circuits.swap.reference import CANDIDATES, safeguarded_swap, step_candidates
 
     steps = len(run.centroids) - 1
-    return verify_against(run, X, C0, lambda tb: safeguarded_swap(X, C0, steps, select_margin, tb), tie_break)
+
+    def candidates(ref, t: int) -> dict[str, np.ndarray]:
+        return dict(zip(CANDIDATES, step_candidates(X, ref.centroids[t - 1], ref.lloyd_centroids[t])))
+
+    return verify_against(run, X, C0, lambda tb: safeguarded_swap(X, C0, steps, select_margin, tb), tie_break,
+                          candidates)
 
 
 def verify_learned(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], circuit) -> ConstructionReport:
     """Hold ``run`` (a :class:`~circuits.learned.build.LearnedCircuit` ``circuit``'s run from ``C0`` on ``X``) to
     :func:`~circuits.learned.reference.learned_swap` with the circuit's factors, margin and candidates."""
-    from circuits.learned.reference import learned_swap
+    from circuits.learned.reference import alpha_at, learned_swap, safety_chains, step_candidates
     from circuits.learned.stages import CIRCUIT_CANDIDATES
 
     steps = len(run.centroids) - 1
 
     def ref(tie_break: float):
         return learned_swap(X, C0, steps, circuit.alphas, circuit.knobs.select_margin, tie_break,
-                            candidates=CIRCUIT_CANDIDATES)
+                            candidates=CIRCUIT_CANDIDATES, chains=chains if tie_break == 0.0 else None)
 
-    return verify_against(run, X, C0, ref, circuit.user_tie_break(X, C0))
+    chains = safety_chains(X, C0, steps, circuit.knobs.select_margin)
+
+    def candidates(trajectory, t: int) -> dict[str, np.ndarray]:
+        return step_candidates(X, trajectory.centroids[t - 1], chains.lloyd_centroids[t], chains.centroids[t],
+                               alpha_at(circuit.alphas, t - 1), CIRCUIT_CANDIDATES)
+
+    return verify_against(run, X, C0, ref, circuit.user_tie_break(X, C0), candidates)

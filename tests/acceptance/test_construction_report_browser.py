@@ -4,8 +4,8 @@ D/report.html beside D/verification.json, and headless Chromium opens it offline
 For each page: every figure draws (the shared checker, ``tests/browser.py``); the rendered badge is the run's
 verification record (its verdict text, and VERIFIED exactly when the record says verified); no rendered text reads
 ``nan``; every heatmap's colour range covers its own data; the first step shown has non-zero attention in each
-choosing head, and the weight lies on the candidate the record says was kept. A NOT VERIFIED run (a learned run
-whose choice among equal candidates float64 cannot decide) shows its failure on the badge.
+choosing head, and the weight lies on the candidate the record says was kept. A NOT VERIFIED run (a tie-break
+coarser than the data's gaps) shows its failure on the badge.
 
 Skipped only when no Chromium is installed.
 """
@@ -110,17 +110,17 @@ def test_iris_construction_page_shows_its_record(construction, tmp_path, browser
 
 
 def test_a_not_verified_construction_page_says_so(tmp_path, browser):
-    """Four integer clusters 3e4 apart: at step 2 the learned circuit's objectives of two candidates that are equal
-    in exact arithmetic differ by its rounding, which the select margin does not cover; the record says NOT
-    VERIFIED and so must the badge."""
-    base = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 1], [1, 2]], dtype=float)
-    S = 3e4
-    X = np.vstack([base, base + [S, 0], base + [0, S], base + [S, S]])
+    """Integer points and one 3e6 away: the learned circuit's tie-break (in squared data units, 16 here) decides
+    gaps of 1 that the data does not tie; the record says NOT VERIFIED with that cause, and so must the badge."""
+    rng = np.random.default_rng(2)
+    X = rng.integers(0, 3, size=(20, 2)).astype(float)
+    X[0] = [3e6, 0]
+    C0 = X[rng.choice(20, 3, replace=False)]
     data, init = tmp_path / "x.csv", tmp_path / "c.csv"
     np.savetxt(data, X, delimiter=",")
-    np.savetxt(init, X[[0, 1, 6, 12]], delimiter=",")
-    code, record, page = cluster_out(tmp_path, "--data", data, "--init", init, "--k", 4, "--iterations", 3,
+    np.savetxt(init, C0, delimiter=",")
+    code, record, page = cluster_out(tmp_path, "--data", data, "--init", init, "--k", 3, "--iterations", 3,
                                      "--construction", "learned")
-    assert code == 1 and not record["verified"] and record["problems"]
+    assert code == 1 and not record["verified"] and record["problems"][0].startswith("cause tie-break")
     seen = check_construction_page(browser, code, record, page)
-    assert seen["badge"].startswith("NOT VERIFIED") and record["problems"][0].split(":")[0] in seen["badge"]
+    assert seen["badge"].startswith("NOT VERIFIED") and "cause tie-break" in seen["badge"]

@@ -149,3 +149,27 @@ def test_the_choice_gap_is_to_the_next_different_candidate():
     assert choice_gap(np.array([1.0, 1.0, 1.0])) is None  # a tie: every candidate equal
     assert choice_gap(np.array([1.0, np.nan, 1.5])) == pytest.approx(0.5)  # a candidate left out
     assert tied_with(np.array([2.0, 1.0, 1.0]), ["lloyd", "swap", "reference"], "swap") == ["reference"]
+
+
+def test_a_different_name_for_the_same_state_is_no_difference():
+    """Four integer clusters 3e4 apart: at step 2 Lloyd's step and Lloyd's chain are the same centroids (the run
+    has followed Lloyd's), so equal objectives in exact arithmetic; the learned circuit's objectives round apart by
+    more than the select margin and it names the chain. The state is the reference's: verified, and the note says
+    which names differ. (Before, NOT VERIFIED with no cause; with the candidates' centroids apart it still fails.)"""
+    from circuits.learned.reference import safety_chains, step_candidates
+
+    base = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 1], [1, 2]], dtype=float)
+    X = np.vstack([base, base + [3e4, 0], base + [0, 3e4], base + [3e4, 3e4]])
+    C0 = X[[0, 1, 6, 12]]
+    doc = learned.cluster_with_learned(X, C0, 3)
+    assert doc["verified"], doc["problems"]
+    alphas = learned.load_alphas()
+    ref = learned_swap(X, C0, 3, alphas, MARGIN)
+    chains = safety_chains(X, C0, 3, MARGIN)
+    renamed = [r for r in doc["per_iteration"] if r["choice"] != r["reference_choice"]]
+    for r in renamed:
+        t = r["iteration"]
+        cands = step_candidates(X, ref.centroids[t - 1], chains.lloyd_centroids[t], chains.centroids[t],
+                                alphas[min(t - 1, len(alphas) - 1)])
+        np.testing.assert_array_equal(cands[r["choice"]], ref.centroids[t])
+        assert any(n.startswith(f"step {t}: the circuit kept") and "the same centroids" in n for n in doc["notes"])

@@ -12,8 +12,8 @@ candidates exactly as good (the tie order decided among them), and the attention
 column's centroid error against its tolerance, and every problem and note.
 
 The attention is read from the dense stacked ``HookedTransformer`` (``run_with_cache`` on the two heads' pattern
-hooks only), which is the structured path's forward layer for layer; above
-:data:`analysis.capture.DENSE_MAX_TOKENS` tokens the figures say so instead.
+hooks only), which is the structured path's forward layer for layer; above :data:`PAGE_MAX_TOKENS` tokens the page
+says so instead.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from analysis.report.document import Fact, Header, Report, Section, Table
 
 #: The heads whose attention the page draws, by block name, with what their keys are.
 CHOOSING_HEADS = ("choose", "swap_slot")
+#: The page runs the dense model for those heads only up to this many tokens: every layer of the stacked model forms
+#: its (tokens)^2 pattern on the way (a page of a bigger problem says so instead of spending minutes and gigabytes).
+PAGE_MAX_TOKENS = 2000
 
 
 @dataclass
@@ -59,15 +62,14 @@ def gap_text(rec: dict) -> str:
 def attention(result) -> dict | None:
     """Per step, the ``choose`` head's attention from the BOS token summed over each candidate's centroid tokens
     ``[steps, candidates]`` and the ``swap_slot`` head's over the current centroids ``[steps, k]``, read from the
-    dense model; ``None`` where the problem is above the dense forward's limit."""
+    dense model; ``None`` where the problem has more than :data:`PAGE_MAX_TOKENS` tokens."""
     import torch
 
-    from analysis.capture import DENSE_MAX_TOKENS
     from circuits import hook_names
 
     circ = result.circuit
     resid, seq, _ = circ.encode(result.X, result.C0)
-    if seq.n_tokens > DENSE_MAX_TOKENS:
+    if seq.n_tokens > PAGE_MAX_TOKENS:
         return None
     layers = {(t, b): circ.layer(t, b) for t in range(circ.steps) for b in CHOOSING_HEADS}
     names = {hook_names.pattern(layer) for layer in layers.values()}
@@ -192,7 +194,9 @@ def construction_report(result, source: str = "", init: str = "") -> Report:
     att = attention(result)
     labels = [CANDIDATE_LABELS[c] for c in doc["candidates"]]
     if att is None:
-        heads.add(Table(["note"], [["the problem is above the dense forward's token limit: attention not drawn"]]))
+        heads.add(Table(["note"], [[f"attention not drawn: the problem has more than {PAGE_MAX_TOKENS} tokens, and"
+                                    " the page reads it from the dense model, whose every layer forms a (tokens)^2"
+                                    " pattern"]]))
     else:
         heads.add(_heatmap("choose_attention", "choose head: attention on each candidate (from BOS)", att["choose"],
                            labels, steps, ["rows sum to 1: the weight on each candidate's k tokens"]))

@@ -91,6 +91,26 @@ def test_the_learned_construction_chooses_its_mask_before_it_runs():
     assert swap.cluster_with_swap(X, C0, 2)["verified"]  # the swap verifies the same input
 
 
+@pytest.mark.parametrize("which", [("--construction", "learned"), ("--checkpoint", "checkpoints/learned")])
+def test_the_far_reaching_input_runs_on_the_command_line(which, tmp_path, capsys):
+    """`cluster` on the same input, by construction and by checkpoint: exit 0 and VERIFIED (it was exit 3, a
+    RuntimeError raised after the whole circuit had run)."""
+    import json
+    from pathlib import Path
+
+    from analysis.cli import main
+
+    X, C0 = far_reaching()
+    np.savetxt(tmp_path / "x.csv", X, delimiter=",")
+    np.savetxt(tmp_path / "c.csv", C0, delimiter=",")
+    root = Path(__file__).resolve().parents[2]
+    argv = ["cluster", "--data", tmp_path / "x.csv", "--init", tmp_path / "c.csv", "--k", 4, "--iterations", 2,
+            which[0], root / which[1] if which[0] == "--checkpoint" else which[1], "--json"]
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["verified"], err
+
+
 def test_a_problem_beyond_what_float64_can_mask_is_refused_in_one_line(monkeypatch):
     from analysis.errors import ProblemError
 
@@ -173,3 +193,26 @@ def test_a_different_name_for_the_same_state_is_no_difference():
                                 alphas[min(t - 1, len(alphas) - 1)])
         np.testing.assert_array_equal(cands[r["choice"]], ref.centroids[t])
         assert any(n.startswith(f"step {t}: the circuit kept") and "the same centroids" in n for n in doc["notes"])
+
+
+def test_the_page_holds_the_record_and_says_when_attention_is_not_drawn(monkeypatch):
+    """The page's tables carry every candidate's objective of the record; above the page's token limit the heads'
+    attention is replaced by a note that says why (never an empty or nan figure)."""
+    from analysis.report import construction as page
+
+    X, C0 = iris_start()
+    result = swap.run_swap(X, C0, 2)
+    import html
+    import re
+
+    text = re.sub(r"<script.*?</script>", "", page.construction_report(result, "iris").to_html(), flags=re.S)
+    assert html.escape(result.doc["verdict"]) in text and not re.search(r"\bnan\b", text, re.I)
+    for rec in result.doc["per_iteration"]:
+        assert all(f"{v:.10g}" in text for v in rec["candidate_objectives"].values())
+    drawn = page.attention(result)
+    assert drawn["choose"].shape == (2, 3) and np.allclose(drawn["choose"].sum(axis=1), 1.0)
+    kept = [page.CANDIDATE_LABELS[c] for c in result.run.choices]
+    assert [["Lloyd step", "swap step", "Lloyd's chain"][i] for i in drawn["choose"].argmax(axis=1)] == kept
+    monkeypatch.setattr(page, "PAGE_MAX_TOKENS", 10)
+    small = page.construction_report(result, "iris")
+    assert len(small.figures()) == 1 and "attention not drawn" in small.to_html()

@@ -239,6 +239,8 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
     swap = "objective_swap" in doc["per_iteration"][0]
     print(table_text(doc, swap))
     print(doc["verdict"])
+    for note in doc["notes"][1:]:  # the first states the contract, which the verdict says in short
+        print(f"note: {note}")
     versus = f"; untrained swap's {doc['swap_inertia']:.10g}" if swap else ""
     print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f}"
           f"{versus})" + (f"; wrote {out}" if out else ""))

@@ -23,6 +23,7 @@ Lloyd's: Lloyd's is the yardstick the construction is meant to beat (:mod:`analy
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,6 +79,33 @@ def differences(run, ref, tolerance: Float[np.ndarray, " d"],
             out.append(f"step {t}: centroids {error[m]:.3g} from the reference's in column {m} (its tolerance"
                        f" {tolerance[m]:.3g}" + (f"; {len(over)} columns over" if len(over) > 1 else "") + ")")
     return out
+
+
+def choice_rounding(run, ref, X: Float[np.ndarray, "n d"], candidates_at: Callable[[int], dict[str, np.ndarray]],
+                    t: int) -> str | None:
+    """The cause of a run that first parts from its reference at step ``t`` by keeping another candidate, where the
+    reference's objectives of the two candidates are closer, relative, than twice the circuit's own objectives of
+    them are off the reference's (the circuit's averages of unit-scaled squared distances round; the select margin
+    should cover that and here does not): ``cause choice within rounding``. ``None`` otherwise, or where the run
+    holds no candidate objectives."""
+    from circuits import reference as lloyd
+
+    values = getattr(run, "candidate_objectives", None)
+    kept, want = run.choices[t - 1], ref.choices[t - 1]
+    if values is None:
+        return None
+    cands = candidates_at(t)
+    names = list(cands)
+    exact = {c: lloyd.objective(X, cands[c]) for c in (kept, want)}
+    got = {c: float(np.asarray(values)[t - 1][names.index(c)]) for c in (kept, want)}
+    size = max(exact.values()) or 1e-300
+    gap = abs(exact[kept] - exact[want]) / size
+    off = max(abs(got[c] - exact[c]) for c in (kept, want)) / size
+    if gap > 2 * off:
+        return None
+    return (f"cause choice within rounding: at step {t} the reference's objectives of {kept!r} and {want!r} differ"
+            f" by {gap:.2g} relative, and the circuit's own objectives of them are off by up to {off:.2g} relative"
+            " (its averages of unit-scaled squared distances round), so rounding decided the choice")
 
 
 def _same_state(candidates_at, t: int, name: str, kept: np.ndarray, tolerance: np.ndarray) -> bool:
@@ -138,7 +166,11 @@ def verify_against(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"
     ref = reference(0.0)
     at = None if candidates is None else (lambda t: candidates(ref, t))
     problems = differences(run, ref, tolerance, at)
-    if problems and not differences(run, reference(tie_break), tolerance):
+    first = re.match(r"step (\d+): the circuit kept", problems[0]) if problems and at is not None else None
+    rounding = choice_rounding(run, ref, X, at, int(first.group(1))) if first else None
+    if rounding is not None:
+        problems.insert(0, rounding)
+    elif problems and not differences(run, reference(tie_break), tolerance):
         problems.insert(0, f"cause tie-break: the circuit's tie-break, {tie_break:.3g} squared data units on this"
                            " problem, decides what the data does not tie (float64 cannot resolve the problem's"
                            " gaps at its scale); the reference given that tie-break agrees with the circuit")

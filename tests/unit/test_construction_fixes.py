@@ -216,3 +216,28 @@ def test_the_page_holds_the_record_and_says_when_attention_is_not_drawn(monkeypa
     monkeypatch.setattr(page, "PAGE_MAX_TOKENS", 10)
     small = page.construction_report(result, "iris")
     assert len(small.figures()) == 1 and "attention not drawn" in small.to_html()
+
+
+def test_a_choice_decided_by_the_circuits_rounding_is_named():
+    """A run that keeps 'swap' where the reference keeps 'lloyd', whose circuit objectives of the two are off the
+    reference's by more than the two differ: NOT VERIFIED with cause 'choice within rounding'; the same run with
+    its objectives exact is NOT VERIFIED without that cause (the choice is then no rounding's)."""
+    from analysis.verify.swap import verify_swap
+    from circuits.swap.reference import safeguarded_swap, step_candidates
+
+    X = np.array([[0.0], [1.0], [4.0], [5.0], [9.0], [10.0]])
+    C0 = np.array([[0.0], [1.0], [9.0]])
+    ref = safeguarded_swap(X, C0, 1, MARGIN)
+    cands = step_candidates(X, C0, ref.lloyd_centroids[1])
+    exact = np.array([[reference.objective(X, c) for c in cands]])
+    other = "swap" if ref.choices[0] != "swap" else "lloyd"
+    fake = SimpleNamespace(centroids=np.stack([C0, cands[["lloyd", "swap", "reference"].index(other)]]),
+                           choices=[other], candidate_objectives=exact)
+    i, j = ["lloyd", "swap", "reference"].index(other), ["lloyd", "swap", "reference"].index(ref.choices[0])
+    gap = abs(exact[0, i] - exact[0, j])
+    assert gap > 0
+    assert not any(p.startswith("cause choice") for p in verify_swap(fake, X, C0, MARGIN, 0.0).problems)
+    rounded = exact.copy()
+    rounded[0, i] -= gap  # the circuit's value of the other candidate rounds below the kept one's
+    checked = verify_swap(SimpleNamespace(**{**vars(fake), "candidate_objectives": rounded}), X, C0, MARGIN, 0.0)
+    assert not checked.verified and checked.problems[0].startswith("cause choice within rounding: at step 1")

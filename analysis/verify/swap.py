@@ -81,13 +81,20 @@ def differences(run, ref, tolerance: Float[np.ndarray, " d"],
     return out
 
 
+#: The largest relative difference between the circuit's and the reference's objective of one candidate that
+#: :func:`choice_rounding` calls rounding (the circuit's relative rounding is about ``(d + log2 n) 2**-53`` of the
+#: scale of its unit-scaled distances over their mean; far beyond it the two candidates are different centroids).
+ROUNDING_MAX = 1e-6
+
+
 def choice_rounding(run, ref, X: Float[np.ndarray, "n d"], candidates_at: Callable[[int], dict[str, np.ndarray]],
                     t: int) -> str | None:
     """The cause of a run that first parts from its reference at step ``t`` by keeping another candidate, where the
     reference's objectives of the two candidates are closer, relative, than twice the circuit's own objectives of
     them are off the reference's (the circuit's averages of unit-scaled squared distances round; the select margin
-    should cover that and here does not): ``cause choice within rounding``. ``None`` otherwise, or where the run
-    holds no candidate objectives."""
+    should cover that and here does not), and that is at most :data:`ROUNDING_MAX`: ``cause choice within
+    rounding``. ``None`` otherwise, or where the run holds no candidate objectives. Asked only where the tie-break
+    does not explain the difference."""
     from circuits import reference as lloyd
 
     values = getattr(run, "candidate_objectives", None)
@@ -101,7 +108,8 @@ def choice_rounding(run, ref, X: Float[np.ndarray, "n d"], candidates_at: Callab
     size = max(exact.values()) or 1e-300
     gap = abs(exact[kept] - exact[want]) / size
     off = max(abs(got[c] - exact[c]) for c in (kept, want)) / size
-    if gap > 2 * off:
+    # Beyond ROUNDING_MAX the circuit's candidate is another state (an assignment decided otherwise), not a rounding.
+    if gap > 2 * off or off > ROUNDING_MAX:
         return None
     return (f"cause choice within rounding: at step {t} the reference's objectives of {kept!r} and {want!r} differ"
             f" by {gap:.2g} relative, and the circuit's own objectives of them are off by up to {off:.2g} relative"
@@ -167,13 +175,14 @@ def verify_against(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"
     at = None if candidates is None else (lambda t: candidates(ref, t))
     problems = differences(run, ref, tolerance, at)
     first = re.match(r"step (\d+): the circuit kept", problems[0]) if problems and at is not None else None
-    rounding = choice_rounding(run, ref, X, at, int(first.group(1))) if first else None
-    if rounding is not None:
-        problems.insert(0, rounding)
-    elif problems and not differences(run, reference(tie_break), tolerance):
+    if problems and not differences(run, reference(tie_break), tolerance):
         problems.insert(0, f"cause tie-break: the circuit's tie-break, {tie_break:.3g} squared data units on this"
                            " problem, decides what the data does not tie (float64 cannot resolve the problem's"
                            " gaps at its scale); the reference given that tie-break agrees with the circuit")
+    elif first:
+        rounding = choice_rounding(run, ref, X, at, int(first.group(1)))
+        if rounding is not None:
+            problems.insert(0, rounding)
     problems.extend(getattr(run, "problems", []))  # what the circuit found about itself (LearnedRun: its reach)
     return ConstructionReport(problems, ref, spread(X), tie_break, tolerance)
 

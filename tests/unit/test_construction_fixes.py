@@ -219,25 +219,23 @@ def test_the_page_holds_the_record_and_says_when_attention_is_not_drawn(monkeypa
 
 
 def test_a_choice_decided_by_the_circuits_rounding_is_named():
-    """A run that keeps 'swap' where the reference keeps 'lloyd', whose circuit objectives of the two are off the
-    reference's by more than the two differ: NOT VERIFIED with cause 'choice within rounding'; the same run with
-    its objectives exact is NOT VERIFIED without that cause (the choice is then no rounding's)."""
-    from analysis.verify.swap import verify_swap
-    from circuits.swap.reference import safeguarded_swap, step_candidates
+    """Two candidates whose objectives differ by 4e-11 relative, the circuit's value of the better one off by 1e-10
+    the other way: the cause is the circuit's rounding. Off by 0.5 (another state, not a rounding) or apart by more than
+    twice what the circuit is off: no such cause."""
+    from analysis.verify.swap import choice_rounding
 
-    X = np.array([[0.0], [1.0], [4.0], [5.0], [9.0], [10.0]])
-    C0 = np.array([[0.0], [1.0], [9.0]])
-    ref = safeguarded_swap(X, C0, 1, MARGIN)
-    cands = step_candidates(X, C0, ref.lloyd_centroids[1])
-    exact = np.array([[reference.objective(X, c) for c in cands]])
-    other = "swap" if ref.choices[0] != "swap" else "lloyd"
-    fake = SimpleNamespace(centroids=np.stack([C0, cands[["lloyd", "swap", "reference"].index(other)]]),
-                           choices=[other], candidate_objectives=exact)
-    i, j = ["lloyd", "swap", "reference"].index(other), ["lloyd", "swap", "reference"].index(ref.choices[0])
-    gap = abs(exact[0, i] - exact[0, j])
-    assert gap > 0
-    assert not any(p.startswith("cause choice") for p in verify_swap(fake, X, C0, MARGIN, 0.0).problems)
-    rounded = exact.copy()
-    rounded[0, i] -= gap  # the circuit's value of the other candidate rounds below the kept one's
-    checked = verify_swap(SimpleNamespace(**{**vars(fake), "candidate_objectives": rounded}), X, C0, MARGIN, 0.0)
-    assert not checked.verified and checked.problems[0].startswith("cause choice within rounding: at step 1")
+    X = np.array([[0.0], [1.0], [9.0], [10.0]])
+    A, B = np.array([[0.5], [9.4]]), np.array([[0.5], [9.4 - 1e-10]])
+    cands = {"lloyd": A, "swap": B, "reference": A}
+    a, b = reference.objective(X, A), reference.objective(X, B)
+    assert 1e-11 < (b - a) / b < 1e-10
+    ref = SimpleNamespace(choices=["lloyd"])
+
+    def run(values):
+        return SimpleNamespace(choices=["swap"], candidate_objectives=np.array([values]))
+
+    named = choice_rounding(run([a * (1 + 1e-10), b, a]), ref, X, lambda t: cands, 1)
+    assert named is not None and named.startswith("cause choice within rounding: at step 1")
+    assert choice_rounding(run([a * 1.5, b, a]), ref, X, lambda t: cands, 1) is None
+    far = {"lloyd": A, "swap": np.array([[0.5], [20.0]]), "reference": A}
+    assert choice_rounding(run([a * (1 + 1e-10), b, a]), ref, X, lambda t: far, 1) is None

@@ -111,51 +111,170 @@ def smallest_gap(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> fl
 
 
 def choice_gap(objectives: Float[np.ndarray, " candidates"]) -> float | None:
-    """How much larger the runner-up candidate's objective was than the kept one's, relative; ``None`` when every
-    candidate had the same objective (then the tie order decided, as the reference's does)."""
-    low, second = np.sort(objectives)[:2]
-    return float((second - low) / low) if second > low and low > 0 else None
+    """How much larger the next candidate's objective was than the kept (least) one's, relative, the next being the
+    best candidate whose objective differs from the kept one's (candidates with exactly the kept objective are
+    :func:`tied_with` it, the tie order decided among them); ``None`` when every candidate had the same objective
+    (a tie: the tie order decided, as the reference's does) or the kept one's is 0."""
+    values = np.asarray(objectives, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    low = values.min()
+    above = values[values > low]
+    return float((above.min() - low) / low) if above.size and low > 0 else None
+
+
+def tied_with(objectives: Float[np.ndarray, " candidates"], names: list[str], kept: str) -> list[str]:
+    """The other candidates whose objective equals the kept one's exactly (NaN: a candidate left out)."""
+    values = dict(zip(names, np.asarray(objectives, dtype=np.float64).tolist()))
+    return [name for name in names if name != kept and values[name] == values[kept]]
+
+
+#: How pages and tables name each candidate: the safety nets are trajectories run beside the construction, and
+#: "reference" alone would read as the numpy reference the run is verified against.
+CANDIDATE_LABELS = {"lloyd": "Lloyd step", "swap": "swap step", "learned": "learned step",
+                    "reference": "Lloyd's chain", "swap_reference": "swap's chain"}
+
+
+def exact_lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Lloyd's algorithm with every assignment the exact nearest centroid (rational arithmetic on the float64
+    values where float64 cannot order two squared distances, :mod:`analysis.verify.nearest`; the lowest index on
+    exact ties; an empty cluster keeps its centroid): the one Lloyd's reference the constructions are compared
+    with. Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``), the objectives at each ``t`` and how
+    many assignments float64's argmin (:func:`circuits.reference.assign`) would have made otherwise."""
+    from analysis.verify.nearest import exact_nearest, misassigned
+
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
+    cents, objs, decided = [C], [reference.objective(X, C)], 0
+    for _ in range(iterations):
+        labels = reference.assign(X, C)
+        wrong = misassigned(X, C, labels)
+        for i in wrong:
+            labels[i] = exact_nearest(X[i], C)
+        decided += len(wrong)
+        C = reference.update(X, labels, C)
+        cents.append(C)
+        objs.append(reference.objective(X, C))
+    return np.stack(cents), np.array(objs), decided
+
+
+def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:
+    """Per step, every candidate's objective in the numpy reference ``ref``: the learned reference keeps them
+    (``candidate_objectives``, NaN where left out); the swap's are rebuilt from its trajectory
+    (:func:`circuits.swap.reference.step_candidates`)."""
+    kept = getattr(ref, "candidate_objectives", None)
+    if kept is not None:
+        from circuits.learned.reference import CANDIDATES as LEARNED_CANDIDATES
+
+        return [dict(zip(LEARNED_CANDIDATES, map(float, row))) for row in np.asarray(kept)]
+    from circuits.swap.reference import CANDIDATES, step_candidates
+
+    return [dict(zip(CANDIDATES, (reference.objective(X, c) for c in step_candidates(X, C, L))))
+            for C, L in zip(ref.centroids[:-1], ref.lloyd_centroids[1:])]
+
+
+def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]) -> list[str]:
+    """Where the circuit named another kept candidate than the reference for the same state (``problems``: the
+    run's, which name the steps where the state differs), and where a candidate the circuit did not keep differs
+    from the reference's by more than 1e-9 relative: named,
+    since the verdict holds only the kept candidate to the reference. On iris (k = 3, seed 0) the circuit's Lloyd's
+    candidates send two near ties (float64 gaps 0 and 3.6e-16) to the lower index by its tie-break, where the
+    reference's float64 comparison, and exact arithmetic, order them the other way."""
+    out = []
+    for rec in per_iteration:
+        named = f"step {rec['iteration']}: the circuit kept"
+        if rec["choice"] != rec["reference_choice"] and not any(p.startswith(named) for p in problems):
+            out.append(f"{named} {CANDIDATE_LABELS[rec['choice']]}, the reference"
+                       f" {CANDIDATE_LABELS[rec['reference_choice']]}: the same centroids (equal objectives; the"
+                       " circuit's rounding of them exceeds the select margin, so it named the other)")
+        for c in names:
+            got, want = rec["candidate_objectives"][c], rec["reference_candidate_objectives"][c]
+            if c != rec["choice"] and np.isfinite(want) and abs(got - want) > 1e-9 * max(abs(want), 1e-300):
+                out.append(f"step {rec['iteration']}: the circuit's {CANDIDATE_LABELS[c]} candidate (not kept, so the"
+                           f" result is unaffected) has objective {got:.10g}, the reference's {want:.10g}")
+    return out
+
+
+#: Each construction's name in verdicts and pages.
+TITLES = {"swap": "the safeguarded swap", "learned": "the learned safeguarded swap"}
 
 
 def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], name: str,
                      reference_note: str) -> dict:
     """The ``cluster --json`` document of a construction's ``run`` on one problem, held to its reference by
-    ``checked`` (a :class:`~analysis.verify.swap.ConstructionReport`) and compared with Lloyd's from ``C0``.
-    ``name``: the construction (``variant`` is ``construction:<name>``); ``reference_note`` names its reference."""
+    ``checked`` (a :class:`~analysis.verify.swap.ConstructionReport`) and compared with Lloyd's from ``C0``
+    (:func:`exact_lloyd`). ``name``: the construction (``variant`` is ``construction:<name>``); ``reference_note``
+    names its reference. Step ``t`` (``iteration``) is the state after ``t`` updates, ``t = 0`` the start."""
+    from analysis.verify.swap import MAGNITUDE_ULPS
+
     iterations = len(run.centroids) - 1
     tie_break = checked.tie_break
     scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
-    ref, lloyd = checked.reference, reference.lloyd(X, C0, iterations)
+    ref = checked.reference
+    lloyd_centroids, lloyd_objectives, decided = exact_lloyd(X, C0, iterations)
+    names = [c for c, _ in circ.SPEC.candidates]
+    ref_values = reference_candidates(X, ref)
     per_iteration = []
     for t in range(1, iterations + 1):
+        values = np.asarray(run.candidate_objectives[t - 1], dtype=np.float64)
         per_iteration.append({
             "iteration": t, "choice": run.choices[t - 1], "reference_choice": ref.choices[t - 1],
             "label_agreement": label_agreement(X, run.centroids[t], ref.centroids[t]),
             "max_centroid_error": float(np.abs(run.centroids[t] - ref.centroids[t]).max()),
             "objective_circuit": reference.objective(X, run.centroids[t]),
             "objective_reference": float(ref.objectives[t]),
-            "objective_lloyd": float(lloyd.objectives[t]),
+            "objective_lloyd": float(lloyd_objectives[t]),
+            # Every candidate's objective as the circuit computed it (its own averages over points), and as the
+            # reference did where it keeps them all (the learned one's).
+            "candidate_objectives": dict(zip(names, values.tolist())),
+            "reference_candidate_objectives": {c: ref_values[t - 1][c] for c in names},
             # How far from a tie each hard decision of the step was (a margin near 0 is where a knob would matter):
             # beta times the smallest gap between a point's two nearest kept centroids, in the unit-scaled squared
             # distances the circuit compares (exp(-margin) bounds the weight of the runner-up), and how much better
-            # the kept candidate's objective was than the next one's, relative (the select margin is 1e-10).
+            # the kept candidate's objective was than the next different one's, relative (the select margin is
+            # 1e-10), with the candidates exactly as good (the tie order kept the first of them).
             "min_margin": circ.knobs.sharpness.beta * smallest_gap(X, run.centroids[t]) / scale**2,
-            "choice_gap": choice_gap(run.candidate_objectives[t - 1]),
+            "choice_gap": choice_gap(values),
+            "tied_with": tied_with(values, names, run.choices[t - 1]),
         })
     final = run.centroids[-1]
-    inertia, lloyd_inertia = reference.objective(X, final), float(lloyd.objectives[-1])
+    inertia, lloyd_inertia = reference.objective(X, final), float(lloyd_objectives[-1])
+    verdict = checked.verdict(TITLES[name])
+    notes = [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
+             " tie-break) at every step: the same candidate kept and every centroid coordinate within"
+             f" {CENTROID_TOLERANCE:g} of its column's spread plus {MAGNITUDE_ULPS} float64 epsilons of its"
+             " magnitude; objective_lloyd is Lloyd's from the same initial centroids (circuits/reference.py's rule:"
+             " the nearest centroid, the lowest index on exact ties, an empty cluster keeps its centroid; decided in"
+             " rational arithmetic where float64 cannot order two distances), at t = the step's index"]
+    notes.extend(chain_notes(per_iteration, names, checked.problems))
+    if decided:
+        notes.append(f"Lloyd's: {decided} assignment(s) were decided in rational arithmetic, where float64's"
+                     " argmin (what the construction's own Lloyd's chain uses) orders them otherwise")
     return {
         "variant": f"construction:{name}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),
-        "verified": checked.verified, "problems": checked.problems, "per_iteration": per_iteration,
+        **verdict.to_dict(), "verified": checked.verified, "problems": checked.problems,
+        "objective_start": reference.objective(X, C0), "per_iteration": per_iteration, "candidates": names,
+        "candidate_labels": {c: CANDIDATE_LABELS[c] for c in names},
         "n": int(X.shape[0]), "d": int(X.shape[1]), "inertia": inertia, "lloyd_inertia": lloyd_inertia,
         "ratio_to_lloyd": reference.objective_ratio(inertia, lloyd_inertia), "knobs": circ.knobs.to_dict(),
+        "centroid_tolerances": [float(v) for v in checked.tolerances],
         "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
-        "notes": [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
-                  " tie-break) at every step: the same candidate kept and centroids within "
-                  f"{CENTROID_TOLERANCE:g} of the data's spread; objective_lloyd is Lloyd's from the same initial"
-                  " centroids, which the construction is never above"],
+        "notes": notes,
     }
+
+
+@dataclass
+class ConstructionResult:
+    """One construction's run on one problem: the circuit, its run, the run held to its reference (``checked``, a
+    :class:`~analysis.verify.swap.ConstructionReport`) and the ``cluster --json`` document; what its page draws
+    (:mod:`analysis.report.construction`)."""
+
+    circuit: object
+    run: object
+    checked: object
+    doc: dict
+    X: np.ndarray
+    C0: np.ndarray
 
 
 @dataclass(frozen=True)

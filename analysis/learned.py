@@ -8,7 +8,7 @@ and trained factors, and cached. Its factors come from a learned checkpoint
 given by path (:func:`find_checkpoint` recognises the file, or a folder holding ``learned.json`` and no
 ``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
-every step, the same candidate kept and centroids within the tolerance of the data's spread; a difference the
+every step, the same state kept and centroids within each column's tolerance; a difference the
 circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
 in :mod:`analysis.construction`; the drift numbers are
 :func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).
@@ -22,13 +22,14 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Float
 
-from analysis.construction import ConstructionConfig, ConstructionModel, cluster_document, path_for, run_on_path
+from analysis.construction import (ConstructionConfig, ConstructionModel, ConstructionResult, cluster_document,
+                                   path_for, run_on_path)
 from analysis.construction import sharpness_for
 from analysis.verify.swap import verify_learned
 from circuits.learned.reference import reach
 
-__all__ = ["LearnedModel", "circuit_for", "cluster_with_learned", "find_checkpoint", "learned_circuit", "load_alphas",
-           "reach"]
+__all__ = ["LearnedModel", "circuit_for", "cluster_with_learned", "extent", "find_checkpoint", "learned_circuit", "load_alphas",
+           "reach", "run_learned"]
 
 #: The file a learned checkpoint folder holds.
 CHECKPOINT_FILE = "learned.json"
@@ -71,31 +72,70 @@ def load_alphas(path: str | Path | None = None) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def learned_circuit(d: int, k: int, steps: int, alphas: tuple[float, ...], beta: float, tie_break: float):
+def learned_circuit(d: int, k: int, steps: int, alphas: tuple[float, ...], beta: float, tie_break: float,
+                    mask: float | None = None):
     from circuits.learned.build import build_learned_circuit
 
-    return build_learned_circuit(d, k, steps, list(alphas), beta=beta, tie_break=tie_break)
+    return build_learned_circuit(d, k, steps, list(alphas), beta=beta, tie_break=tie_break, mask=mask)
+
+
+def extent(problems: list[tuple[np.ndarray, np.ndarray]], steps: int, alphas: Float[np.ndarray, " p"]
+           ) -> tuple[float, float]:
+    """What the circuit must keep exact on ``problems``, found on their reference runs before it is built: the
+    mask (:func:`circuits.learned.build.reach_needed` at every step, at least :func:`~circuits.learned.build.mask_for`
+    of the factors) and the *reach*, the largest unit norm of any centroid a point is assigned to (current and
+    extrapolated, at least 1). A kept learned candidate whose cluster was empty may leave the unit ball, and the
+    next extrapolation reaches farther (5 points in d = 8, k = 4 needed a mask of 226 where the factors' default
+    is 156); and the extrapolated centroids of most problems stay far inside the factors' worst case
+    (:func:`circuits.learned.reference.reach`, 11 for the shipped factors, a 121 times coarser tie-break)."""
+    from circuits.encoding import fit_unit_scaling
+    from circuits.learned.build import mask_for, reach_needed
+    from circuits.learned.reference import alpha_at, learned_swap
+    from circuits.learned.stages import CIRCUIT_CANDIDATES
+    from circuits.swap.build import CENTRE
+    from circuits.swap.knobs import SwapKnobs
+    from circuits.swap.reference import lloyd_step
+
+    mask, far = mask_for(alphas), 1.0
+    for X, C0 in problems:
+        ref = learned_swap(X, C0, steps, alphas, SwapKnobs().select_margin, candidates=CIRCUIT_CANDIDATES)
+        # 1% of room: the circuit's centroids are the reference's to rounding, not bit for bit.
+        mask = max(mask, 1.01 * float(reach_needed(X, C0, ref.centroids[:-1], alphas).max()))
+        scaling = fit_unit_scaling(X, C0, CENTRE)
+        for t, C in enumerate(ref.centroids[:-1]):
+            E = C + alpha_at(alphas, t) * (lloyd_step(X, C) - C)
+            far = max(far, float(np.linalg.norm(scaling.to_unit(np.stack([C, E]))[0], axis=-1).max()))
+    return mask, far
 
 
 def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
                 alphas: Float[np.ndarray, " p"] | list[float] | None = None):
     """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with factors ``alphas`` (the shipped
-    checkpoint's when ``None``) and its tie-break and beta chosen from their data as the swap's
-    (:func:`analysis.construction.sharpness_for`), with the extrapolated centroids' :func:`reach`: their squared
-    distances, and so the scores' rounding, grow with ``reach^2``, so the tie-break is that much coarser."""
+    checkpoint's when ``None``), its mask from what their reference runs reach (:func:`extent`), and its
+    tie-break and beta chosen from their data as the swap's (:func:`analysis.construction.sharpness_for`) with
+    that reach: the squared distances to centroids that far out, and so the scores' rounding, grow with
+    ``reach^2``, so the tie-break is that much coarser. A problem whose extrapolation runs beyond what float64
+    scores can mask is refused (:class:`~analysis.errors.ProblemError`) before anything runs."""
+    from analysis.errors import ProblemError
     from circuits.learned.stages import learned_layout
 
     alphas = load_alphas() if alphas is None else np.asarray(alphas, dtype=np.float64).reshape(-1)
     d, k = problems[0][0].shape[1], problems[0][1].shape[0]
-    sharp = sharpness_for(problems, learned_layout(d, k).d_model, reach(alphas))
-    return learned_circuit(d, k, steps, tuple(float(a) for a in alphas), sharp.beta, sharp.tie_break)
+    mask, far = extent(problems, steps, alphas)
+    sharp = sharpness_for(problems, learned_layout(d, k).d_model, far)
+    try:
+        return learned_circuit(d, k, steps, tuple(float(a) for a in alphas), sharp.beta, sharp.tie_break, mask)
+    except ValueError as exc:
+        raise ProblemError(f"the learned construction cannot keep this problem exact: its extrapolated centroids"
+                           f" need mask {mask:.3g} ({exc})") from None
 
 
-def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-                         path: str = "auto", alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> dict:
-    """Run the learned construction on one problem on ``path``; the ``cluster --json`` document of the swap
-    (:func:`analysis.construction.cluster_document`) with the factors (``alphas``), each step's untrained swap
-    objective (``objective_swap``) and how often each candidate was kept (``kept``)."""
+def run_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto",
+                alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> ConstructionResult:
+    """Run the learned construction on one problem on ``path``, held to its reference: the circuit, the run, the
+    check and the ``cluster --json`` document of the swap (:func:`analysis.construction.cluster_document`) with the
+    factors (``alphas``), each step's untrained swap objective (``objective_swap``) and how often each candidate
+    was kept (``kept``)."""
     from circuits.learned.reference import CANDIDATES
     from circuits.learned.stages import LEARNED_GROUPS
 
@@ -109,7 +149,13 @@ def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d
     doc["alphas"] = [float(a) for a in circ.alphas]
     doc["swap_inertia"] = float(run.swap_objectives[-1])
     doc["kept"] = {name: run.choices.count(name) for name in CANDIDATES}
-    return doc
+    return ConstructionResult(circ, run, checked, doc, X, C0)
+
+
+def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+                         path: str = "auto", alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> dict:
+    """The ``cluster --json`` document of the learned construction on one problem (:func:`run_learned`)."""
+    return run_learned(X, C0, iterations, path, alphas).doc
 
 
 class LearnedModel(ConstructionModel):

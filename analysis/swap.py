@@ -5,8 +5,9 @@ compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as 
 The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
 Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.SwapReport`'s contract: the
 transformer's result *is* its reference's (:func:`circuits.swap.reference.safeguarded_swap` without a tie-break)
-at every step, the same candidate kept and every centroid within :data:`CENTROID_TOLERANCE` of the data's spread;
-a difference the circuit's tie-break explains is NOT VERIFIED with that cause. Lloyd's
+at every step, the same state kept and every centroid coordinate within its column's tolerance
+(:func:`analysis.verify.swap.column_tolerances`); a difference the circuit's tie-break explains is NOT VERIFIED with
+that cause. Lloyd's
 (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
 beat, never to match. ``CENTROID_TOLERANCE``, ``spread`` and ``differences`` live in :mod:`analysis.verify.swap`
 and are importable from here as before; what this construction shares with the learned one (paths, the
@@ -20,13 +21,14 @@ import functools
 import numpy as np
 from jaxtyping import Float
 
-from analysis.construction import (CAPACITY, ConstructionConfig, ConstructionModel, SwapPathUnavailable, choice_gap,
+from analysis.construction import (CAPACITY, ConstructionConfig, ConstructionModel, ConstructionResult,
+                                   SwapPathUnavailable, choice_gap,
                                    cluster_document, label_agreement, path_for, run_on_path, sharpness_for,
                                    smallest_gap)
 from analysis.verify.swap import CENTROID_TOLERANCE, differences, spread, verify_swap
 
 __all__ = ["CAPACITY", "CENTROID_TOLERANCE", "CONSTRUCTIONS", "ConstructionConfig", "SwapModel",
-           "SwapPathUnavailable", "choice_gap", "circuit_for", "cluster_with_swap", "differences", "label_agreement",
+           "SwapPathUnavailable", "choice_gap", "circuit_for", "cluster_with_swap", "run_swap", "differences", "label_agreement",
            "path_for", "run_on_path", "smallest_gap", "spread", "swap_circuit"]
 
 #: The constructions ``--construction`` accepts: this one and the learned safeguarded swap (:mod:`analysis.learned`).
@@ -52,15 +54,22 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
     return swap_circuit(d, k, steps, sharp.beta, sharp.tie_break)
 
 
-def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-                      path: str = "auto") -> dict:
-    """Run the construction on one problem on ``path`` (:func:`run_on_path`); the ``cluster --json`` document
-    (see the module docstring and :func:`analysis.construction.cluster_document`)."""
+def run_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto"
+             ) -> ConstructionResult:
+    """Run the construction on one problem on ``path`` (:func:`run_on_path`), held to its reference; the circuit,
+    the run, the check and the ``cluster --json`` document (:func:`analysis.construction.cluster_document`)."""
     path_for(X.shape[0], C0.shape[0], path)  # refuse before building
     circ = circuit_for([(X, C0)], iterations)
     run = run_on_path(circ, X, C0, path)
     checked = verify_swap(run, X, C0, circ.knobs.select_margin, circ.user_tie_break(X, C0))
-    return cluster_document(circ, run, checked, X, C0, "swap", "circuits/swap/reference.py")
+    doc = cluster_document(circ, run, checked, X, C0, "swap", "circuits/swap/reference.py")
+    return ConstructionResult(circ, run, checked, doc, X, C0)
+
+
+def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+                      path: str = "auto") -> dict:
+    """The ``cluster --json`` document of the construction on one problem (:func:`run_swap`)."""
+    return run_swap(X, C0, iterations, path).doc
 
 
 class SwapModel(ConstructionModel):

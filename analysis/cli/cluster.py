@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="run a general construction instead of Lloyd's circuit, verified against its own numpy"
                             " reference and compared with Lloyd's: swap = safeguarded swap (circuits/swap), learned ="
                             " learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json;"
-                            " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json")
+                            " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json,"
+                            " report.html")
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -62,7 +63,7 @@ def output_files(result, problem) -> dict[str, str]:
 #: What ``--out`` receives from a constructed circuit, and from a trained model (``--checkpoint``).
 OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "report.html")
 CHECKPOINT_OUT_FILES = ("labels.csv", "centroids.csv", "evaluation.json")
-CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json")
+CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "report.html")
 
 
 def learned_checkpoint(args: argparse.Namespace):
@@ -123,13 +124,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.report.verified else 1
 
 
-def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int) -> None:
-    """A trained model's or a construction's ``--out``: labels, centroids and the JSON document (all or none)."""
-    write_output_dir(out, dict(zip(names, (
+def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int,
+                      more: dict[str, str] | None = None) -> None:
+    """A trained model's or a construction's ``--out``: labels, centroids, the JSON document and ``more`` files
+    (all or none)."""
+    write_output_dir(out, {**dict(zip(names, (
         csv_text(([v] for v in doc["labels"]), ["label"]),
         csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
         json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
-    ))))
+    ))), **(more or {})})
 
 
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
@@ -175,9 +178,12 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     return 0 if doc["verified"] else 1
 
 
-def construction_doc(args: argparse.Namespace, problem: Problem, name: str, learned) -> dict:
+def construction_result(args: argparse.Namespace, problem: Problem, name: str, learned, command: str = NAME,
+                        page: bool = False):
     """Check the options of ``cluster --construction NAME`` (or ``--checkpoint`` of a learned checkpoint at
-    ``learned``) and run it: :func:`analysis.swap.cluster_with_swap` or :func:`analysis.learned.cluster_with_learned`."""
+    ``learned``; ``report --construction NAME``) and run it: :func:`analysis.swap.run_swap` or
+    :func:`analysis.learned.run_learned`, a :class:`~analysis.construction.ConstructionResult`. ``page``: also
+    draw its report (:mod:`analysis.report.construction`), returned as the second element."""
     flag = f"--checkpoint {args.checkpoint}" if learned is not None else f"--construction {name}"
     if args.variant != "lloyd" or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")):
         raise ProblemError(f"{flag} has its own knobs: --variant and the exactness knobs do not apply")
@@ -198,17 +204,29 @@ def construction_doc(args: argparse.Namespace, problem: Problem, name: str, lear
             alphas = load_alphas(learned)
         except ValueError as exc:
             raise ProblemError(f"{flag}: {exc}") from None
-    with Stages(NAME, [f"{name} circuit"]):
+    with Stages(command, [f"{name} circuit"] + (["report"] if page else [])) as stages:
         try:
             if name == "learned":
-                from analysis.learned import cluster_with_learned
+                from analysis.learned import run_learned
 
-                return cluster_with_learned(problem.X, problem.C0, problem.iterations, args.path, alphas)
-            from analysis.swap import cluster_with_swap
+                result = run_learned(problem.X, problem.C0, problem.iterations, args.path, alphas)
+            else:
+                from analysis.swap import run_swap
 
-            return cluster_with_swap(problem.X, problem.C0, problem.iterations, args.path)
-        except SwapPathUnavailable as exc:
+                result = run_swap(problem.X, problem.C0, problem.iterations, args.path)
+        except (SwapPathUnavailable, ProblemError) as exc:
             raise ProblemError(f"{flag}: {message(exc)}") from None
+        if not page:
+            return result, None
+        stages.start("report")
+        from analysis.report.construction import construction_report
+
+        return result, construction_report(result, problem.source, problem.init)
+
+
+def construction_doc(args: argparse.Namespace, problem: Problem, name: str, learned) -> dict:
+    """The ``cluster --json`` document of ``cluster --construction NAME`` (:func:`construction_result`)."""
+    return construction_result(args, problem, name, learned)[0].doc
 
 
 def checkpoint_verdict(doc: dict):
@@ -222,28 +240,15 @@ def checkpoint_verdict(doc: dict):
                               reference="the model's training forward")
 
 
-def construction_verdict(doc: dict, name: str):
-    """A construction's verdict (:mod:`analysis.verify.verdict`): its run against its numpy reference."""
-    from analysis.verify import verdict as vocabulary
-    from analysis.verify.swap import CENTROID_TOLERANCE
-
-    title = "the learned safeguarded swap" if name == "learned" else "the safeguarded swap"
-    if doc["verified"]:
-        return vocabulary.matches_construction(title, CENTROID_TOLERANCE)
-    more = len(doc["problems"]) - 1
-    return vocabulary.failure(doc["problems"][0] + (f" (and {more} more: --json lists them)" if more > 0 else ""),
-                              reference=f"{title}'s numpy reference")
-
-
 def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:
     """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
-    its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap)."""
-    doc = construction_doc(args, problem, name, learned)
+    its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap); ``--out``
+    gets its page too."""
+    result, page = construction_result(args, problem, name, learned, page=out is not None)
+    doc = result.doc
     d = doc["d"]
-    verdict = construction_verdict(doc, name)
-    doc.update({key: value for key, value in verdict.to_dict().items() if key != "verified"})
     if out is not None:
-        write_model_files(out, CONSTRUCTION_OUT_FILES, doc, problem, d)
+        write_model_files(out, CONSTRUCTION_OUT_FILES[:3], doc, problem, d, {"report.html": page.to_html()})
     if args.json:
         print(json.dumps(doc))
         return 0 if doc["verified"] else 1
@@ -253,16 +258,28 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
           f" ({doc['layers']} layers), {count(problem.iterations, 'step')}, {doc['path']} path"
           + (f" ({doc['path_note']})" if doc["path_note"] else ""))
     swap = "objective_swap" in doc["per_iteration"][0]
-    width = 14 if swap else 9  # the learned construction's candidates have longer names
-    print(" step  kept" + " " * (width - 1) + "objective  reference objective  Lloyd's objective"
-          + ("   swap objective" if swap else "") + "  labels = reference's  min margin  choice gap")
-    for rec in doc["per_iteration"]:
-        gap = "tie" if rec["choice_gap"] is None else f"{rec['choice_gap']:.2e}"
-        print(f"{rec['iteration']:5d}  {rec['choice']:{width}s} {rec['objective_circuit']:14.8g} {rec['objective_reference']:20.8g}"
-              f" {rec['objective_lloyd']:18.8g}" + (f" {rec['objective_swap']:16.8g}" if swap else "")
-              + f" {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g} {gap:>11s}")
-    print(verdict)
+    print(table_text(doc, swap))
+    print(doc["verdict"])
+    for note in doc["notes"][1:]:  # the first states the contract, which the verdict says in short
+        print(f"note: {note}")
     versus = f"; untrained swap's {doc['swap_inertia']:.10g}" if swap else ""
     print(f"inertia {doc['inertia']:.10g} (Lloyd's {doc['lloyd_inertia']:.10g}, ratio {doc['ratio_to_lloyd']:.4f}"
           f"{versus})" + (f"; wrote {out}" if out else ""))
     return 0 if doc["verified"] else 1
+
+
+def table_text(doc: dict, swap: bool) -> str:
+    """The per-step table of a construction's run: t, the candidate kept, the objectives (the construction's, its
+    numpy reference's, Lloyd's, the untrained swap's), labels, margins."""
+    from analysis.construction import CANDIDATE_LABELS
+    from analysis.report.construction import gap_text
+
+    width = max(len(label) for label in CANDIDATE_LABELS.values())
+    lines = ["    t  kept" + " " * (width - 3) + "objective  numpy reference's  Lloyd's objective"
+             + ("   swap objective" if swap else "") + "  labels = reference's  min margin  margin to the next"]
+    for rec in doc["per_iteration"]:
+        lines.append(f"{rec['iteration']:5d}  {CANDIDATE_LABELS[rec['choice']]:{width}s} {rec['objective_circuit']:14.8g}"
+                     f" {rec['objective_reference']:18.8g} {rec['objective_lloyd']:18.8g}"
+                     + (f" {rec['objective_swap']:16.8g}" if swap else "")
+                     + f" {rec['label_agreement']:21.2%} {rec['min_margin']:11.3g}  {gap_text(rec)}")
+    return "\n".join(lines)

@@ -26,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plotly-js", choices=("inline", "shared"), default="inline",
                         help="inline (default): plotly.js embedded in the page; shared: written once beside it as "
                              "plotly-<version>.min.js and referenced relatively (for folders of reports; offline)")
+    parser.add_argument("--construction", choices=("swap", "learned"), default=None,
+                        help="the page of a general construction instead of Lloyd's circuit: swap = safeguarded swap,"
+                             " learned = learned safeguarded swap with the shipped factors; per step every candidate's"
+                             " objective, the one kept, the choosing heads' attention, the verification against its"
+                             " numpy reference")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_file(args.out)
     if args.max_points < 1:
         raise ProblemError(f"--max-points must be >= 1, got {args.max_points}")
+    if args.construction is not None:
+        return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
 
     from analysis.cli.progress import Stages
@@ -45,8 +52,18 @@ def run(args: argparse.Namespace) -> int:
         from analysis.report import build_report
 
         report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
-        html = report.to_html(plotly_js=args.plotly_js)
-    if args.plotly_js == "shared":
+    write_page(out, report, args.plotly_js)
+    rep = result.report
+    print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
+          f"{count(problem.iterations, 'iteration')}: {rep.verdict}; "
+          f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
+    return 0 if rep.verified else 1
+
+
+def write_page(out, report, plotly_js: str) -> None:
+    """Write ``report`` to ``out`` (with plotly.js beside it for ``shared``)."""
+    html = report.to_html(plotly_js=plotly_js)
+    if plotly_js == "shared":
         from analysis.report.document import write_plotly_js
 
         try:
@@ -54,8 +71,15 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ProblemError(f"cannot write plotly.js beside --out {str(out)!r}: {exc.strerror or exc}") from None
     write_output_file(out, html)
-    rep = result.report
-    print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "
-          f"{count(problem.iterations, 'iteration')}: {rep.verdict}; "
-          f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
-    return 0 if rep.verified else 1
+
+
+def run_construction(args: argparse.Namespace, problem, out) -> int:
+    """``report --construction swap|learned``: the construction's page (:mod:`analysis.report.construction`)."""
+    from analysis.cli.cluster import construction_result
+
+    result, report = construction_result(args, problem, args.construction, None, command=NAME, page=True)
+    write_page(out, report, args.plotly_js)
+    print(f"{problem.source}: n={result.doc['n']} d={result.doc['d']} k={problem.k}, construction"
+          f" {args.construction}, {count(problem.iterations, 'step')}: {result.doc['verdict']}; wrote {out}"
+          f" ({out.stat().st_size / 2**20:.1f} MiB, {len(report.figures())} figures)")
+    return 0 if result.doc["verified"] else 1

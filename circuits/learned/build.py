@@ -49,6 +49,22 @@ class LearnedRun(LearnedTrajectory):
 
     path: str = "dense"
     path_note: str = ""
+    #: Where the run may have left what its mask keeps exact (:meth:`LearnedCircuit._check_reach`); empty if nowhere.
+    problems: list[str] = field(default_factory=list)
+
+
+def reach_needed(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], centroids: Float[np.ndarray, "t k d"],
+                 alphas: Float[np.ndarray, " p"]) -> np.ndarray:
+    """Per step ``t`` started from ``centroids[t]`` (user units), the mask that keeps its assignments exact:
+    ``(1 + e)^2 + 4`` with ``e = max(r, |1 - alpha_t| r + alpha_t max(1, r))`` a bound on the extrapolated
+    centroids' unit norm when the current ones lie within ``r`` of 0 (their Lloyd's step within ``max(1, r)``),
+    so that a masked key (scored ``-mask``) loses to every centroid a point may be nearest to."""
+    unit = fit_unit_scaling(X, C0, CENTRE).to_unit(np.asarray(centroids, dtype=np.float64))
+    out = []
+    for t, C in enumerate(unit):
+        r, a = float(np.linalg.norm(C, axis=-1).max()), alpha_at(alphas, t)
+        out.append((1.0 + max(r, abs(1.0 - a) * r + a * max(1.0, r))) ** 2 + MAX_UNIT_SQ_DISTANCE)
+    return np.array(out)
 
 
 def mask_for(alphas: Float[np.ndarray, " p"]) -> float:
@@ -124,25 +140,27 @@ class LearnedCircuit(SwapCircuit):
     def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], path: str = "auto") -> LearnedRun:
         """The circuit on one problem, on ``path`` (``auto``, ``structured`` or ``dense``, as the swap circuit's)."""
         r = super().run(X, C0, path)
-        self._check_reach(X, C0, r.centroids)
+        beyond = self._check_reach(X, C0, r.centroids)
         per = np.full((self.steps, len(CANDIDATES)), np.nan)
         for slot, (cand, _) in enumerate(self.SPEC.candidates):
             per[:, CANDIDATES.index(cand)] = r.candidate_objectives[:, slot]
         # The untrained swap's objectives are its chain's candidate's (step 0: the start, shared by all).
         chain = [*r.objectives[:1], *per[:, CANDIDATES.index("swap_reference")]]
         return LearnedRun(r.centroids, r.choices, r.objectives, r.lloyd_centroids, r.lloyd_objectives,
-                          np.array(chain), per, r.path, r.path_note)
+                          np.array(chain), per, r.path, r.path_note, beyond)
 
-    def _check_reach(self, X, C0, centroids) -> None:
-        """Every step's extrapolated centroids were within the reach of the mask (:func:`mask_for`); a kept learned
-        candidate with an empty cluster may leave the unit ball, and then the next extrapolation reaches farther."""
-        unit = fit_unit_scaling(X, C0, CENTRE).to_unit(np.asarray(centroids[:-1], dtype=np.float64))
-        for t, C in enumerate(unit):
-            r, a = float(np.linalg.norm(C, axis=-1).max()), self.alpha(t)
-            reach = (1.0 + max(r, abs(1.0 - a) * r + a * max(1.0, r))) ** 2
-            if reach > self.knobs.sharpness.mask - MAX_UNIT_SQ_DISTANCE:
-                raise RuntimeError(f"step {t + 1}: extrapolated centroids may lie {reach:.3g} (unit squared distance)"
-                                   f" from a point, beyond what mask={self.knobs.sharpness.mask:g} keeps exact")
+    def _check_reach(self, X, C0, centroids) -> list[str]:
+        """Where a step's extrapolated centroids may have been beyond the reach of the mask (:func:`reach_needed`):
+        a kept learned candidate with an empty cluster may leave the unit ball, and then the next extrapolation
+        reaches farther. :func:`analysis.learned.circuit_for` chooses the mask from the reference's trajectory
+        before the run, so this names a run that left it (it is not verified)."""
+        mask = self.knobs.sharpness.mask
+        out = []
+        for t, need in enumerate(reach_needed(X, C0, centroids[:-1], self.alphas)):
+            if need > mask:
+                out.append(f"step {t + 1}: extrapolated centroids may lie {need - MAX_UNIT_SQ_DISTANCE:.3g} (unit"
+                           f" squared distance) from a point, beyond what mask={mask:g} keeps exact")
+        return out
 
 
 def build_learned_circuit(d: int, k: int, steps: int, alphas: Float[np.ndarray, " p"] | list[float] | None = None,

@@ -68,7 +68,11 @@ class LearnedTrajectory(SwapTrajectory):
     candidate_objectives: Float[np.ndarray, "steps candidates"]
 
 
-def _candidates(X, C, L, S, alpha: float, keep: tuple[str, ...], tie_break: float) -> dict:
+def step_candidates(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], L: Float[np.ndarray, "k d"],
+                    S: Float[np.ndarray, "k d"], alpha: float, keep: tuple[str, ...] = CANDIDATES,
+                    tie_break: float = 0.0) -> dict[str, np.ndarray]:
+    """A step's candidates from ``C`` by name (those of ``keep``, in tie order); ``L`` and ``S`` are Lloyd's and the
+    untrained swap's chains' next states."""
     M = lloyd_step(X, C, tie_break)
     out = {"lloyd": M}
     if "swap" in keep:
@@ -114,7 +118,7 @@ def learned_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], step
     cs, choices, objs, allv = [C0], [], [chains.lloyd_objectives[0]], []
     for t in range(steps):
         L, S = chains.lloyd_centroids[t + 1], chains.centroids[t + 1]
-        cands = _candidates(X, C, L, S, alpha_at(alphas, t), candidates, tie_break)
+        cands = step_candidates(X, C, L, S, alpha_at(alphas, t), candidates, tie_break)
         names = [name for name in CANDIDATES if name in cands]
         values = np.array([reference.objective(X, cands[name]) for name in names])
         # The margin's rank is the tie-order index among all candidates, so an ablation keeps the others' order.

@@ -86,6 +86,12 @@ def select(objectives: Float[np.ndarray, " 3"], select_margin: float = 0.0) -> i
     return int(np.argmin(objectives * (1.0 + select_margin * np.arange(len(objectives)))))
 
 
+def step_candidates(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], L_next: Float[np.ndarray, "k d"],
+                    tie_break: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A step's candidates from ``C``, in tie order (:data:`CANDIDATES`); ``L_next`` is Lloyd's chain's next state."""
+    return lloyd_step(X, C, tie_break), lloyd_step(X, swapped(X, C, tie_break), tie_break), L_next
+
+
 @dataclass
 class SwapTrajectory:
     """A run of safeguarded swap: ``centroids[t]`` after ``t`` steps (``centroids[0] = C0``), with Lloyd's beside."""
@@ -106,7 +112,7 @@ def safeguarded_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], 
     objs, lobjs = [reference.objective(X, C0)], [reference.objective(X, C0)]
     for _ in range(steps):
         L = lloyd_step(X, L, tie_break)
-        candidates = (lloyd_step(X, C, tie_break), lloyd_step(X, swapped(X, C, tie_break), tie_break), L)
+        candidates = step_candidates(X, C, L, tie_break)
         values = np.array([reference.objective(X, c) for c in candidates])
         best = select(values, select_margin)
         C = candidates[best]

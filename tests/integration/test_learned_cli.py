@@ -37,7 +37,8 @@ def test_cluster_iris_is_verified_and_below_lloyds_and_swap(which, capsys, tmp_p
     km = KMeans(3, init=C0, n_init=1, algorithm="lloyd", tol=0, max_iter=3).fit(X)
     assert doc["lloyd_inertia"] == pytest.approx(reference.objective(X, km.cluster_centers_), rel=1e-12)
     assert doc["inertia"] <= min(doc["lloyd_inertia"], doc["swap_inertia"]) * (1 + 4 * MARGIN)
-    assert sorted(p.name for p in out_dir.iterdir()) == ["centroids.csv", "labels.csv", "verification.json"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["centroids.csv", "labels.csv", "report.html",
+                                                          "verification.json"]
     assert json.loads((out_dir / "verification.json").read_text())["verified"] is True
 
 

@@ -1,0 +1,47 @@
+"""``kmeans-circuits discover`` as a user meets it: a small run with --out, and bad input (one line, exit 2)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CLI = [sys.executable, "-m", "analysis.cli"]
+
+
+def cli(*args, cwd=None, timeout=300):
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def test_acdc_run_writes_json_and_page(tmp_path):
+    out = tmp_path / "disc"
+    res = cli("discover", "--method", "acdc", "--k", 2, "--n", 8, "--iterations", 1, "--seed", 1,
+              "--corruption", "move-point", "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert sorted(p.name for p in out.iterdir()) == ["discovery.html", "discovery.json"]
+    assert doc["method"] == "acdc" and doc["spurious"] == 0 and 0.5 < doc["auroc"] <= 1
+    assert sum(e["in_circuit"] for e in doc["edges"]) == 23
+    page = (out / "discovery.html").read_text()
+    assert 'src="http' not in page and "M0-&gt;out" in page or "M0->out" in page
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--k", 1), "--k must be in"),
+    (("--corruption", "nope"), "unknown nope"),
+    (("--corruption", "add-outlier,move-point"), "run it alone"),
+    (("--threshold", "nan"), "--threshold"),
+    (("--method", "sp"), "invalid choice"),
+    (("--table", "--out", "x"), "--table"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    res = cli("discover", *args, cwd=tmp_path)
+    assert res.returncode == 2
+    assert words in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    res = cli("discover", "--out", tmp_path / "f")
+    assert res.returncode == 2 and "not a folder" in res.stderr

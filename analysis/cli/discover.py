@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", choices=VARIANTS, default="lloyd", help="the construction (default lloyd)")
     parser.add_argument("--d", type=int, default=2, help="dimensions of the blobs problem")
     parser.add_argument("--k", type=int, default=3, help="clusters (and centroid tokens)")
-    parser.add_argument("--n", type=int, default=12, help="points")
+    parser.add_argument("--n", type=int, default=12, help="points (--checkpoint: at least 3 per cluster of the model)")
     parser.add_argument("--iterations", type=int, default=2, help="Lloyd iterations of the circuit (2T+2 blocks)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the problem and its initial centroids")
     parser.add_argument("--corruption", default="move-point", metavar="LIST",
@@ -42,7 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.add_argument("--table", action="store_true",
                         help="run every method on every construction (3 corruptions x --seeds) and print the table")
-    parser.add_argument("--seeds", type=int, default=3, help="--table: problems per corruption")
+    parser.add_argument("--seeds", type=int, default=3, help="--table, --checkpoint: problems per corruption")
+    parser.add_argument("--checkpoint", metavar="DIR",
+                        help="a trained recurrent checkpoint (checkpoints/headline): discover on one step of it and"
+                             " score against the construction it started from, edges training added marked")
+    parser.add_argument("--step", type=int, default=2, help="--checkpoint: which recurrent step (>= 1)")
 
 
 def check(args: argparse.Namespace) -> list[str]:
@@ -68,6 +72,10 @@ def check(args: argparse.Namespace) -> list[str]:
         raise ProblemError("--corruption names a corruption twice")
     if args.table and args.out:
         raise ProblemError("--table prints the table; it writes no --out")
+    if args.table and args.checkpoint:
+        raise ProblemError("--table and --checkpoint are two different runs: give one")
+    if not 1 <= args.step <= 20:
+        raise ProblemError(f"--step must be in 1..20, got {args.step}")
     return corruptions
 
 
@@ -91,8 +99,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"skipped: {line}")
         return 0
 
-    from analysis.discovery.edges import CorruptionInvisible
     from analysis.discovery.report import discovery_report
+
+    if args.checkpoint:
+        return run_checkpoint(args, out, corruptions)
+    from analysis.discovery.edges import CorruptionInvisible
     from analysis.discovery.run import blobs_problem, discover
     from analysis.patching.pairs import make_pair
     from circuits.variants import get_variant
@@ -128,4 +139,30 @@ def run(args: argparse.Namespace) -> int:
           f" ({pr.found} found, {pr.missed} missed, {pr.spurious} spurious)")
     if out is not None:
         print(f"wrote {out / 'discovery.json'} and {out / 'discovery.html'}")
+    return 0
+
+
+def run_checkpoint(args: argparse.Namespace, out, corruptions: list[str]) -> int:
+    from analysis.discovery.headline import headline_discovery
+    from analysis.discovery.report import discovery_report
+    from circuits.training.checkpoint import CheckpointError
+
+    if "add-outlier" in corruptions:
+        raise ProblemError("--checkpoint: add-outlier changes the number of point tokens; use the other corruptions")
+    try:
+        result = headline_discovery(args.checkpoint, step=args.step, n=args.n, seeds=tuple(range(args.seeds)),
+                                    corruptions=tuple(corruptions))
+    except (CheckpointError, ValueError) as exc:
+        raise ProblemError(f"--checkpoint {args.checkpoint!r}: {exc}") from None
+    if not result.pairs:
+        raise ProblemError("--checkpoint: no corruption changed the step's readout; try other seeds or corruptions")
+    summary = result.summary()
+    if out is not None:
+        res = result.results[args.method]
+        write_files = {"discovery.json": json.dumps(result.to_dict(), indent=1, default=float),
+                       "discovery.html": discovery_report(res, summary.replace("\n", "; ")).to_html()}
+        from analysis.cli.output import write_output_dir
+
+        write_output_dir(out, write_files)
+    print(json.dumps(result.to_dict(), default=float) if args.json else summary)
     return 0

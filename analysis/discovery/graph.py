@@ -190,11 +190,12 @@ def _order(node: str) -> float:
 
 
 def graph_from_blocks(blocks: list[BlockWeights], layout: ResidualLayout, W_U: np.ndarray, atol: float = 0.0,
-                      name: str = "") -> CircuitGraph:
+                      name: str = "", input_io: tuple[set[str], set[str]] | None = None) -> CircuitGraph:
     """The candidate edges and the circuit of a stack of blocks (see the module docstring); ``atol``: a weight
-    entry of at most this magnitude counts as zero (0 for a construction: exact zeros)."""
+    entry of at most this magnitude counts as zero (0 for a construction: exact zeros); ``input_io``: the input's
+    ``(written, data)`` subspaces when the input is not the encoder's (default :func:`input_subspaces`)."""
     io = Reads()
-    written, data = input_subspaces(layout)
+    written, data = input_io if input_io is not None else input_subspaces(layout)
     io.writes[INPUT] = written
     for layer, block in enumerate(blocks):
         head_reads, head_writes = head_reads_writes(block, layout, atol)

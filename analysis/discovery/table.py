@@ -3,7 +3,8 @@
 ``kmeans-circuits discover --table`` prints it (docs/discovery.md shows it with the command). One circuit per
 construction (d = 2, k = 3, two Lloyd iterations: 6 blocks, 163 candidate edges), one blobs problem per seed,
 one pair per corruption; the three methods share each pair's patcher. A pair whose corruption leaves the
-readout unchanged is skipped and counted.
+readout unchanged is skipped and counted. Each method is scored on every pair alone (spread over pairs) and once
+on the dataset of all of a construction's pairs together, as discovery is run on language models.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ class TableResult:
     rows: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
-    def cell(self, construction: str, method: str, key: str = "auroc") -> np.ndarray:
-        return np.array([r[key] for r in self.rows if r["construction"] == construction and r["method"] == method])
+    def cell(self, construction: str, method: str, key: str = "auroc", setting: str = "pair") -> np.ndarray:
+        return np.array([r[key] for r in self.rows if r["construction"] == construction and r["method"] == method
+                         and r["setting"] == setting], dtype=float)
 
     def markdown(self, constructions=CONSTRUCTIONS, methods=METHODS, key: str = "auroc") -> str:
-        head = "| construction | " + " | ".join(f"{m}" for m in methods) + " | circuit edges exercised |"
-        lines = [head, "|" + "---|" * (len(methods) + 2)]
+        """Per construction: mean ± std (min-max, runs) over single pairs, then the one run over all of them."""
+        head = ("| construction | " + " | ".join(f"{m}: pairs" for m in methods) + " | circuit edges exercised |"
+                + " | ".join(f"{m}: dataset" for m in methods) + " | exercised by the dataset |")
+        lines = [head, "|" + "---|" * (2 * len(methods) + 3)]
         for c in constructions:
             cells = []
             for m in methods:
@@ -37,6 +41,11 @@ class TableResult:
                 cells.append(f"{a.mean():.3f} ± {a.std():.3f} ({a.min():.2f}-{a.max():.2f}, {len(a)})" if len(a) else "-")
             ex = self.cell(c, methods[0], "exercised_fraction")
             cells.append(f"{ex.mean():.2f}" if len(ex) else "-")
+            for m in methods:
+                a = self.cell(c, m, key, "dataset")
+                cells.append(f"{a[0]:.3f}" if len(a) and not np.isnan(a[0]) else "-")
+            ex = self.cell(c, methods[0], "exercised_fraction", "dataset")
+            cells.append(f"{ex[0]:.2f}" if len(ex) else "-")
             lines.append(f"| {c} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
@@ -53,24 +62,39 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
         from analysis.discovery.graph import circuit_graph
 
         graph = circuit_graph(circuit)
+        visible = []
         for seed in seeds:
             X, C0 = blobs_problem(d, k, n, seed)
             for corruption in corruptions:
                 label = f"{construction} seed {seed} {corruption}"
                 try:
-                    patcher = make_patcher(circuit, [make_pair(corruption, X, C0)], graph)
+                    pair = make_pair(corruption, X, C0)
+                    patcher = make_patcher(circuit, [pair], graph)
                 except (CorruptionInvisible, ValueError) as err:
                     out.skipped.append(f"{label}: {err}")
                     continue
-                for method in methods:
-                    res = discover(circuit, None, method, patcher=patcher)
-                    pr = res.pr
-                    truth = res.truth
-                    out.rows.append({"construction": construction, "seed": seed, "corruption": corruption,
-                                     "method": method, "auroc": res.auroc, "precision": pr.precision,
-                                     "recall": pr.recall, "auroc_exercised": res.auroc_exercised,
-                                     "nan_scores": res.details.get("nan_scores", 0),
-                                     "exercised_fraction": float(res.exercised[truth].mean())})
+                visible.append(pair)
+                _score(out, circuit, patcher, methods, {"construction": construction, "seed": seed,
+                                                        "corruption": corruption, "setting": "pair"})
                 if progress:
                     progress(label)
+        if visible:
+            # The way ACDC and EAP are run on language models: one run over a dataset of pairs, the metric's change
+            # averaged over them.
+            _score(out, circuit, make_patcher(circuit, visible, graph), methods,
+                   {"construction": construction, "seed": -1, "corruption": f"all {len(visible)} pairs",
+                    "setting": "dataset"})
+            if progress:
+                progress(f"{construction} dataset of {len(visible)} pairs")
     return out
+
+
+def _score(out: TableResult, circuit, patcher, methods, row: dict) -> None:
+    for method in methods:
+        res = discover(circuit, None, method, patcher=patcher)
+        pr = res.pr
+        truth = res.truth
+        out.rows.append({**row,
+                         "method": method, "auroc": res.auroc, "precision": pr.precision, "recall": pr.recall,
+                         "auroc_exercised": res.auroc_exercised, "nan_scores": res.details.get("nan_scores", 0),
+                         "exercised_fraction": float(res.exercised[truth].mean())})

@@ -57,7 +57,8 @@ class HeadlineResult:
         for method, m in self.methods.items():
             lines.append(f"{method}: AUROC {m['auroc']:.3f} against the construction, precision {m['precision']:.3f}"
                          f" recall {m['recall']:.3f}; added edges found: {', '.join(m['added_found']) or 'none'};"
-                         f" missed: {', '.join(m['added_missed']) or 'none'}; spurious: {', '.join(m['spurious_edges']) or 'none'}")
+                         f" missed: {', '.join(m['added_missed']) or 'none'}; spurious: {', '.join(m['spurious_edges']) or 'none'};"
+                         f" construction edges missed: {', '.join(m['missed_edges']) or 'none'}")
         return "\n".join(lines)
 
 
@@ -139,6 +140,7 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
             "added_missed": [e for e in result.added if not kept[index[_key(e, construction)]]],
             "added_scores": {e: float(res.scores[index[_key(e, construction)]]) for e in result.added},
             "spurious_edges": [construction.edges[i].label for i in np.flatnonzero(kept & ~construction.truth)],
+            "missed_edges": [construction.edges[i].label for i in np.flatnonzero(~kept & construction.truth)],
             "threshold": res.threshold,
         }
     return result

@@ -5,7 +5,7 @@ output of ``u`` in place of its output in the current run, while every other sou
 The residual stream is a sum and the circuit has no normalisation, so this is a difference added to the port's
 input: ``v``'s query becomes ``q + (corr_u - cur_u) @ W_Q``, its MLP's gate and linear pre-activations
 ``pre + (corr_u - cur_u) @ W_gate`` and ``pre_linear + (corr_u - cur_u) @ W_in``, the readout
-``resid + (corr_u - cur_u)``. Hooks (names from :mod:`circuits.hook_names` only; ``run_with_hooks`` only) record
+``resid + (corr_u - cur_u)``. Hooks (every name from the project's hook-name module; ``run_with_hooks`` only) record
 each source's output as the run produces it and add the differences at the ports.
 
 A removal is a number per edge, ``removed[r, e]`` (1 removed, 0 kept), so many subgraphs run as one batch (ACDC

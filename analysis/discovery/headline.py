@@ -80,6 +80,16 @@ def _step_inputs(model, hooked, layout, pair, step: int) -> tuple[torch.Tensor, 
     return out[0], out[1]
 
 
+def step_graphs(model, untrained, input_io: tuple[set[str], set[str]], atol: float) -> tuple[CircuitGraph, CircuitGraph]:
+    """``(construction, trained)``: the graphs of one step ``[U, A]`` of the untrained and the trained recurrent
+    model (same candidate edges), the trained one counting a weight block above ``atol``."""
+    from circuits.blocks import unembed_matrix
+
+    W_U = unembed_matrix(model.layout)
+    return (graph_from_blocks(untrained.to_blocks(), model.layout, W_U, 0.0, "headline construction", input_io),
+            graph_from_blocks(model.to_blocks(), model.layout, W_U, atol, "headline trained", input_io))
+
+
 def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(0, 1, 2),
                        corruptions=("move-centroid", "move-point", "swap-centroids"), atol: float = 0.05,
                        methods=("acdc", "eap", "eap-ig")) -> HeadlineResult:
@@ -89,7 +99,6 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
     from circuits.layout import SequenceLayout
     from analysis.discovery.run import blobs_problem, discover
     from analysis.patching.pairs import make_pair
-    from circuits.blocks import unembed_matrix
     from circuits.training.checkpoint import build_from_config, load_model
 
     if step < 1:
@@ -99,7 +108,6 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
     layout = model.layout
     n = max(n, 3 * layout.k)  # blobs of k clusters need k distinct points for the random initial centroids
     hooked = model.hooked_transformer(dtype=torch.float64)
-    hooked_c = untrained.hooked_transformer(dtype=torch.float64)
     pairs, clean, corrupted = [], [], []
     for seed in seeds:
         X, C0 = blobs_problem(layout.d, layout.k, n, seed)
@@ -116,10 +124,7 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
     diff = (clean[:1] - clean[1:]).abs().amax(dim=(0, 1))
     data = {s for s in layout.names if float(diff[layout[s]].max()) > 0}
     written = {s for s in layout.names if float(clean[:, :, layout[s]].abs().max()) > 0}
-    W_U = unembed_matrix(layout)
-    construction = graph_from_blocks(untrained.to_blocks(), layout, W_U, 0.0, "headline construction",
-                                     (written, data))
-    trained = graph_from_blocks(model.to_blocks(), layout, W_U, atol, "headline trained", (written, data))
+    construction, trained = step_graphs(model, untrained, (written, data), atol)
     c_edges = {e.label for e in construction.circuit}
     t_edges = {e.label for e in trained.circuit}
     result = HeadlineResult(construction, trained, sorted(t_edges - c_edges), sorted(c_edges - t_edges), pairs=pairs,

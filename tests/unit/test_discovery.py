@@ -157,3 +157,23 @@ def test_precision_recall_and_status_hand_case():
     assert scoring.edge_status(np.array([1, 0, 1, 0], dtype=bool), truth) == ["found", "missed", "spurious", "absent"]
     assert scoring.top_k(np.array([0.0, 3.0, 1.0, 2.0]), 2).tolist() == [False, True, False, True]
     assert scoring.top_k(np.array([0.0, 0.0, 1.0, 0.0]), 2).tolist() == [False, False, True, False]
+
+
+def test_headline_weights_add_the_xb_path_that_drift_measured():
+    """docs/training.md measures (analysis/drift, block by block) that training made the update head write `XB`
+    (OV `X -> XB`, `C -> XB`) and the assign head read it (QK `XB x XB`). The weight-derived graphs of one step must
+    show exactly that as new edges from the update head A0 into the assign head A1, through `XB`; the construction
+    has no edge out of A0 through `XB` at all."""
+    from analysis.discovery.headline import HEADLINE, step_graphs
+    from circuits.training.checkpoint import build_from_config, load_model
+    from circuits.training.construction import CONSTANT_SUBSPACES
+
+    model, config = load_model(HEADLINE)
+    names = set(model.layout.names)
+    construction, trained = step_graphs(model, build_from_config(config), (names, names - set(CONSTANT_SUBSPACES)
+                                                                           | {"X"}), atol=0.05)
+    assert [e.key for e in construction.edges] == [e.key for e in trained.edges]
+    assert not any(e.src == "A0" and "XB" in e.subspaces for e in construction.circuit)
+    new = {e.label: e.subspaces for e in trained.circuit}
+    assert "XB" in new["A0->A1.k"] and "XB" in new["A0->A1.q"]
+    assert {e.label for e in construction.circuit} <= set(new)

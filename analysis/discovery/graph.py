@@ -217,13 +217,28 @@ def graph_from_blocks(blocks: list[BlockWeights], layout: ResidualLayout, W_U: n
     return graph
 
 
+def encoder_subspaces(encode, layout: ResidualLayout, n: int = 4, seed: int = 0) -> tuple[set[str], set[str]]:
+    """:func:`input_subspaces` for a circuit with its own encoder (``encode(X, C0)`` -> ``(resid, ...)``, the swap
+    circuits'), on two random problems."""
+    rng = np.random.default_rng(seed)
+    runs = [np.asarray(encode(rng.normal(size=(n, layout.d)), rng.normal(size=(layout.k, layout.d)))[0][0])
+            for _ in range(2)]
+    written = {s for s in layout.names if any(np.abs(r[:, layout[s]]).max() > 0 for r in runs)}
+    data = {s for s in layout.names if not np.array_equal(runs[0][:, layout[s]], runs[1][:, layout[s]])}
+    return written, data
+
+
 def circuit_graph(circuit, atol: float = 0.0) -> CircuitGraph:
-    """The graph of a built circuit (:class:`~circuits.build.KMeansCircuit` or anything with ``blocks`` and
-    ``layout``), from its construction weights."""
+    """The graph of a built circuit, from its construction weights: a :class:`~circuits.build.KMeansCircuit`
+    (Lloyd's and the variants), or a swap circuit (:class:`circuits.swap.build.SwapCircuit`, the learned swap),
+    whose layers are its step's blocks repeated (``stacked_blocks``) and whose input comes from its own encoder."""
     from circuits.blocks import unembed_matrix
 
     W_U = getattr(circuit, "W_U", None)
     W_U = unembed_matrix(circuit.layout) if W_U is None else np.asarray(W_U)
     if not circuit.blocks:
         raise ValueError("the circuit keeps no construction blocks to derive a graph from")
+    if hasattr(circuit, "stacked_blocks"):
+        return graph_from_blocks(circuit.stacked_blocks(), circuit.layout, W_U, atol, type(circuit).__name__,
+                                 encoder_subspaces(circuit.encode, circuit.layout))
     return graph_from_blocks(list(circuit.blocks), circuit.layout, W_U, atol, getattr(circuit, "variant", ""))

@@ -177,3 +177,19 @@ def test_headline_weights_add_the_xb_path_that_drift_measured():
     new = {e.label: e.subspaces for e in trained.circuit}
     assert "XB" in new["A0->A1.k"] and "XB" in new["A0->A1.q"]
     assert {e.label for e in construction.circuit} <= set(new)
+
+
+def test_swap_graph_reads_its_own_encoder():
+    """The swap circuit's encoder puts data in `X` (points) and `C`, `N` (every candidate group's initial centroids)
+    and constants everywhere else (point index `PIDX`, group identities and flags): only the former carry edges from
+    the input."""
+    from analysis.discovery.graph import encoder_subspaces
+    from circuits.swap.build import build_swap_circuit
+
+    circuit = build_swap_circuit(2, 3, 1)
+    written, data = encoder_subspaces(circuit.encode, circuit.layout)
+    assert data == {"X", "C", "N"} and {"PIDX", "ONE", "IS_POINT"} <= written - data
+    g = circuit_graph(circuit)
+    assert g.n_layers == circuit.n_layers
+    from_input = {s for e in g.circuit if e.src == "in" for s in e.subspaces}
+    assert from_input == {"X", "C", "N"}

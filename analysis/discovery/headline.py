@@ -120,10 +120,19 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
             pairs.append(f"seed {seed}: {pair.description}")
             clean.append(c)
             corrupted.append(k)
+    if not pairs:
+        raise ValueError("no corruption changed the step's readout; try other seeds or corruptions")
     clean, corrupted = torch.cat(clean), torch.cat(corrupted)
-    diff = (clean[:1] - clean[1:]).abs().amax(dim=(0, 1))
+    # Which subspaces hold data at the step's input: those that differ between two unrelated problems' step inputs
+    # (or between any of the pairs' runs); the rest are the re-embedded constants.
+    X1, C1 = blobs_problem(layout.d, layout.k, n, 10_000)
+    X2, C2 = blobs_problem(layout.d, layout.k, n, 10_001)
+    other = _step_inputs(model, hooked, layout, make_pair("move-point", X1, C1), step)[0]
+    other2 = _step_inputs(model, hooked, layout, make_pair("move-point", X2, C2), step)[0]
+    inputs = torch.cat([clean, corrupted, other, other2])
+    diff = (inputs[:1] - inputs[1:]).abs().amax(dim=(0, 1))
     data = {s for s in layout.names if float(diff[layout[s]].max()) > 0}
-    written = {s for s in layout.names if float(clean[:, :, layout[s]].abs().max()) > 0}
+    written = {s for s in layout.names if float(inputs[:, :, layout[s]].abs().max()) > 0}
     construction, trained = step_graphs(model, untrained, (written, data), atol)
     c_edges = {e.label for e in construction.circuit}
     t_edges = {e.label for e in trained.circuit}

@@ -45,3 +45,22 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     res = cli("discover", "--out", tmp_path / "f")
     assert res.returncode == 2 and "not a folder" in res.stderr
+
+
+def test_headline_checkpoint_marks_the_edges_training_added(tmp_path):
+    from pathlib import Path
+
+    headline = Path(__file__).resolve().parents[2] / "checkpoints" / "headline"
+    res = cli("discover", "--checkpoint", headline, "--seeds", 1, "--corruption", "swap-centroids", "--json",
+              cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert "A0->A1.k" in doc["added_by_training"] and doc["dropped_by_training"] == []
+    for method in ("acdc", "eap", "eap-ig"):
+        m = doc["methods"][method]
+        assert sorted(m["added_found"] + m["added_missed"]) == sorted(doc["added_by_training"])
+
+
+def test_checkpoint_that_is_not_one_is_exit_2(tmp_path):
+    res = cli("discover", "--checkpoint", tmp_path, cwd=tmp_path)
+    assert res.returncode == 2 and "--checkpoint" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -20,14 +20,15 @@ NAME = "discover"
 HELP = "circuit discovery (ACDC, EAP, EAP-IG) on a construction, scored against the ground truth from its weights"
 
 METHODS = ("acdc", "eap", "eap-ig")
-VARIANTS = ("lloyd", "soft", "trimmed", "spherical")
+VARIANTS = ("lloyd", "soft", "trimmed", "spherical", "swap", "learned")
 CORRUPTIONS = ("move-centroid", "move-point", "swap-centroids", "add-outlier")
 FILES = ("discovery.json", "discovery.html")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=METHODS, default="acdc", help="discovery method")
-    parser.add_argument("--variant", choices=VARIANTS, default="lloyd", help="the construction (default lloyd)")
+    parser.add_argument("--variant", choices=VARIANTS, default="lloyd",
+                        help="the construction (default lloyd; swap and learned: --iterations is their steps)")
     parser.add_argument("--d", type=int, default=2, help="dimensions of the blobs problem")
     parser.add_argument("--k", type=int, default=3, help="clusters (and centroid tokens)")
     parser.add_argument("--n", type=int, default=12, help="points (--checkpoint: at least 3 per cluster of the model)")
@@ -43,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", action="store_true",
                         help="run every method on every construction (3 corruptions x --seeds) and print the table")
     parser.add_argument("--seeds", type=int, default=3, help="--table, --checkpoint: problems per corruption")
+    parser.add_argument("--constructions", default="lloyd,soft,trimmed,spherical", metavar="LIST",
+                        help=f"--table: comma-separated constructions from {', '.join(VARIANTS)} (swap and learned"
+                             " at d=1 k=2 n=8, one step)")
+    parser.add_argument("--group", action="store_true",
+                        help="ACDC: test the edges from one source into one destination node together")
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="a trained recurrent checkpoint (checkpoints/headline): discover on one step of it and"
                              " score against the construction it started from, edges training added marked")
@@ -76,6 +82,16 @@ def check(args: argparse.Namespace) -> list[str]:
         raise ProblemError("--table and --checkpoint are two different runs: give one")
     if not 1 <= args.step <= 20:
         raise ProblemError(f"--step must be in 1..20, got {args.step}")
+    if args.variant in ("swap", "learned") and args.iterations < 1:
+        raise ProblemError(f"--variant {args.variant} runs --iterations steps: at least 1, got 0")
+    if args.variant in ("swap", "learned") and "add-outlier" in corruptions:
+        raise ProblemError(f"--variant {args.variant}: add-outlier adds a point token; use the other corruptions")
+    constructions = [c.strip() for c in args.constructions.split(",") if c.strip()]
+    unknown = [c for c in constructions if c not in VARIANTS]
+    if not constructions or unknown or len(set(constructions)) != len(constructions):
+        raise ProblemError(f"--constructions: give distinct names from {', '.join(VARIANTS)}"
+                           + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    args.construction_list = tuple(constructions)
     return corruptions
 
 
@@ -87,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.table:
         from analysis.discovery.table import run_table
 
-        result = run_table(seeds=tuple(range(args.seeds)))
+        result = run_table(args.construction_list, seeds=tuple(range(args.seeds)))
         if args.json:
             print(json.dumps({"rows": result.rows, "skipped": result.skipped}, default=float))
             return 0
@@ -106,22 +122,24 @@ def run(args: argparse.Namespace) -> int:
     from analysis.discovery.edges import CorruptionInvisible
     from analysis.discovery.run import blobs_problem, discover
     from analysis.patching.pairs import make_pair
-    from circuits.variants import get_variant
+    from analysis.discovery.run import build_construction
 
     X, C0 = blobs_problem(args.d, args.k, args.n, args.seed)
     try:
         pairs = [make_pair(c, X, C0) for c in corruptions]
     except ValueError as exc:
         raise ProblemError(f"--corruption: {exc}") from None
-    circuit = get_variant(args.variant).build(args.d, args.k, args.iterations)
+    circuit = build_construction(args.variant, args.d, args.k, args.iterations)
     try:
-        result = discover(circuit, pairs, args.method, threshold=args.threshold, steps=args.steps)
+        result = discover(circuit, pairs, args.method, threshold=args.threshold, steps=args.steps, group=args.group)
     except CorruptionInvisible as exc:
         raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed or corruption") from None
-    description = (f"{args.variant}, d={args.d} k={args.k} n={args.n}, {args.iterations} iterations, seed {args.seed};"
+    rounds = "steps" if args.variant in ("swap", "learned") else "iterations"
+    description = (f"{args.variant}, d={args.d} k={args.k} n={args.n}, {args.iterations} {rounds}, seed {args.seed};"
                    f" pairs: {'; '.join(p.description for p in pairs)}")
     payload = {"problem": {"variant": args.variant, "d": args.d, "k": args.k, "n": args.n,
-                           "iterations": args.iterations, "seed": args.seed, "corruptions": corruptions},
+                           "iterations": args.iterations, "seed": args.seed, "corruptions": corruptions,
+                           "grouped_acdc": args.group},
                **result.to_dict()}
     if out is not None:
         write_output_dir(out, {"discovery.json": json.dumps(payload, indent=1, default=float),

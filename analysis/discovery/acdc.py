@@ -9,7 +9,13 @@ one changes the behaviour as much as one that pulls it towards the corrupted one
 which Conmy et al. designed the rule, is never negative either).
 
 Every threshold of a sweep runs in one batch: the edges are visited in one order whatever the threshold, so each
-trial removal is one forward pass over all thresholds, each batch row keeping its own subgraph.
+trial removal is one forward pass over all thresholds, each batch row keeping its own subgraph; a trial whose
+destination is dead in every row is not run (it could change nothing).
+
+``group=True`` tests the edges from one source into one destination node together (a head's ``q``, ``k`` and
+``v`` edges from ``u`` are one trial): a third to a half of the forward passes on the swap circuits, at the price
+of resolution: a group is kept or removed whole, so an edge outside the circuit that shares its group with a
+circuit edge is kept with it (docs/discovery.md says where the table does this).
 """
 
 from __future__ import annotations
@@ -49,8 +55,21 @@ def visit_order(patcher: EdgePatcher) -> list[tuple[str, list[int]]]:
     return [(node, sorted(edges, key=lambda i: -sources.index(graph.edges[i].src))) for node, edges in by_node.items()]
 
 
-def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS) -> AcdcResult:
-    """Run ACDC at every threshold (one batch row each)."""
+def trials(patcher: EdgePatcher, incoming: list[int], group: bool) -> list[list[int]]:
+    """The edges of one destination node as ACDC tries them: one by one, or grouped by source (order kept)."""
+    if not group:
+        return [[i] for i in incoming]
+    out: list[list[int]] = []
+    for i in incoming:
+        if out and patcher.graph.edges[out[-1][0]].src == patcher.graph.edges[i].src:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = False) -> AcdcResult:
+    """Run ACDC at every threshold (one batch row each); ``group``: one trial per source and destination node."""
     tau = torch.as_tensor(np.asarray(thresholds, dtype=np.float64), dtype=patcher.dtype)
     R, E = len(tau), patcher.E
     removed = torch.zeros(R, E, dtype=patcher.dtype)
@@ -65,18 +84,24 @@ def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS) -> AcdcResult:
             removed[dead.nonzero().flatten()[:, None], torch.tensor(incoming)[None, :]] = 1
         else:
             dead = torch.zeros(R, dtype=torch.bool)
-        for i in incoming:
+        for edges in trials(patcher, incoming, group):
+            if bool(dead.all()):
+                break
+            cols = torch.tensor(edges)[None, :]
             trial = removed.clone()
-            trial[~dead, i] = 1
+            trial[(~dead).nonzero()[:, :1], cols] = 1
             new = patcher.run(trial)
             runs += 1
             change = (new - current).abs().mean(dim=1)
             accept = (change <= tau) & ~dead
-            removed[accept, i] = 1
+            removed[accept.nonzero()[:, :1], cols] = 1
             current[accept] = new[accept]
     return AcdcResult(tau.numpy(), (removed == 0).numpy(), current.numpy(), runs)
 
 
 def exercised_edges(patcher: EdgePatcher) -> np.ndarray:
-    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair (exactly)."""
-    return (patcher.single_edge_effects() != 0).any(axis=1)
+    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair (exactly).
+    Kept on the patcher: every method run on it is scored against the same set."""
+    if getattr(patcher, "exercised", None) is None:
+        patcher.exercised = (patcher.single_edge_effects() != 0).any(axis=1)
+    return patcher.exercised

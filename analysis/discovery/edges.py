@@ -49,12 +49,17 @@ class EdgePatcher:
     """
 
     def __init__(self, model, graph: CircuitGraph, layout: ResidualLayout, sequence: SequenceLayout,
-                 clean: torch.Tensor, corrupted: torch.Tensor, threads: int | None = 1):
+                 clean: torch.Tensor, corrupted: torch.Tensor, threads: int | None = 1,
+                 reads: Sequence[tuple[object, str]] | None = None):
         if clean.shape != corrupted.shape or clean.ndim != 3:
             raise ValueError(f"clean and corrupted inputs must be one (batch, pos, d_model) shape, got"
                              f" {tuple(clean.shape)} and {tuple(corrupted.shape)}")
         self.model, self.graph, self.layout, self.sequence = model, graph, layout, sequence
+        # What the metric reads: (positions, subspace); the Lloyd circuit's points' labels and final centroids.
+        self.reads = list(reads) if reads is not None else [(sequence.points, "Y"), (sequence.centroids, "C")]
         self.threads = threads
+        #: Which edges these pairs exercise, filled by :func:`analysis.discovery.acdc.exercised_edges`.
+        self.exercised: np.ndarray | None = None
         self.clean, self.corrupted = clean, corrupted
         self.dtype = clean.dtype
         self.E = len(graph.edges)
@@ -100,11 +105,10 @@ class EdgePatcher:
         return cache[last].to(self.dtype)
 
     def readout(self, resid: torch.Tensor) -> torch.Tensor:
-        """``(batch, m)``: the points' ``Y`` and the centroid tokens' ``C``, flattened."""
-        seq, lay = self.sequence, self.layout
-        Y = resid[:, seq.points, lay["Y"]].flatten(1)
-        C = resid[:, seq.centroids, lay["C"]].flatten(1)
-        return torch.cat([Y, C], dim=1)
+        """``(batch, m)``: the subspaces of :attr:`reads` at their positions (by default the points' ``Y`` and the
+        centroid tokens' ``C``), flattened."""
+        return torch.cat([resid[:, pos, self.layout[name]].reshape(resid.shape[0], -1) for pos, name in self.reads],
+                         dim=1)
 
     def metric(self, readout: torch.Tensor) -> torch.Tensor:
         """``(R*B, m)`` readouts -> ``(R, B)`` metric, 1 = clean, 0 = corrupted (see the module docstring)."""

@@ -83,22 +83,50 @@ def blobs_problem(d: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.nda
     return X, initial_centroids(X, k, "random", seed=seed)
 
 
+#: The two swap circuits: ``iterations`` is their number of steps (at least 1).
+SWAP_CONSTRUCTIONS: tuple[str, ...] = ("swap", "learned")
+
+
+def build_construction(name: str, d: int, k: int, iterations: int):
+    """A construction by name: a variant of :mod:`circuits.variants` (``iterations`` Lloyd iterations) or one of
+    :data:`SWAP_CONSTRUCTIONS` (``iterations`` steps; the learned swap with its checkpoint's factors)."""
+    if name not in SWAP_CONSTRUCTIONS:
+        from circuits.variants import get_variant
+
+        return get_variant(name).build(d, k, iterations)
+    if iterations < 1:
+        raise ValueError(f"the {name} circuit needs at least one step, got {iterations}")
+    if name == "swap":
+        from circuits.swap.build import build_swap_circuit
+
+        return build_swap_circuit(d, k, iterations)
+    from circuits.learned.build import build_learned_circuit
+
+    return build_learned_circuit(d, k, iterations)
+
+
 def make_patcher(circuit, pairs, graph: CircuitGraph | None = None):
     from analysis.discovery.edges import EdgePatcher, stack_pairs
+    from analysis.discovery.swap import is_swap, readout_positions, stack_swap_pairs
 
     graph = graph if graph is not None else circuit_graph(circuit)
+    if is_swap(circuit):
+        clean, corrupted, sequence = stack_swap_pairs(circuit, pairs)
+        return EdgePatcher(circuit.model, graph, circuit.layout, sequence, clean, corrupted,
+                           reads=readout_positions(sequence))
     clean, corrupted, sequence = stack_pairs(circuit, pairs)
     return EdgePatcher(circuit.model, graph, circuit.layout, sequence, clean, corrupted)
 
 
 def discover(circuit, pairs, method: str = "acdc", threshold: float = 1e-3, thresholds=None, steps: int = 8,
-             graph: CircuitGraph | None = None, patcher=None) -> DiscoveryResult:
+             graph: CircuitGraph | None = None, patcher=None, group: bool = False) -> DiscoveryResult:
     """Run ``method`` (``"acdc"``, ``"eap"`` or ``"eap-ig"``) on ``circuit`` with clean/corrupted ``pairs``
     (:mod:`analysis.patching.pairs`) and score it against the circuit's ground-truth graph.
 
     ACDC sweeps ``thresholds`` (default :data:`~analysis.discovery.acdc.DEFAULT_THRESHOLDS` plus ``threshold``)
     for the ROC curve and reports the subgraph at ``threshold``; EAP and EAP-IG (``steps`` interpolation steps)
-    report the edges of the top scores, as many as the ground truth has.
+    report the edges of the top scores, as many as the ground truth has. ``group``: ACDC tests the edges from one
+    source into one destination node together (:func:`~analysis.discovery.acdc.acdc`).
     """
     from analysis.discovery.acdc import DEFAULT_THRESHOLDS, acdc, exercised_edges
     from analysis.discovery.eap import eap, eap_ig
@@ -111,14 +139,15 @@ def discover(circuit, pairs, method: str = "acdc", threshold: float = 1e-3, thre
     exercised = exercised_edges(patcher)
     if method == "acdc":
         sweep = np.unique(np.array([*(DEFAULT_THRESHOLDS if thresholds is None else thresholds), threshold]))
-        result = acdc(patcher, sweep)
+        result = acdc(patcher, sweep, group=group)
         chosen = int(np.flatnonzero(result.thresholds == threshold)[0])
         survives = np.where(result.kept, result.thresholds[:, None], -1.0)
         scores = survives.max(axis=0)
         fpr, tpr = scoring.curve_from_subgraphs(result.kept, truth)
         return DiscoveryResult(method, graph, scores, result.kept[chosen], fpr, tpr,
                                scoring.auc_from_subgraphs(result.kept, truth), exercised, threshold,
-                               {"kept_sweep": result.kept, "forward_passes": result.runs, "thresholds": result.thresholds.tolist(),
+                               {"kept_sweep": result.kept, "forward_passes": result.runs, "grouped": group,
+                                "thresholds": result.thresholds.tolist(),
                                 "metric_at_threshold": result.metric[chosen].tolist()})
     raw = eap(patcher) if method == "eap" else eap_ig(patcher, steps)
     # A NaN attribution (an undefined gradient) ranks as no evidence; the count is reported.

@@ -5,6 +5,10 @@ construction (d = 2, k = 3, two Lloyd iterations: 6 blocks, 163 candidate edges)
 one pair per corruption; the three methods share each pair's patcher. A pair whose corruption leaves the
 readout unchanged is skipped and counted. Each method is scored on every pair alone (spread over pairs) and once
 on the dataset of all of a construction's pairs together, as discovery is run on language models.
+
+The two swap circuits (:data:`~analysis.discovery.run.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
+tiniest shape, ``swap_shape`` (d = 1, k = 2, n = 8, one step), ACDC on the learned swap with its edges grouped
+per source and destination node (``group``): per-edge patching of its 3938 candidates would not fit the budget.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.discovery.run import METHODS, blobs_problem, discover, make_patcher
+from analysis.discovery.run import METHODS, SWAP_CONSTRUCTIONS, blobs_problem, build_construction, discover, make_patcher
 
 CONSTRUCTIONS: tuple[str, ...] = ("lloyd", "soft", "trimmed", "spherical")
 TABLE_CORRUPTIONS: tuple[str, ...] = ("move-centroid", "move-point", "swap-centroids")
+#: ``(d, k, n, steps)`` of the swap circuits' rows: the tiniest problem they run.
+SWAP_SHAPE: tuple[int, int, int, int] = (1, 2, 8, 1)
+#: The constructions whose ACDC tests edges grouped per source and destination node.
+GROUPED_ACDC: tuple[str, ...] = ("learned",)
 
 
 @dataclass
@@ -28,8 +36,11 @@ class TableResult:
         return np.array([r[key] for r in self.rows if r["construction"] == construction and r["method"] == method
                          and r["setting"] == setting], dtype=float)
 
-    def markdown(self, constructions=CONSTRUCTIONS, methods=METHODS, key: str = "auroc") -> str:
-        """Per construction: mean ± std (min-max, runs) over single pairs, then the one run over all of them."""
+    def markdown(self, constructions=None, methods=METHODS, key: str = "auroc") -> str:
+        """Per construction (default: those in the rows, in order): mean ± std (min-max, runs) over single pairs,
+        then the one run over all of them."""
+        if constructions is None:
+            constructions = list(dict.fromkeys(r["construction"] for r in self.rows))
         head = ("| construction | " + " | ".join(f"{m}: pairs" for m in methods) + " | circuit edges exercised |"
                 + " | ".join(f"{m}: dataset" for m in methods) + " | exercised by the dataset |")
         lines = [head, "|" + "---|" * (2 * len(methods) + 3)]
@@ -51,17 +62,19 @@ class TableResult:
 
 
 def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=(0, 1, 2), methods=METHODS,
-              d: int = 2, k: int = 3, n: int = 12, iterations: int = 2, progress=None) -> TableResult:
+              d: int = 2, k: int = 3, n: int = 12, iterations: int = 2, progress=None, swap_shape=SWAP_SHAPE,
+              grouped=GROUPED_ACDC) -> TableResult:
     from analysis.discovery.edges import CorruptionInvisible
+    from analysis.discovery.graph import circuit_graph
     from analysis.patching.pairs import make_pair
-    from circuits.variants import get_variant
 
     out = TableResult()
+    shape = (d, k, n, iterations)
     for construction in constructions:
-        circuit = get_variant(construction).build(d, k, iterations)
-        from analysis.discovery.graph import circuit_graph
-
+        d, k, n, iterations = swap_shape if construction in SWAP_CONSTRUCTIONS else shape
+        circuit = build_construction(construction, d, k, iterations)
         graph = circuit_graph(circuit)
+        group = construction in grouped
         visible = []
         for seed in seeds:
             X, C0 = blobs_problem(d, k, n, seed)
@@ -75,7 +88,7 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
                     continue
                 visible.append(pair)
                 _score(out, circuit, patcher, methods, {"construction": construction, "seed": seed,
-                                                        "corruption": corruption, "setting": "pair"})
+                                                        "corruption": corruption, "setting": "pair"}, group)
                 if progress:
                     progress(label)
         if visible:
@@ -83,18 +96,19 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
             # averaged over them.
             _score(out, circuit, make_patcher(circuit, visible, graph), methods,
                    {"construction": construction, "seed": -1, "corruption": f"all {len(visible)} pairs",
-                    "setting": "dataset"})
+                    "setting": "dataset"}, group)
             if progress:
                 progress(f"{construction} dataset of {len(visible)} pairs")
     return out
 
 
-def _score(out: TableResult, circuit, patcher, methods, row: dict) -> None:
+def _score(out: TableResult, circuit, patcher, methods, row: dict, group: bool = False) -> None:
     for method in methods:
-        res = discover(circuit, None, method, patcher=patcher)
+        res = discover(circuit, None, method, patcher=patcher, group=group)
         pr = res.pr
         truth = res.truth
         out.rows.append({**row,
                          "method": method, "auroc": res.auroc, "precision": pr.precision, "recall": pr.recall,
                          "auroc_exercised": res.auroc_exercised, "nan_scores": res.details.get("nan_scores", 0),
-                         "exercised_fraction": float(res.exercised[truth].mean())})
+                         "exercised_fraction": float(res.exercised[truth].mean()),
+                         "grouped": bool(group and method == "acdc")})

@@ -193,3 +193,79 @@ def test_swap_graph_reads_its_own_encoder():
     assert g.n_layers == circuit.n_layers
     from_input = {s for e in g.circuit if e.src == "in" for s in e.subspaces}
     assert from_input == {"X", "C", "N"}
+
+
+def test_acdc_grouped_per_node_pair_keeps_or_removes_a_group_whole(tiny_patcher):
+    """Grouped ACDC tries the edges from one source into one destination node together: in every subgraph of the
+    sweep a group is kept whole or removed whole, and at threshold 0 a kept group holds an exercised circuit edge
+    (so every spurious edge shares its group with one)."""
+    from analysis.discovery.acdc import acdc, exercised_edges, trials, visit_order
+
+    p = tiny_patcher
+    groups = [g for _, incoming in visit_order(p) for g in trials(p, incoming, group=True)]
+    assert sorted(i for g in groups for i in g) == list(range(p.E))
+    assert all(len({(p.graph.edges[i].src, p.graph.edges[i].dst) for i in g}) == 1 for g in groups)
+    assert max(len(g) for g in groups) == 3  # a head's q, k and v from one source
+    result = acdc(p, [0.0, 1e-3], group=True)
+    for g in groups:
+        assert (result.kept[:, g] == result.kept[:, g[:1]]).all()
+    exercised = exercised_edges(p) & p.graph.truth
+    kept_groups = [g for g in groups if result.kept[0, g[0]]]
+    assert kept_groups and all(exercised[g].any() for g in kept_groups)
+    assert result.runs < len(groups) + 1 <= p.E
+
+
+@pytest.fixture(scope="module")
+def swap_case():
+    from analysis.discovery.run import blobs_problem, make_patcher
+    from analysis.patching.pairs import make_pair
+    from circuits.swap.build import build_swap_circuit
+
+    circuit = build_swap_circuit(1, 2, 1)
+    X, C0 = blobs_problem(1, 2, 8, 0)
+    pairs = [make_pair("move-point", X, C0), make_pair("move-centroid", X, C0)]
+    return circuit, X, C0, pairs, make_patcher(circuit, pairs)
+
+
+def test_swap_pair_encoding_is_the_encoder_in_the_pairs_unit(swap_case):
+    """With the problem's own scaling (median-centred, as the swap encoder fits it) the shared-scaling encoder is
+    the circuit's encoder bit for bit, for the swap and the learned swap (more centroid groups, one of them
+    written only by the step); a pair's two runs share the pair's unit."""
+    from analysis.discovery.swap import encode_swap_pair, encode_with_scaling
+    from circuits.encoding import fit_unit_scaling
+    from circuits.learned.build import build_learned_circuit
+
+    circuit, X, C0, pairs, _ = swap_case
+    own = fit_unit_scaling(X, C0, "median")
+    for c in (circuit, build_learned_circuit(1, 2, 1)):
+        resid, seq = encode_with_scaling(c, X, C0, own.offset[0], float(own.scale[0]))
+        assert torch.equal(resid, c.encode(X, C0)[0])
+    clean, corrupted, seq = encode_swap_pair(circuit, pairs[0])
+    offset, scale = pairs[0].shared_scale()
+    lay = circuit.layout
+    assert np.array_equal(clean[0, seq.points, lay["X"]].numpy(), (pairs[0].X_clean - offset) / scale)
+    assert np.array_equal(corrupted[0, seq.points, lay["X"]].numpy(), (pairs[0].X_corrupted - offset) / scale)
+
+
+def test_swap_discovery_reads_the_kept_candidate_and_nothing_outside_the_graph(swap_case):
+    """The metric's clean readout is the circuit's answer (the kept candidate's centroids, scaled back, equal to
+    `SwapCircuit.run`'s on the dense path; `CHOICE` one-hot on its choice); the patched forward spans clean (1) to
+    corrupted (0); every candidate edge outside the weight-derived graph has exactly zero effect and exactly zero
+    EAP score, so the methods' precision against the graph can only fall through ranking, not through leakage."""
+    from analysis.discovery.eap import eap
+
+    circuit, X, C0, pairs, p = swap_case
+    run = circuit.run(X, C0, path="dense")
+    offset, scale = pairs[0].shared_scale()
+    k = circuit.layout.k
+    choice, C = p.r_clean[0, :3].numpy(), p.r_clean[0, 3:].numpy().reshape(k, 1)
+    np.testing.assert_allclose(C * scale + offset, run.centroids[-1], rtol=1e-12, atol=1e-12 * scale)
+    assert choice.tolist() == np.eye(3)[circuit.SPEC.slot(run.choices[-1])].tolist()
+    M = p.run(torch.stack([torch.zeros(p.E), torch.ones(p.E)]).double())
+    assert torch.equal(M[0], torch.ones(2, dtype=torch.float64))
+    assert torch.allclose(M[1], torch.zeros(2, dtype=torch.float64), atol=1e-12)
+    truth = p.graph.truth
+    effects = p.single_edge_effects()
+    assert (effects[~truth] == 0).all() and (effects[truth] != 0).any(axis=1).sum() >= 5
+    scores = eap(p)
+    assert (scores[~truth] == 0).all() and (scores[truth] != 0).any()

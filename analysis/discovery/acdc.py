@@ -99,9 +99,15 @@ def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = Fals
     return AcdcResult(tau.numpy(), (removed == 0).numpy(), current.numpy(), runs)
 
 
-def exercised_edges(patcher: EdgePatcher) -> np.ndarray:
+def exercised_edges(patcher: EdgePatcher, circuit_only: bool = False) -> np.ndarray:
     """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair (exactly).
-    Kept on the patcher: every method run on it is scored against the same set."""
+    Kept on the patcher: every method run on it is scored against the same set. ``circuit_only``: patch only the
+    circuit's edges and count the others as not exercised, which they are not: an edge outside the graph has
+    exactly zero effect (tests/unit/test_discovery.py checks it on every candidate of the tiny Lloyd and swap
+    circuits); for the learned swap, whose 3938 candidates would cost most of its budget."""
     if getattr(patcher, "exercised", None) is None:
-        patcher.exercised = (patcher.single_edge_effects() != 0).any(axis=1)
+        truth = patcher.graph.truth
+        patcher.exercised = np.zeros(patcher.E, dtype=bool)
+        edges = np.flatnonzero(truth) if circuit_only else np.arange(patcher.E)
+        patcher.exercised[edges] = (patcher.single_edge_effects(edges.tolist()) != 0).any(axis=1)
     return patcher.exercised

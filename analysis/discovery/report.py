@@ -1,10 +1,11 @@
-"""The discovery page: the ground-truth graph above the discovered one, the ROC curve, the edge table.
+"""The discovery page: the ground-truth graph beside the discovered one, the ROC curve, the edge table.
 
 Built on the project's report engine (:mod:`analysis.report.document`): one self-contained HTML page, plotly
-figures embedded. In the graph drawings a node's x is its place in the forward pass (input, then head and MLP of
-each block, then the readout), heads on the upper row and MLPs on the lower; an edge is an arc whose height
-depends on the port it enters (query, key, value, MLP, readout), so edges between the same two nodes into
-different ports do not overlap.
+figures embedded. The two graph drawings are subplots with shared axes (zoom and pan one, the other follows). In
+each the forward pass runs from top to bottom (input, then head and MLP of each block, then the readout), heads
+in the left column and MLPs in the right, so a deep circuit (the learned swap's 31 blocks) grows the page down,
+not out of it; an edge is an arc bowed sideways by an amount that depends on the port it enters (query, key,
+value, MLP, readout), so edges between the same two nodes into different ports do not overlap.
 """
 
 from __future__ import annotations
@@ -22,25 +23,28 @@ _PORT_BEND = {"q": 0.55, "k": 0.35, "v": 0.15, "mlp": 0.25, "out": 0.25}
 
 
 def node_xy(node: str, n_layers: int) -> tuple[float, float]:
+    """A node's place: ``x`` 0 for heads, 1 for MLPs (0.5 input and readout), ``y`` minus its forward position."""
     if node == INPUT:
-        return 0.0, 0.5
+        return 0.5, 0.0
     if node == OUTPUT:
-        return 2.0 * n_layers + 1, 0.5
+        return 0.5, -(2.0 * n_layers + 1)
     layer = node_layer(node)
-    return (1.0 + 2 * layer, 1.0) if node.startswith("A") else (2.0 + 2 * layer, 0.0)
+    return (0.0, -(1.0 + 2 * layer)) if node.startswith("A") else (1.0, -(2.0 + 2 * layer))
 
 
 def _arc(graph: CircuitGraph, edge) -> tuple[list[float], list[float]]:
     (x0, y0), (x1, y1) = node_xy(edge.src, graph.n_layers), node_xy(edge.dst, graph.n_layers)
-    bend = _PORT_BEND.get(edge.port, 0.2) * (1 + 0.08 * abs(x1 - x0))
-    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + bend
+    # Arcs into a head bow left of the heads' column, the others right of the MLPs': they never cross a node.
+    side = -1.0 if edge.dst.startswith("A") else 1.0
+    bend = _PORT_BEND.get(edge.port, 0.2) * (1 + 0.08 * abs(y1 - y0))
+    cx, cy = (x0 + x1) / 2 + side * (bend + 0.5), (y0 + y1) / 2
     t = np.linspace(0, 1, 16)
     xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1
     ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1
     return xs.tolist() + [None], ys.tolist() + [None]
 
 
-def _edge_traces(graph: CircuitGraph, groups: dict[str, list[int]], row: int, fig) -> None:
+def _edge_traces(graph: CircuitGraph, groups: dict[str, list[int]], col: int, fig) -> None:
     for status, idx in groups.items():
         xs, ys, hx, hy, text = [], [], [], [], []
         for i in idx:
@@ -53,28 +57,31 @@ def _edge_traces(graph: CircuitGraph, groups: dict[str, list[int]], row: int, fi
             text.append(f"{e.label} ({status}) via {', '.join(e.subspaces) or 'no data subspace'}")
         dash = "dot" if status == MISSED else "solid"
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=COLOURS[status], width=1.6, dash=dash),
-                                 name=f"{status} ({len(idx)})", hoverinfo="skip"), row=row, col=1)
+                                 name=f"{status} ({len(idx)})", hoverinfo="skip"), row=1, col=col)
         fig.add_trace(go.Scatter(x=hx, y=hy, mode="markers", marker=dict(size=5, color=COLOURS[status]),
-                                 text=text, hoverinfo="text", showlegend=False), row=row, col=1)
+                                 text=text, hoverinfo="text", showlegend=False), row=1, col=col)
 
 
 def graph_figure(graph: CircuitGraph, status: list[str], title: str) -> go.Figure:
-    """Ground truth (top) and discovered (bottom): found, missed and spurious edges in their colours."""
-    fig = make_subplots(rows=2, cols=1, subplot_titles=("ground truth (from the weights)", title),
-                        vertical_spacing=0.12)
+    """Ground truth (left) beside the discovered graph (right), axes shared: found, missed and spurious edges in
+    their colours."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("ground truth (from the weights)", title),
+                        shared_xaxes=True, shared_yaxes=True, horizontal_spacing=0.04)
     truth = [i for i, e in enumerate(graph.edges) if e.subspaces]
     groups = {s: [i for i, st in enumerate(status) if st == s] for s in (FOUND, MISSED, SPURIOUS)}
     nodes = graph.sources + [OUTPUT]
     xy = [node_xy(n, graph.n_layers) for n in nodes]
-    for row, grp in ((1, {"circuit": truth}), (2, groups)):
-        _edge_traces(graph, grp, row, fig)
+    for col, grp in ((1, {"circuit": truth}), (2, groups)):
+        _edge_traces(graph, grp, col, fig)
         fig.add_trace(go.Scatter(x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", text=nodes,
-                                 textposition="bottom center", marker=dict(size=14, color="#9ecae1",
-                                 line=dict(color="#3182bd", width=1)), hoverinfo="text", showlegend=False),
-                      row=row, col=1)
-        fig.update_yaxes(visible=False, range=[-0.4, 2.6], row=row, col=1)
-        fig.update_xaxes(visible=False, row=row, col=1)
-    fig.update_layout(height=720, title="Circuit edges: ground truth and discovered", margin=dict(l=20, r=20))
+                                 textposition="middle center", textfont=dict(size=9),
+                                 marker=dict(size=22, color="#deebf7", line=dict(color="#3182bd", width=1)),
+                                 hoverinfo="text", showlegend=False), row=1, col=col)
+        fig.update_yaxes(visible=False, row=1, col=col)
+        fig.update_xaxes(visible=False, row=1, col=col)
+    fig.update_layout(height=max(520, 34 * (2 * graph.n_layers + 2) + 140),
+                      title="Circuit edges: ground truth and discovered", margin=dict(l=20, r=20),
+                      legend=dict(orientation="h", y=-0.02, yanchor="top"))
     return fig
 
 
@@ -111,7 +118,9 @@ def discovery_report(result, description: str = "") -> Report:
     report = Report(header)
     chosen = (f"ACDC at threshold {result.threshold:g}" if result.method == "acdc"
               else f"{result.method}: the {int(result.truth.sum())} highest scores")
-    report.add_section(Section("Graphs", "Top: the ground truth; bottom: what the method found. Left to right is the forward pass; heads above, MLPs below. Green: found;"
+    report.add_section(Section("Graphs", "Left: the ground truth; right: what the method found (the axes are shared:"
+                               " zoom one, both follow). Top to bottom is the forward pass; heads in the left"
+                               " column, MLPs in the right. Green: found;"
                                " red dotted: in the circuit but not discovered; orange: discovered but not in the"
                                " circuit. Hover the dot on an edge for its name and subspaces.",
                                [graph_figure(result.graph, result.status, chosen)]))

@@ -119,14 +119,17 @@ def make_patcher(circuit, pairs, graph: CircuitGraph | None = None):
 
 
 def discover(circuit, pairs, method: str = "acdc", threshold: float = 1e-3, thresholds=None, steps: int = 8,
-             graph: CircuitGraph | None = None, patcher=None, group: bool = False) -> DiscoveryResult:
+             graph: CircuitGraph | None = None, patcher=None, group: bool = False,
+             circuit_only_exercised: bool = False) -> DiscoveryResult:
     """Run ``method`` (``"acdc"``, ``"eap"`` or ``"eap-ig"``) on ``circuit`` with clean/corrupted ``pairs``
     (:mod:`analysis.patching.pairs`) and score it against the circuit's ground-truth graph.
 
     ACDC sweeps ``thresholds`` (default :data:`~analysis.discovery.acdc.DEFAULT_THRESHOLDS` plus ``threshold``)
     for the ROC curve and reports the subgraph at ``threshold``; EAP and EAP-IG (``steps`` interpolation steps)
     report the edges of the top scores, as many as the ground truth has. ``group``: ACDC tests the edges from one
-    source into one destination node together (:func:`~analysis.discovery.acdc.acdc`).
+    source into one destination node together (:func:`~analysis.discovery.acdc.acdc`);
+    ``circuit_only_exercised``: measure which edges the pairs exercise on the circuit's edges only
+    (:func:`~analysis.discovery.acdc.exercised_edges`).
     """
     from analysis.discovery.acdc import DEFAULT_THRESHOLDS, acdc, exercised_edges
     from analysis.discovery.eap import eap, eap_ig
@@ -136,7 +139,7 @@ def discover(circuit, pairs, method: str = "acdc", threshold: float = 1e-3, thre
     patcher = patcher if patcher is not None else make_patcher(circuit, pairs, graph)
     graph = patcher.graph
     truth = graph.truth
-    exercised = exercised_edges(patcher)
+    exercised = exercised_edges(patcher, circuit_only_exercised)
     if method == "acdc":
         sweep = np.unique(np.array([*(DEFAULT_THRESHOLDS if thresholds is None else thresholds), threshold]))
         result = acdc(patcher, sweep, group=group)

@@ -7,8 +7,9 @@ readout unchanged is skipped and counted. Each method is scored on every pair al
 on the dataset of all of a construction's pairs together, as discovery is run on language models.
 
 The two swap circuits (:data:`~analysis.discovery.run.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
-tiniest shape, ``swap_shape`` (d = 1, k = 2, n = 8, one step), ACDC on the learned swap with its edges grouped
-per source and destination node (``group``): per-edge patching of its 3938 candidates would not fit the budget.
+tiniest shape, ``swap_shape`` (d = 1, k = 2, n = 8, one step). On the learned swap (``grouped``) ACDC tests its
+edges grouped per source and destination node, and the exercised edges are measured on the circuit's edges only:
+per-edge patching of its 3938 candidates would not fit the budget.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ CONSTRUCTIONS: tuple[str, ...] = ("lloyd", "soft", "trimmed", "spherical")
 TABLE_CORRUPTIONS: tuple[str, ...] = ("move-centroid", "move-point", "swap-centroids")
 #: ``(d, k, n, steps)`` of the swap circuits' rows: the tiniest problem they run.
 SWAP_SHAPE: tuple[int, int, int, int] = (1, 2, 8, 1)
-#: The constructions whose ACDC tests edges grouped per source and destination node.
+#: The constructions whose ACDC tests edges grouped per source and destination node (and whose exercised edges
+#: are measured on the circuit's edges only).
 GROUPED_ACDC: tuple[str, ...] = ("learned",)
 
 
@@ -104,7 +106,7 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
 
 def _score(out: TableResult, circuit, patcher, methods, row: dict, group: bool = False) -> None:
     for method in methods:
-        res = discover(circuit, None, method, patcher=patcher, group=group)
+        res = discover(circuit, None, method, patcher=patcher, group=group, circuit_only_exercised=group)
         pr = res.pr
         truth = res.truth
         out.rows.append({**row,

@@ -33,12 +33,29 @@ def test_acdc_run_writes_json_and_page(tmp_path):
     (("--threshold", "nan"), "--threshold"),
     (("--method", "sp"), "invalid choice"),
     (("--table", "--out", "x"), "--table"),
+    (("--variant", "swap", "--iterations", 0), "at least 1"),
+    (("--variant", "learned", "--corruption", "add-outlier"), "add-outlier"),
+    (("--table", "--constructions", "lloyd,nope"), "unknown: nope"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     res = cli("discover", *args, cwd=tmp_path)
     assert res.returncode == 2
     assert words in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_swap_circuit_eap_run_scores_against_its_graph(tmp_path):
+    """The safeguarded swap at its tiniest shape: its weight-derived graph (133 of 827 candidates), EAP's reported
+    edges all in it (outside the graph an edge's score is exactly 0), the page drawn."""
+    out = tmp_path / "disc"
+    res = cli("discover", "--variant", "swap", "--method", "eap", "--d", 1, "--k", 2, "--n", 8, "--iterations", 1,
+              "--corruption", "move-point,move-centroid", "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert (sum(e["in_circuit"] for e in doc["edges"]), len(doc["edges"])) == (133, 827)
+    assert doc["precision"] == 1.0 and doc["found"] > 0 and doc["spurious"] == 0
+    assert all(e["score"] == 0 for e in doc["edges"] if not e["in_circuit"])
+    assert "discovery.html" in {p.name for p in out.iterdir()}
 
 
 def test_out_that_is_a_file_is_refused(tmp_path):

@@ -6,7 +6,6 @@ import argparse
 import io
 import json
 
-from analysis.cli.exits import message
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.options import (
     Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
@@ -178,57 +177,6 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     return 0 if doc["verified"] else 1
 
 
-def construction_result(args: argparse.Namespace, problem: Problem, name: str, learned, command: str = NAME,
-                        page: bool = False):
-    """Check the options of ``cluster --construction NAME`` (or ``--checkpoint`` of a learned checkpoint at
-    ``learned``; ``report --construction NAME``) and run it: :func:`analysis.swap.run_swap` or
-    :func:`analysis.learned.run_learned`, a :class:`~analysis.construction.ConstructionResult`. ``page``: also
-    draw its report (:mod:`analysis.report.construction`), returned as the second element."""
-    flag = f"--checkpoint {args.checkpoint}" if learned is not None else f"--construction {name}"
-    if args.variant != "lloyd" or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")):
-        raise ProblemError(f"{flag} has its own knobs: --variant and the exactness knobs do not apply")
-    if problem.k < 2:
-        raise ProblemError(f"{flag} needs --k >= 2")
-    if problem.iterations < 1:
-        raise ProblemError(f"{flag} needs --iterations >= 1 (each iteration is one step)")
-    if args.dtype != "float64":
-        raise ProblemError(f"{flag} is exact only in float64: --dtype float32 does not apply")
-    from analysis.cli.progress import Stages
-    from analysis.swap import SwapPathUnavailable
-
-    alphas = None
-    if name == "learned":
-        from analysis.learned import load_alphas
-
-        try:
-            alphas = load_alphas(learned)
-        except ValueError as exc:
-            raise ProblemError(f"{flag}: {exc}") from None
-    with Stages(command, [f"{name} circuit"] + (["report"] if page else [])) as stages:
-        try:
-            if name == "learned":
-                from analysis.learned import run_learned
-
-                result = run_learned(problem.X, problem.C0, problem.iterations, args.path, alphas)
-            else:
-                from analysis.swap import run_swap
-
-                result = run_swap(problem.X, problem.C0, problem.iterations, args.path)
-        except (SwapPathUnavailable, ProblemError) as exc:
-            raise ProblemError(f"{flag}: {message(exc)}") from None
-        if not page:
-            return result, None
-        stages.start("report")
-        from analysis.report.construction import construction_report
-
-        return result, construction_report(result, problem.source, problem.init)
-
-
-def construction_doc(args: argparse.Namespace, problem: Problem, name: str, learned) -> dict:
-    """The ``cluster --json`` document of ``cluster --construction NAME`` (:func:`construction_result`)."""
-    return construction_result(args, problem, name, learned)[0].doc
-
-
 def checkpoint_verdict(doc: dict):
     """A trained model's verdict (:mod:`analysis.verify.verdict`): its export against its training forward."""
     from analysis.verify import verdict as vocabulary
@@ -244,7 +192,9 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
     """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
     its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap); ``--out``
     gets its page too."""
-    result, page = construction_result(args, problem, name, learned, page=out is not None)
+    from analysis.cli.constructions import construction_result
+
+    result, page = construction_result(args, problem, name, learned, NAME, page=out is not None)
     doc = result.doc
     d = doc["d"]
     if out is not None:

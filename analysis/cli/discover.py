@@ -15,6 +15,7 @@ import argparse
 import json
 
 from analysis.errors import ProblemError
+from analysis.wording import count
 
 NAME = "discover"
 HELP = "circuit discovery (ACDC, EAP, EAP-IG) on a construction, scored against the ground truth from its weights"
@@ -134,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
         result = discover(circuit, pairs, args.method, threshold=args.threshold, steps=args.steps, group=args.group)
     except CorruptionInvisible as exc:
         raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed or corruption") from None
-    rounds = "steps" if args.variant in ("swap", "learned") else "iterations"
-    description = (f"{args.variant}, d={args.d} k={args.k} n={args.n}, {args.iterations} {rounds}, seed {args.seed};"
+    rounds = count(args.iterations, "step" if args.variant in ("swap", "learned") else "iteration")
+    description = (f"{args.variant}, d={args.d} k={args.k} n={args.n}, {rounds}, seed {args.seed};"
                    f" pairs: {'; '.join(p.description for p in pairs)}")
     payload = {"problem": {"variant": args.variant, "d": args.d, "k": args.k, "n": args.n,
                            "iterations": args.iterations, "seed": args.seed, "corruptions": corruptions,

@@ -75,7 +75,7 @@ def write_page(out, report, plotly_js: str) -> None:
 
 def run_construction(args: argparse.Namespace, problem, out) -> int:
     """``report --construction swap|learned``: the construction's page (:mod:`analysis.report.construction`)."""
-    from analysis.cli.cluster import construction_result
+    from analysis.cli.constructions import construction_result
 
     result, report = construction_result(args, problem, args.construction, None, command=NAME, page=True)
     write_page(out, report, args.plotly_js)

@@ -32,7 +32,7 @@ def node_xy(node: str, n_layers: int) -> tuple[float, float]:
     return (0.0, -(1.0 + 2 * layer)) if node.startswith("A") else (1.0, -(2.0 + 2 * layer))
 
 
-def _arc(graph: CircuitGraph, edge) -> tuple[list[float], list[float]]:
+def _arc(graph: CircuitGraph, edge) -> tuple[list[float | None], list[float | None]]:
     (x0, y0), (x1, y1) = node_xy(edge.src, graph.n_layers), node_xy(edge.dst, graph.n_layers)
     # Arcs into a head bow left of the heads' column, the others right of the MLPs': they never cross a node.
     side = -1.0 if edge.dst.startswith("A") else 1.0

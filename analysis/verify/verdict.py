@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from circuits import hook_names
+
 #: The JSON key and CLI word of each kind, in the order the docs list them.
 KINDS = ("exact", "approximate", "variant", "construction", "trained", "failure")
 
@@ -177,7 +179,7 @@ EXAMPLES = (
     matches_construction("the safeguarded swap", 1e-9),
     trained_export(3.1e-13),
     failure("12 labels differ from the reference's (not a tie)", reference="Lloyd's k-means", layer=3,
-            role="assign, t = 1", altered_by=["hook blocks.3.hook_resid_post (zero ablation)"]),
+            role="assign, t = 1", altered_by=[f"hook {hook_names.resid_post(3)} (zero ablation)"]),
 )
 
 RULES = """\

@@ -194,7 +194,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     run_cli("drift", "--checkpoint", tmp / "tiny", "--out", tmp / "drift.html", "--tasks", 3, "--steps", 4, cwd=tmp)
     run_cli("drift", "--construction", "learned", "--out", tmp / "learned.html", "--tasks", 2, "--steps", 3,
             "--n", 40, cwd=tmp)
-    run_cli("patch", "--dataset", "iris", "--k", 3, "--iterations", 3, "--corruption", "move-point",
+    run_cli("patch", "--dataset", "iris", "--k", 3, "--seed", 1, "--iterations", 3, "--corruption", "move-point",
             "--out", tmp / "patch", cwd=tmp)
     run_cli("sweep", "--grid", "tiny", "--out", tmp / "sweep", cwd=tmp)
     return {"drift": tmp / "drift.html", "learned drift": tmp / "learned.html",

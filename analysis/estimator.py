@@ -370,7 +370,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         for group in _magnitude_groups(X, centres):
             result = self._run_group(X[group], centres)
             if not result.report.verified:
-                raise ValueError(f"predict: the circuit could not resolve {len(group)} point(s) exactly: "
+                raise ValueError(f"predict: the circuit cannot resolve {len(group)} point(s) exactly: "
                                  + "; ".join(result.report.failures))
             # The verifier excuses a label that float64 cannot tell from the nearest in the circuit's (unit)
             # coordinates; predict promises the exact nearest centroid of the user's values, so it checks that.

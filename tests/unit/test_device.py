@@ -153,10 +153,10 @@ def _cli(capsys, *argv) -> tuple[int, str, str]:
 def test_cluster_says_which_device_ran(capsys, device):
     import json
 
-    code, out, _ = _cli(capsys, "cluster", "--dataset", "iris", "--k", 3, "--iterations", 3, "--device", device, "--json")
+    code, out, _ = _cli(capsys, "cluster", "--dataset", "wine", "--k", 3, "--iterations", 3, "--device", device, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["verified"] and doc["device"].startswith(device)
-    code, out, _ = _cli(capsys, "cluster", "--dataset", "iris", "--k", 3, "--iterations", 3, "--device", device)
+    code, out, _ = _cli(capsys, "cluster", "--dataset", "wine", "--k", 3, "--iterations", 3, "--device", device)
     assert code == 0 and f"device {device}" in out.splitlines()[0]
 
 

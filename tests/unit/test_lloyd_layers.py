@@ -61,13 +61,18 @@ def test_circuit_equals_reference_at_every_layer(problem):
 def test_a_tie_break_error_that_moves_the_trajectory_is_honest_not_verified():
     """Found by Hypothesis (tests/data/tie_break_cascade.npz: 97 points in 9-d, mostly 0, one coordinate up to 1e3):
     gaps of 1e-38 fall inside the circuit's tie-break at iteration 0, which moves the trajectory, so a label at
-    iteration 1 differs too. The run says NOT VERIFIED, naming the tie-break; the later mismatch is its consequence."""
+    iteration 1 differs too. The run says NOT VERIFIED, naming the tie-break (and, where the gap is inside float64's
+    window, the near tie that exact arithmetic decides otherwise); the later mismatch is its consequence, reported
+    as such."""
     with np.load(Path(__file__).resolve().parents[1] / "data" / "tie_break_cascade.npz") as f:
         X, C0, T = f["X"], f["C0"], int(f["T"])
     rep = run_circuit(X, C0, T).report
     assert not rep.verified and any("tie-break" in f for f in rep.failures)
     first = {m.cause for m in rep.errors if m.iteration == 0}
-    assert first == {"tie-break"} and any(m.iteration == 1 and not m.cause for m in rep.errors)
+    assert "tie-break" in first and first <= {"tie-break", "near-tie"}
+    # Later iterations follow from the moved trajectory: compared for information, and said so, not new errors.
+    assert all(m.iteration == 0 for m in rep.errors)
+    assert any("for information only" in note for note in rep.notes), rep.notes
     assert_lloyd_or_honest(rep)
 
 

@@ -119,7 +119,7 @@ def test_predict_that_cannot_resolve_raises():
     X = np.array([[-1.0, 0.0], [1.0, 0.0], [-1.1, 0.0], [1.1, 0.0]])
     est = CircuitKMeans(2, init=np.array([[-1.0, 0.0], [1.0, 0.0]]), sharpness=Sharpness(beta=1e3, tie_break=0.0))
     est.fit(X)
-    with pytest.raises(ValueError, match="could not resolve"):
+    with pytest.raises(ValueError, match="cannot resolve"):
         est.predict(np.array([[0.0, 0.0]]))
 
 

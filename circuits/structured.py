@@ -29,7 +29,6 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -39,6 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits import hook_names
+from circuits.devices import torch_threads
 from circuits.structured_groups import (  # noqa: F401 (re-exported)
     Groups, _hash_direction, _identity_groups, group_identical_columns, group_identical_rows, identity_groups,
 )
@@ -279,7 +279,7 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
-    with _cpu_threads(CPU_THREADS if resid.is_cpu else None):
+    with torch_threads(CPU_THREADS if resid.is_cpu else None):
         return _structured_forward(model, resid, score_hooks, recording, pair_budget)
 
 
@@ -287,20 +287,6 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
 #: of positions, a few groups): on a loaded 2-core machine two threads waited on each other (n = 10,000, d = 8,
 #: k = 10, T = 10: a forward of 7.3 s with two threads against 0.65 s with one; benchmarks/bench_device.py).
 CPU_THREADS = 1
-
-
-@contextlib.contextmanager
-def _cpu_threads(threads: int | None):
-    """torch's CPU threads set to ``threads`` inside the block (``None``: left alone), restored after."""
-    before = torch.get_num_threads()
-    if threads is None or threads == before:
-        yield
-        return
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _structured_forward(model, resid, score_hooks: dict, recording: Recording, pair_budget: int):

@@ -22,9 +22,8 @@ Two things keep sweeps cheap without changing any result:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -35,6 +34,7 @@ from analysis.patching.metrics import (Outcome, PatchMetrics, centroid_distance,
 from analysis.patching.pairs import PatchingPair
 from circuits import hook_names
 from circuits.build import KMeansCircuit
+from circuits.devices import torch_threads  # noqa: F401 (also imported from here)
 from circuits.encoding import DecodedState, EncodedBatch, UnitScaling, decode, encode
 from circuits.layout import TOKEN_TYPES, SequenceLayout
 
@@ -45,25 +45,6 @@ PER_HEAD = ("z", "result")
 
 #: Largest ``batch * pos^2`` of one batched run (attention scores and pattern are that big, per layer).
 DEFAULT_CHUNK_ELEMENTS = 2**23
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` intra-op threads (``None``: leave torch's setting), restoring it afterwards.
-
-    Patching runs are many small float64 matmuls (``d_model`` is tens): splitting each over threads costs more
-    than it saves, and on a busy machine it is ruinous. Measured on the 2-core development machine under load,
-    the iris layer x position sweep (23 x 7 cells): 21 s with 2 threads, 0.6 s with 1.
-    """
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

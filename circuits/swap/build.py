@@ -29,6 +29,7 @@ from jaxtyping import Float
 
 from circuits import hook_names
 from circuits.build import CircuitWeights, build_model
+from circuits.devices import torch_threads
 from circuits.encoding import as_batch, fit_unit_scaling, read
 from circuits.layout import ResidualLayout
 from circuits.plain import PlainTransformer
@@ -161,13 +162,9 @@ class SwapCircuit:
             return {key: cache[name] for name, key in names.items()}
         # The structured path's products are small (d_model x tokens): torch's intra-op threads only wait on each
         # other, and on a busy machine ruinously (400 points, 20 steps, 2 shared cores under load: 0.45 s of CPU
-        # with one thread, 12.7 s with two). One thread, restored afterwards.
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        # with one thread, 12.7 s with two).
+        with torch_threads(1):
             return self._structured_residuals(resid, blocks)
-        finally:
-            torch.set_num_threads(threads)
 
     def _structured_residuals(self, resid: Float[torch.Tensor, "1 pos d_model"], blocks: tuple[str, ...]
                               ) -> dict[tuple[int, str], Float[torch.Tensor, "1 pos d_model"]]:

@@ -244,7 +244,8 @@ def _construction_facts(run, variant) -> list[Fact]:
     user = sharp.in_user_units(s)
     kinds = schedule_text(circ.schedule)
     construction = [
-        Fact("model", f"HookedTransformer, {cfg.n_layers} blocks: {kinds}", "U: update block, A: assign block"),
+        Fact("model", f"{_transformer_lens_class(circ.model)}, {cfg.n_layers} blocks: {kinds}",
+             "U: update block, A: assign block"),
         Fact("widths", f"d_model = {cfg.d_model}, d_head = {cfg.d_head}, d_mlp = {cfg.d_mlp}, "
                        f"{cfg.n_heads} head(s) per block"),
         Fact("configuration", f"attention {cfg.attention_dir}, normalization {cfg.normalization_type}, "
@@ -307,3 +308,9 @@ def _certificate_facts(rep) -> list[Fact]:
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
              "in data units (squared for the tie window), derived from the dtype's eps"),
     ]
+
+
+def _transformer_lens_class(model) -> str:
+    """The TransformerLens class the circuit is: HookedTransformer on 3.x, HookedRootModule on 4.x (which has no
+    HookedTransformer; docs/python.md#transformerlens-versions)."""
+    return next(cls.__name__ for cls in type(model).__mro__ if cls.__module__.startswith("transformer_lens"))

@@ -15,6 +15,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 from sklearn.datasets import load_iris, make_blobs
 
+from circuits.tl import TL_MAJOR
 from analysis import report as R
 from analysis.report.document import _json_script
 from browser import static_external_references
@@ -173,7 +174,9 @@ def test_header_states_problem_construction_verdict_certificate(iris_run, iris_r
     assert iris_run.circuit.sharpness.beta > 1e14 and facts["beta_update (update sharpness)"] == "4000"
     assert facts["scale"] == f"s = {iris_run.encoded.scaling.scale[0]:.6g}"
     assert facts["smallest assignment margin"] == f"{iris_run.report.min_margin:.4g}"
-    assert facts["model"].startswith("HookedTransformer, 8 blocks: (U A) x 4")
+    # TransformerLens 4 has no HookedTransformer: the circuit is a HookedRootModule there (circuits/hooked/).
+    tl_class = "HookedTransformer" if TL_MAJOR == 3 else "HookedRootModule"
+    assert facts["model"].startswith(f"{tl_class}, 8 blocks: (U A) x 4")
     assert facts["errors / ties"].startswith("2 errors, 0 exact ties")
     assert 'class="verdict bad" id="verdict" data-verified="false" data-kind="failure"' in iris_html
     assert "All 150 points are drawn." in iris_html

@@ -2,7 +2,7 @@
 
 Both estimators search ``n_clusters`` over ``--ks`` with ``--cv``-fold cross-validation, Lloyd's from k-means++
 initial centroids, one initialisation, at most ``max_iter`` iterations, ``tol=0`` (both stop at the first iteration
-that changes no label: the circuit runs up to there, :mod:`analysis.estimator_run`). ``--data iris`` (150 x 4, the default: ``n_clusters`` 2..5, 5 folds) or ``--data blobs``
+that changes no label: the circuit runs up to there, :mod:`analysis.estimator.stopping`). ``--data iris`` (150 x 4, the default: ``n_clusters`` 2..5, 5 folds) or ``--data blobs``
 (issue 21's case: 300 x 4 blobs, pass ``--ks 2,3,4,5,6 --cv 3``). Reported per estimator: wall time of the search,
 the ratio to ``KMeans``, and for the circuit how many circuits were built (a structure's first Lloyd circuit is built
 with two blocks) and derived from a cached circuit of the same structure (new assign heads, the depth asked for:
@@ -50,8 +50,8 @@ def main() -> None:
     from sklearn.datasets import load_iris, make_blobs
     from sklearn.model_selection import GridSearchCV
 
-    from analysis import estimator as est_module
-    from analysis import estimator_run as run_module
+    from analysis.estimator import cache as est_module
+    from analysis.estimator import stopping as run_module
     from analysis.estimator import CircuitKMeans, clear_circuit_cache
 
     torch.set_num_threads(1)

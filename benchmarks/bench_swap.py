@@ -39,7 +39,7 @@ KMeans(n_clusters=int(sys.argv[2]), init="random", n_init=1, algorithm="lloyd", 
 EXPORT = """
 import sys
 import numpy as np
-from analysis.commands._problem import load_problem
+from analysis.cli.options import load_problem
 from analysis.cli import build_parser
 args = build_parser().parse_args(["cluster", *sys.argv[2:]])
 np.save(sys.argv[1], load_problem(args).X)

@@ -66,10 +66,11 @@ CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "r
 
 
 def learned_checkpoint(args: argparse.Namespace):
-    """The learned checkpoint file ``--checkpoint`` names (:func:`analysis.learned.find_checkpoint`), else ``None``."""
+    """The learned checkpoint file ``--checkpoint`` names
+    (:func:`analysis.constructions.learned.find_checkpoint`), else ``None``."""
     if getattr(args, "checkpoint", None) is None:
         return None
-    from analysis.learned import find_checkpoint
+    from analysis.constructions.learned import find_checkpoint
 
     return find_checkpoint(args.checkpoint)
 
@@ -221,7 +222,7 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
 def table_text(doc: dict, swap: bool) -> str:
     """The per-step table of a construction's run: t, the candidate kept, the objectives (the construction's, its
     numpy reference's, Lloyd's, the untrained swap's), labels, margins."""
-    from analysis.construction import CANDIDATE_LABELS
+    from analysis.constructions.common import CANDIDATE_LABELS
     from analysis.report.construction import gap_text
 
     width = max(len(label) for label in CANDIDATE_LABELS.values())

@@ -13,9 +13,9 @@ from analysis.errors import ProblemError
 def construction_result(args: argparse.Namespace, problem: Problem, name: str, learned, command: str,
                         page: bool = False):
     """Check the options of ``cluster --construction NAME`` (or ``--checkpoint`` of a learned checkpoint at
-    ``learned``; ``report --construction NAME``) and run it: :func:`analysis.swap.run_swap` or
-    :func:`analysis.learned.run_learned`, a :class:`~analysis.construction.ConstructionResult`. ``page``: also
-    draw its report (:mod:`analysis.report.construction`), returned as the second element."""
+    ``learned``; ``report --construction NAME``) and run it: :func:`analysis.constructions.swap.run_swap` or
+    :func:`analysis.constructions.learned.run_learned`, a :class:`~analysis.constructions.common.ConstructionResult`.
+    ``page``: also draw its report (:mod:`analysis.report.construction`), returned as the second element."""
     flag = f"--checkpoint {args.checkpoint}" if learned is not None else f"--construction {name}"
     if args.variant != "lloyd" or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")):
         raise ProblemError(f"{flag} has its own knobs: --variant and the exactness knobs do not apply")
@@ -26,11 +26,11 @@ def construction_result(args: argparse.Namespace, problem: Problem, name: str, l
     if args.dtype != "float64":
         raise ProblemError(f"{flag} is exact only in float64: --dtype float32 does not apply")
     from analysis.cli.progress import Stages
-    from analysis.swap import SwapPathUnavailable
+    from analysis.constructions.swap import SwapPathUnavailable
 
     alphas = None
     if name == "learned":
-        from analysis.learned import load_alphas
+        from analysis.constructions.learned import load_alphas
 
         try:
             alphas = load_alphas(learned)
@@ -39,11 +39,11 @@ def construction_result(args: argparse.Namespace, problem: Problem, name: str, l
     with Stages(command, [f"{name} circuit"] + (["report"] if page else [])) as stages:
         try:
             if name == "learned":
-                from analysis.learned import run_learned
+                from analysis.constructions.learned import run_learned
 
                 result = run_learned(problem.X, problem.C0, problem.iterations, args.path, alphas)
             else:
-                from analysis.swap import run_swap
+                from analysis.constructions.swap import run_swap
 
                 result = run_swap(problem.X, problem.C0, problem.iterations, args.path)
         except (SwapPathUnavailable, ProblemError) as exc:

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, example="drift.html")
-    from analysis.learned import find_checkpoint
+    from analysis.constructions.learned import find_checkpoint
 
     if args.construction is not None or find_checkpoint(args.checkpoint) is not None:
         return run_learned(args, out)
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from analysis.cli.progress import Stages
-    from analysis.drift import analyse, drift_report, stages_of
+    from analysis.drift import analyse, stages_of
+    from analysis.report.drift import drift_report
     from circuits.training.checkpoint import CheckpointError, load_model, read_log
 
     torch.set_num_threads(args.threads)
@@ -104,7 +105,7 @@ def run_learned(args: argparse.Namespace, out) -> int:
     n = args.n if args.n is not None else 128
     if n < 12:
         raise ProblemError(f"--n must be >= 12 (the general tasks' largest k), got {n}")
-    from analysis.learned import load_alphas
+    from analysis.constructions.learned import load_alphas
 
     try:
         alphas = load_alphas(args.checkpoint)

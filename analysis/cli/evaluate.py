@@ -86,7 +86,7 @@ def construction_of(args: argparse.Namespace) -> tuple[str | None, object]:
     """The construction ``evaluate`` runs and a learned one's factors: ``--construction``, or ``learned`` with
     the factors of a learned checkpoint ``--checkpoint`` names; ``(None, None)`` for a trained model."""
     if args.construction == "learned" or (args.checkpoint is not None and _learned_file(args.checkpoint)):
-        from analysis.learned import load_alphas
+        from analysis.constructions.learned import load_alphas
 
         try:
             return "learned", load_alphas(args.checkpoint)
@@ -96,7 +96,7 @@ def construction_of(args: argparse.Namespace) -> tuple[str | None, object]:
 
 
 def _learned_file(path: str) -> bool:
-    from analysis.learned import find_checkpoint
+    from analysis.constructions.learned import find_checkpoint
 
     return find_checkpoint(path) is not None
 
@@ -111,7 +111,7 @@ def validate(args: argparse.Namespace) -> Plan:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     construction, alphas = construction_of(args)
     if construction is not None:
-        from analysis.construction import CAPACITY
+        from analysis.constructions.common import CAPACITY
 
         if args.device == "cuda":
             raise ProblemError("--construction runs in float64 on the CPU: --device cuda does not apply")
@@ -170,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if plan.construction is not None:
         if plan.construction == "learned":
-            from analysis.learned import LearnedModel
+            from analysis.constructions.learned import LearnedModel
 
             model = LearnedModel(plan.alphas)
         else:
-            from analysis.swap import SwapModel
+            from analysis.constructions.swap import SwapModel
 
             model = SwapModel()
         doc = {"construction": plan.construction, "general": True, "capacity": [model.config.d, model.config.k]}

@@ -22,24 +22,12 @@ validation ratio at every validation step.
 :class:`~analysis.drift.record.DriftAnalysis` measured by :mod:`analysis.drift.weights`,
 :mod:`analysis.drift.behaviour` (on the evaluation's observed forward pass and metrics, :mod:`analysis.evaluation`)
 and :mod:`analysis.drift.patterns`; :func:`summarise` (:mod:`analysis.drift.summary`) puts them in plain words.
-The figures are :mod:`analysis.views.drift`; :func:`drift_report` (:mod:`analysis.report.drift`, re-exported here)
-draws the analysis as a self-contained HTML report.
+The figures are :mod:`analysis.views.drift`; :func:`analysis.report.drift.drift_report` draws the analysis as a
+self-contained HTML report (the report reads this package; this package does not import the report).
 """
 
 from analysis.drift.assemble import STAGES, DriftOptions, analyse, construction_of, stages_of
 from analysis.drift.record import DriftAnalysis
 from analysis.drift.summary import summarise
 
-#: ``drift_report`` and ``DriftAnalysis`` are re-exported so that ``from analysis.drift import analyse, drift_report``
-#: stays the one import a caller needs.
-__all__ = ["DriftAnalysis", "DriftOptions", "STAGES", "analyse", "construction_of", "drift_report", "stages_of", "summarise"]
-
-
-def __getattr__(name: str):
-    """``drift_report`` on first use: the report (:mod:`analysis.report.drift`) reads this package's record and
-    weights modules, so importing it here, before they exist, would import the report half-made."""
-    if name == "drift_report":
-        from analysis.report.drift import drift_report
-
-        return drift_report
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["DriftAnalysis", "DriftOptions", "STAGES", "analyse", "construction_of", "stages_of", "summarise"]

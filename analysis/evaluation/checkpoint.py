@@ -43,7 +43,7 @@ def cluster_with_checkpoint(checkpoint: str, X: np.ndarray, C0: np.ndarray, iter
     initial centroids, which a trained model is meant to beat, not match. The exported model runs on the masked
     path where its point x point block provably weighs 0 (:func:`analysis.verify.export.run_export`).
     """
-    from analysis.patching.experiment import torch_threads
+    from circuits.devices import torch_threads
     from circuits.training.checkpoint import load_model
 
     model, config = load_model(checkpoint)

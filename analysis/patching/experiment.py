@@ -34,7 +34,7 @@ from analysis.patching.metrics import (Outcome, PatchMetrics, centroid_distance,
 from analysis.patching.pairs import PatchingPair
 from circuits import hook_names
 from circuits.build import KMeansCircuit
-from circuits.devices import torch_threads  # noqa: F401 (also imported from here)
+from circuits.devices import torch_threads
 from circuits.encoding import DecodedState, EncodedBatch, UnitScaling, decode, encode
 from circuits.layout import TOKEN_TYPES, SequenceLayout
 

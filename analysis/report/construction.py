@@ -7,7 +7,7 @@ computed it and as its numpy reference did, the candidate kept, its margin to th
 candidates exactly as good (the tie order decided among them), and the attention of the heads that choose: the
 ``choose`` head (every token over the candidates' centroid tokens, scored by their objectives) and the
 ``swap_slot`` head (which current centroid the swap moves). Then the verification section, the same record as the
-``cluster --json`` document (:func:`analysis.construction.cluster_document`): the verdict in the one vocabulary
+``cluster --json`` document (:func:`analysis.constructions.common.cluster_document`): the verdict in the one vocabulary
 (:mod:`analysis.verify.verdict`), the candidate kept by the circuit and by the reference at every step, each
 column's centroid error against its tolerance, and every problem and note.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.construction import CANDIDATE_LABELS, TITLES
+from analysis.constructions.common import CANDIDATE_LABELS, TITLES
 from analysis.report.document import Fact, Header, Report, Section, Table
 
 #: The heads whose attention the page draws, by block name, with what their keys are.
@@ -163,7 +163,7 @@ def verification_section(doc: dict) -> Section:
 
 
 def construction_report(result, source: str = "", init: str = "") -> Report:
-    """The page (module docstring) of ``result`` (a :class:`analysis.construction.ConstructionResult`)."""
+    """The page (module docstring) of ``result`` (a :class:`analysis.constructions.common.ConstructionResult`)."""
     doc = result.doc
     name = doc["variant"].split(":", 1)[1]
     steps = [r["iteration"] for r in doc["per_iteration"]]

@@ -18,7 +18,7 @@ the problems, never a silent pass.
 
 This certifies the construction's output per step, not block by block (the Lloyd circuit's
 :class:`~analysis.verify.report.VerificationReport` does that), and says nothing about how the result compares with
-Lloyd's: Lloyd's is the yardstick the construction is meant to beat (:mod:`analysis.swap`), never to match.
+Lloyd's: Lloyd's is the yardstick the construction is meant to beat (:mod:`analysis.constructions.swap`), never to match.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class LearnedCircuit(SwapCircuit):
     def _check_reach(self, X, C0, centroids) -> list[str]:
         """Where a step's extrapolated centroids may have been beyond the reach of the mask (:func:`reach_needed`):
         a kept learned candidate with an empty cluster may leave the unit ball, and then the next extrapolation
-        reaches farther. :func:`analysis.learned.circuit_for` chooses the mask from the reference's trajectory
+        reaches farther. :func:`analysis.constructions.learned.circuit_for` chooses the mask from the reference's trajectory
         before the run, so this names a run that left it (it is not verified)."""
         mask = self.knobs.sharpness.mask
         out = []

@@ -113,3 +113,23 @@ def test_hook_names_are_spelled_in_one_module():
                     node.value.startswith("blocks.") or ".hook_" in node.value or node.value.startswith("hook_")):
                 spelled.append(f"{name}:{node.lineno}: {node.value!r}")
     assert spelled == []
+
+
+def test_imports_run_from_the_command_line_down_to_the_measurements():
+    """``analysis.cli`` sits on top and ``analysis.report`` under it; the packages that measure (verify, evaluation,
+    drift, patching, sweep, discovery, the constructions, the estimator) never import either, except the page builder
+    ``analysis.report.document`` that their own pages use. Evaluation and drift measure models, patching intervenes
+    on them: neither of the first two imports the third."""
+    graph = import_graph()
+
+    def under(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    upward = sorted(
+        f"{name} -> {target}" for name, targets in graph.items() for target in targets
+        if (under(target, "analysis.cli") and not under(name, "analysis.cli"))
+        or (under(target, "analysis.report") and target != "analysis.report.document"
+            and not (under(name, "analysis.cli") or under(name, "analysis.report")))
+        or (under(target, "analysis.patching")
+            and (under(name, "analysis.evaluation") or under(name, "analysis.drift"))))
+    assert upward == []

@@ -12,7 +12,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from analysis import swap as swap_run
+from analysis.constructions import swap as swap_run
 from analysis.cli import main
 from circuits import reference
 from circuits.initialisation import initial_centroids

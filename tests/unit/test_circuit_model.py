@@ -13,7 +13,7 @@ import torch
 from sklearn.datasets import make_blobs
 
 from analysis.patching import Patch, PatchingExperiment, move_centroid
-from analysis.patching.experiment import torch_threads
+from circuits.devices import torch_threads
 from circuits import hook_names
 from circuits import tl
 from circuits.build import KMeansCircuit, build_lloyd_circuit

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from analysis import learned, swap
-from analysis.construction import choice_gap, exact_lloyd, tied_with
+from analysis.constructions import learned, swap
+from analysis.constructions.common import choice_gap, exact_lloyd, tied_with
 from analysis.verify.swap import CENTROID_TOLERANCE, column_tolerances, differences, spread
 from circuits import reference
 from circuits.learned.build import mask_for, reach_needed

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.drift import analyse, drift_report
+from analysis.drift import analyse
+from analysis.report.drift import drift_report
 from analysis.drift.patterns import attention_patterns
 from analysis.drift.weights import compare_circuit, compare_mlp, unit_roles
 from browser import find_chromium, static_external_references

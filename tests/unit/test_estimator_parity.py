@@ -9,7 +9,8 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 
-from analysis import estimator as estimator_module
+from analysis.estimator import cache as estimator_cache
+from analysis.estimator.kmeans import _magnitude_groups
 from analysis.estimator import EXPECTED_FAILED_CHECKS, CircuitKMeans, clear_circuit_cache
 
 
@@ -104,7 +105,7 @@ def test_more_clusters_than_distinct_points_warns_like_kmeans():
 def test_refits_and_predictions_reuse_built_circuits(X, monkeypatch):
     clear_circuit_cache()
     builds = []
-    real = estimator_module.get_variant
+    real = estimator_cache.get_variant
 
     def counting(name):
         variant = real(name)
@@ -118,16 +119,16 @@ def test_refits_and_predictions_reuse_built_circuits(X, monkeypatch):
                 return getattr(variant, attr)
         return Counting()
 
-    monkeypatch.setattr(estimator_module, "get_variant", counting)
-    derive = estimator_module.with_assign_knobs
+    monkeypatch.setattr(estimator_cache, "get_variant", counting)
+    derive = estimator_cache.with_assign_knobs
     derived = []
-    monkeypatch.setattr(estimator_module, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
+    monkeypatch.setattr(estimator_cache, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
     first = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
     again = CircuitKMeans(4, max_iter=3, random_state=0).fit(X)
     # One build (the structure's two-block circuit), the fit's circuit derived from it; the refit finds it cached.
     assert builds == [(3, 4, 0)] and len(derived) == 1 and again.circuit_ is first.circuit_
     labels = first.predict(X[:50])
-    groups = estimator_module._magnitude_groups(X[:50], first.cluster_centers_)
+    groups = _magnitude_groups(X[:50], first.cluster_centers_)
     # One two-block predict circuit per group of points, each derived from a cached circuit of the same structure
     # (new assign heads, 0 iterations: Lloyd's weights are tied, so any depth derives from any other).
     assert len(builds) == 1 and len(derived) == 1 + len(groups)

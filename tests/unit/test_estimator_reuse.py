@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from analysis import estimator as estimator_module
+from analysis.estimator import cache as estimator_cache
 from analysis.estimator import CircuitKMeans, built_circuit, clear_circuit_cache, misassigned, with_assign_knobs
 from analysis.pipeline import choose_sharpness
 from circuits.build import build_lloyd_circuit
@@ -108,8 +108,8 @@ def test_fits_on_derived_circuits_equal_fits_on_fresh_ones(path):
 def test_cache_never_serves_knobs_chosen_for_other_data(monkeypatch):
     clear_circuit_cache()
     derived = []
-    derive = estimator_module.with_assign_knobs
-    monkeypatch.setattr(estimator_module, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
+    derive = estimator_cache.with_assign_knobs
+    monkeypatch.setattr(estimator_cache, "with_assign_knobs", lambda *a: derived.append(a) or derive(*a))
     problems = folds(3)
     fits = [CircuitKMeans(4, max_iter=3, random_state=0).fit(X) for X in problems]
     assert derived  # the same structure was reused

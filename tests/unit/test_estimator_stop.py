@@ -1,4 +1,4 @@
-"""CircuitKMeans stops at its stopping point (analysis/estimator_run.py): the result is the full run's, exactly.
+"""CircuitKMeans stops at its stopping point (analysis/estimator/stopping.py): the result is the full run's, exactly.
 
 A fit runs Lloyd's circuit up to the iteration where ``KMeans`` stops (guessed by a float64 reference, confirmed by
 the circuit's own states) instead of all ``max_iter`` iterations. Its ``labels_``, ``cluster_centers_``,
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from analysis import estimator_run
+from analysis.estimator import stopping as estimator_run
 from analysis.estimator import CircuitKMeans, clear_circuit_cache
 
 

@@ -67,7 +67,7 @@ def test_a_model_that_never_moves_keeps_the_initial_objective_and_loses_to_lloyd
 
 
 def test_protocol_models_are_used_as_they_are_and_a_checkpoint_is_adapted():
-    from analysis.swap import SwapModel
+    from analysis.constructions.swap import SwapModel
 
     lloyd = LloydModel()
     assert as_trajectory_model(lloyd) is lloyd
@@ -127,17 +127,3 @@ def test_export_parity_holds_for_the_export_and_fails_for_a_changed_one():
         ht.blocks[0].attn.W_V.mul_(1.01)  # the update head's values, 1% off: the centroids move
     changed = check_export(ht, model, enc, 3, 12).parity
     assert not changed.verified and changed.error > 100 * changed.tolerance
-
-
-def test_the_old_module_paths_are_the_new_functions():
-    import analysis.drift_measures as old_drift
-    import analysis.evaluate as old
-    import analysis.evaluate_general as old_general
-    from analysis import evaluation
-    from analysis.drift.record import DriftAnalysis
-    from analysis.verify import export
-
-    assert old.compare is evaluation.compare and old.evaluation_cell is evaluation.evaluation_cell
-    assert old.trajectories is evaluation.trajectories and old.export_tolerance is export.export_tolerance
-    assert old_general.general_cell is evaluation.general_cell and old_drift.DriftAnalysis is DriftAnalysis
-    assert old_general.shape_cells(((2, 3),), 4, 24, 3) == ShapeGrid(((2, 3),), 4, 24, 3).cells()

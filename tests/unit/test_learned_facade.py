@@ -1,4 +1,4 @@
-"""The learned safeguarded swap as users run it (analysis/learned.py, analysis/construction.py): checkpoint
+"""The learned safeguarded swap as users run it (analysis/constructions/learned.py and common.py): checkpoint
 detection, the cluster document held to an independent run of the numpy reference, near ties that must be
 VERIFIED or honestly NOT VERIFIED with a cause (never a wrong VERIFIED), the evaluation's trajectory model, and the
 drift page drawn from its numbers."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
-from analysis import learned
-from analysis.construction import sharpness_for
+from analysis.constructions import learned
+from analysis.constructions.common import sharpness_for
 from analysis.verify.swap import CENTROID_TOLERANCE, spread, verify_learned
 from circuits import reference
 from circuits.learned import checkpoint

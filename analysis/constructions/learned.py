@@ -10,7 +10,7 @@ given by path (:func:`find_checkpoint` recognises the file, or a folder holding 
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
 every step, the same state kept and centroids within each column's tolerance; a difference the
 circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
-in :mod:`analysis.construction`; the drift numbers are
+in :mod:`analysis.constructions.common`; the drift numbers are
 :func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Float
 
-from analysis.construction import (ConstructionConfig, ConstructionModel, ConstructionResult, cluster_document,
+from analysis.constructions.common import (ConstructionConfig, ConstructionModel, ConstructionResult, cluster_document,
                                    path_for, run_on_path)
-from analysis.construction import sharpness_for
+from analysis.constructions.common import sharpness_for
 from analysis.verify.swap import verify_learned
 from circuits.learned.reference import reach
 
@@ -112,7 +112,7 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
                 alphas: Float[np.ndarray, " p"] | list[float] | None = None):
     """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with factors ``alphas`` (the shipped
     checkpoint's when ``None``), its mask from what their reference runs reach (:func:`extent`), and its
-    tie-break and beta chosen from their data as the swap's (:func:`analysis.construction.sharpness_for`) with
+    tie-break and beta chosen from their data as the swap's (:func:`analysis.constructions.common.sharpness_for`) with
     that reach: the squared distances to centroids that far out, and so the scores' rounding, grow with
     ``reach^2``, so the tie-break is that much coarser. A problem whose extrapolation runs beyond what float64
     scores can mask is refused (:class:`~analysis.errors.ProblemError`) before anything runs."""
@@ -133,7 +133,7 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
 def run_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto",
                 alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> ConstructionResult:
     """Run the learned construction on one problem on ``path``, held to its reference: the circuit, the run, the
-    check and the ``cluster --json`` document of the swap (:func:`analysis.construction.cluster_document`) with the
+    check and the ``cluster --json`` document of the swap (:func:`analysis.constructions.common.cluster_document`) with the
     factors (``alphas``), each step's untrained swap objective (``objective_swap``) and how often each candidate
     was kept (``kept``)."""
     from circuits.learned.reference import CANDIDATES
@@ -160,7 +160,7 @@ def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d
 
 class LearnedModel(ConstructionModel):
     """The learned construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`),
-    as :class:`analysis.swap.SwapModel`: its readout agreement is against ``learned_swap`` with its factors."""
+    as :class:`analysis.constructions.swap.SwapModel`: its readout agreement is against ``learned_swap`` with its factors."""
 
     name = "learned"
     config = ConstructionConfig()

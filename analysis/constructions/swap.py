@@ -11,7 +11,7 @@ that cause. Lloyd's
 (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
 beat, never to match. ``CENTROID_TOLERANCE``, ``spread`` and ``differences`` live in :mod:`analysis.verify.swap`
 and are importable from here as before; what this construction shares with the learned one (paths, the
-document, the diagnostics, the evaluation's model) lives in :mod:`analysis.construction` and is importable from here.
+document, the diagnostics, the evaluation's model) lives in :mod:`analysis.constructions.common` and is importable from here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import functools
 import numpy as np
 from jaxtyping import Float
 
-from analysis.construction import (CAPACITY, ConstructionConfig, ConstructionModel, ConstructionResult,
+from analysis.constructions.common import (CAPACITY, ConstructionConfig, ConstructionModel, ConstructionResult,
                                    SwapPathUnavailable, choice_gap,
                                    cluster_document, label_agreement, path_for, run_on_path, sharpness_for,
                                    smallest_gap)
@@ -31,7 +31,7 @@ __all__ = ["CAPACITY", "CENTROID_TOLERANCE", "CONSTRUCTIONS", "ConstructionConfi
            "SwapPathUnavailable", "choice_gap", "circuit_for", "cluster_with_swap", "run_swap", "differences", "label_agreement",
            "path_for", "run_on_path", "smallest_gap", "spread", "swap_circuit"]
 
-#: The constructions ``--construction`` accepts: this one and the learned safeguarded swap (:mod:`analysis.learned`).
+#: The constructions ``--construction`` accepts: this one and the learned safeguarded swap (:mod:`analysis.constructions.learned`).
 CONSTRUCTIONS = ("swap", "learned")
 
 
@@ -44,7 +44,7 @@ def swap_circuit(d: int, k: int, steps: int, beta: float, tie_break: float):
 
 def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
     """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with its tie-break and beta chosen from their
-    data as for Lloyd's circuit (:func:`analysis.construction.sharpness_for`): the finest tie-break float64
+    data as for Lloyd's circuit (:func:`analysis.constructions.common.sharpness_for`): the finest tie-break float64
     resolves on every one of them, and a beta that makes every larger gap hard. One far point makes the unit scale
     huge and the data's gaps tiny in it; a fixed tie-break would then decide labels the data does not tie."""
     from circuits.swap.layout import swap_layout
@@ -57,7 +57,7 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
 def run_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto"
              ) -> ConstructionResult:
     """Run the construction on one problem on ``path`` (:func:`run_on_path`), held to its reference; the circuit,
-    the run, the check and the ``cluster --json`` document (:func:`analysis.construction.cluster_document`)."""
+    the run, the check and the ``cluster --json`` document (:func:`analysis.constructions.common.cluster_document`)."""
     path_for(X.shape[0], C0.shape[0], path)  # refuse before building
     circ = circuit_for([(X, C0)], iterations)
     run = run_on_path(circ, X, C0, path)

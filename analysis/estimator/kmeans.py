@@ -6,15 +6,12 @@ attributes (``labels_``, ``cluster_centers_``, ``inertia_``, ``n_iter_``) next t
 (``report_``). ``predict`` runs a circuit too: one update block commits the fitted centroids, one assign block
 assigns the new points.
 
-It lives in ``analysis/`` rather than ``circuits/`` because it verifies, and models do not know who looks at them.
 """
 
 from __future__ import annotations
 
 import warnings
 from typing import no_type_check
-from collections import OrderedDict
-from dataclasses import replace
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
@@ -22,28 +19,19 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
-from analysis.estimator_init import AUTO_N_INIT_RANDOM, initial_runs  # noqa: F401 (AUTO_N_INIT_RANDOM: API)
-from analysis.estimator_run import run_to_stop, stopping_point  # noqa: F401 (stopping_point: part of this API)
 from analysis.data import check_iterations, check_magnitude, check_spread
-from analysis.verify.nearest import exact_nearest, misassigned  # noqa: F401 (misassigned: part of this API)
+from analysis.estimator.cache import built_circuit
+from analysis.estimator.initial import initial_runs
+from analysis.estimator.stopping import run_to_stop
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
-from circuits import devices, hook_names, reference
-from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
+from analysis.verify.nearest import exact_nearest, misassigned
+from circuits import devices, reference
 from circuits.encoding import fit_unit_scaling
-from circuits.sharpness import Sharpness
-from circuits.spec import LLOYD as LLOYD_SPEC
-from circuits.variants import check_variant, get_variant
+from circuits.variants import check_variant
 
 
 #: Points whose distances from the centroids differ by more than this factor are predicted in separate runs.
 GROUP_FACTOR = 256.0
-#: Built circuits kept for reuse (:func:`built_circuit`): at most this many, holding at most this many bytes of
-#: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
-CACHE_SIZE = 64
-CACHE_BYTES = 256 * 2**20
-
-_BUILT: OrderedDict = OrderedDict()
-
 #: ``sklearn.utils.estimator_checks.check_estimator`` checks that fail by design, with the reason (pass as
 #: ``expected_failed_checks``; docs/python.md explains each).
 EXPECTED_FAILED_CHECKS = {
@@ -52,124 +40,6 @@ EXPECTED_FAILED_CHECKS = {
     "check_sample_weight_equivalence_on_dense_data": "non-uniform sample_weight is refused (see above), so weights "
                                                      "cannot stand for repeated points",
 }
-
-
-def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtype: str, device="cpu", **options):
-    """The circuit ``get_variant(variant).build(...)`` makes, built once per set of weights and then reused.
-
-    The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
-    sharpness knobs, dtype, build options such as trimmed k-means' radius), so a refit or a ``predict`` with the
-    same weights runs the circuit already built. Fitted estimators share it: do not add permanent hooks to a
-    fitted ``model_`` (use ``model.hooks(...)``). The most recently used circuits are kept, within
-    :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
-
-    Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
-    ``beta``, ``tie_break``, ``mask`` and the iterations): only its assign heads are rebuilt and its tied blocks
-    repeated to the depth asked for (:func:`with_assign_knobs`), which is what a new fold, a new data set of the same
-    shape or a run stopped early (:mod:`analysis.estimator_run`) needs. A first Lloyd circuit of a structure is
-    derived from its two-block circuit (0 iterations, built and kept), so that its tied layers share tensors.
-    """
-    key = (variant, d, k, iterations, sharpness, dtype, device, tuple(sorted(options.items())))
-    entry = _BUILT.pop(key, None)
-    if entry is None:
-        structure = None if sharpness is None else _structure(key)
-        template = None if options else _same_structure(structure)
-        if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
-            # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
-            template = built_circuit(variant, d, k, 0, sharpness, dtype, device)
-        circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \
-            get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], device=device,
-                                       **options)
-        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
-    _BUILT[key] = entry
-    while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
-        _BUILT.popitem(last=False)
-    return entry[0]
-
-
-#: The knobs that only Lloyd's assign head reads (:func:`circuits.blocks.assign_head`); ``beta_update`` is the
-#: update head's.
-ASSIGN_KNOBS = ("beta", "tie_break", "mask")
-
-
-def _structure(key: tuple) -> tuple:
-    """``key`` without the assign head's knobs and the iterations: circuits equal under it differ in their assign
-    heads and depth alone (Lloyd's weights are tied: a shallower circuit is a prefix of a deeper one)."""
-    variant, d, k, _, sharpness, dtype, device, options = key
-    knobs = None if sharpness is None else {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}
-    return (variant, d, k, None if knobs is None else tuple(sorted(knobs.items())), dtype, device, options)
-
-
-def _same_structure(structure: tuple | None):
-    """The most recently used cached Lloyd circuit (built from :data:`circuits.spec.LLOYD`) of ``structure``
-    (:func:`_structure`, stored with each entry so that a lookup compares tuples only), or ``None``."""
-    if structure is None:
-        return None
-    for circuit, _, other in reversed(_BUILT.values()):
-        if other == structure and circuit.spec is LLOYD_SPEC and not circuit.hooks and circuit.weights is not None:
-            return circuit
-    return None
-
-
-def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = None):
-    """Lloyd's circuit ``template`` with the assign heads of ``sharpness`` (its ``beta``, ``tie_break``, ``mask``),
-    of ``iterations`` iterations (``None``: ``template``'s).
-
-    In Lloyd's circuit (:func:`circuits.build.build_lloyd_circuit`) only the assign head reads these knobs, and the
-    weights are tied: the schedule is ``U A U A ... U A`` (``2 iterations + 2`` blocks) and every ``U`` (every
-    ``A``) block has the same weights. So the result is the circuit a fresh build with ``sharpness`` and
-    ``iterations`` makes (tests/unit/test_estimator_reuse.py compares every parameter): the assign layers' ``W_Q``,
-    ``W_K``, ``W_V``, ``W_O`` are rebuilt once, every other parameter tensor is ``template``'s first ``U`` or ``A``
-    block's, shared by every layer of that kind (read only: no path writes a circuit's weights). ``template`` keeps
-    its own weights; the derived circuit builds its ``HookedTransformer`` only if asked for it, like any other.
-    """
-    import torch
-
-    if {**template.sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)} != \
-            {**sharpness.to_dict(), **dict.fromkeys(ASSIGN_KNOBS)}:
-        raise ValueError("with_assign_knobs: the circuits differ in more than the assign head's knobs")
-    iterations = template.iterations if iterations is None else int(iterations)
-    schedule = lloyd_schedule(iterations)
-    if iterations < 0 or template.schedule != lloyd_schedule(template.iterations):
-        raise ValueError("with_assign_knobs: not a Lloyd schedule (U A U A ... U A)")
-    dtype, old, n_layers = template.dtype, template.weights, len(schedule)
-    # Only the head reads the knobs: the MLP is the template's (the same weights: assign_mlp reads the layout alone).
-    assign = assign_block(template.layout, sharpness, mlp=template.blocks[1].mlp)
-    head = assign.head.padded(old.config.d_head)
-    matrices = {name: torch.as_tensor(getattr(head, name)[None], dtype=dtype) for name in head.MATRICES}
-    if not all(bool(torch.isfinite(w).all()) for w in matrices.values()):
-        # A knob too large for the dtype: the fresh build says so (WeightRangeError).
-        return get_variant(template.variant).build(template.layout.d, template.layout.k, iterations,
-                                                   sharpness=sharpness, dtype=dtype, device=old.config.device)
-    # Layer 0 is the template's U block, layer 1 its A block (with the new assign matrices); the others repeat them.
-    tied = {layer: _block_parameters(old.parameters, layer) for layer in (0, 1)}
-    tied[1].update({("attn", name): value.to(old.config.device) for name, value in matrices.items()})
-    parameters = {hook_names.param(layer, component, name): value
-                  for layer in range(n_layers) for (component, name), value in tied[layer % 2].items()}
-    parameters[hook_names.UNEMBED_W] = old.parameters[hook_names.UNEMBED_W]
-    parameters[hook_names.UNEMBED_B] = old.parameters[hook_names.UNEMBED_B]
-    blocks = [assign if kind == ASSIGN else template.blocks[0] for kind in schedule]
-    weights = replace(old, config=replace(old.config, n_layers=n_layers), parameters=parameters)
-    # The template's plain modules serve every layer whose tensors are its own (all but the new assign head).
-    return replace(template, weights=weights, sharpness=sharpness, blocks=blocks, schedule=schedule,
-                   iterations=iterations, plain_from=template)
-
-
-def _block_parameters(parameters: dict, layer: int | None) -> dict:
-    """``{(component, name): tensor}`` of block ``layer``'s parameters (any block's for ``None``), named as the
-    hook_names module's ``param`` spells them."""
-    out = {}
-    for full, value in parameters.items():
-        parts = full.split(".", 3)
-        if len(parts) == 4 and parts[1].isdigit() and (layer is None or int(parts[1]) == layer) \
-                and hook_names.param(int(parts[1]), parts[2], parts[3]) == full:
-            out[(parts[2], parts[3])] = value
-    return out
-
-
-def clear_circuit_cache() -> None:
-    """Forget every built circuit (:func:`built_circuit`)."""
-    _BUILT.clear()
 
 
 def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
@@ -203,7 +73,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     tol : ``KMeans``'s convergence tolerance, relative to the data's mean per-feature variance. ``n_iter_`` is the
         first iteration after which the centroids moved by at most ``tol`` (or the assignment repeated), and
         ``cluster_centers_``, ``labels_`` and ``inertia_`` are read there, as ``KMeans`` stops there. Lloyd's
-        circuit is run up to that iteration and no further (:mod:`analysis.estimator_run`: the result is exactly
+        circuit is run up to that iteration and no further (:mod:`analysis.estimator.stopping`: the result is exactly
         that of running all ``max_iter``; ``circuit_``, ``capture_`` and ``report_`` are of the iterations run);
         the variants run all ``max_iter``. The default 0 stops only when nothing changes (then later iterations
         would repeat the same state).
@@ -259,7 +129,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
 
     def _inits(self, X: np.ndarray) -> list[np.ndarray]:
-        """Initial centroids of every run (:func:`analysis.estimator_init.initial_runs`)."""
+        """Initial centroids of every run (:func:`analysis.estimator.initial.initial_runs`)."""
         return initial_runs(X, int(self.n_clusters), self.init, self.n_init, self.random_state)
 
     def _best_run(self, X: np.ndarray, inits: list[np.ndarray]) -> tuple:
@@ -275,7 +145,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol else 0.0
         best = None
         for C0 in inits:
-            # Up to the stopping point, not beyond: the same result as running all max_iter (estimator_run).
+            # Up to the stopping point, not beyond: the same result as running all max_iter (analysis.estimator.stopping).
             result, t = run_to_stop(X, C0, T, tol, self.variant, circuit_for, self.path, resolution)
             final = t == result.circuit.iterations
             labels = result.labels if final else result.capture.assignments(t)[0]

@@ -1,5 +1,5 @@
-"""What the hand-built general constructions share as users run them: the safeguarded swap (:mod:`analysis.swap`)
-and the learned safeguarded swap (:mod:`analysis.learned`).
+"""What the hand-built general constructions share as users run them: the safeguarded swap (:mod:`analysis.constructions.swap`)
+and the learned safeguarded swap (:mod:`analysis.constructions.learned`).
 
 Both are a circuit of :class:`circuits.swap.build.SwapCircuit`'s kind (one step's blocks run ``steps`` times, a
 choice among candidates per step) held to a numpy reference by :mod:`analysis.verify.swap`. Here: the execution

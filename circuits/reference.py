@@ -33,7 +33,8 @@ from jaxtyping import Float, Int
 
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
 from circuits.memo import (  # noqa: F401
-    _DISTANCE_MEMO, MEMO_BYTES, _memo_points, memoised, memoised_array_key, memoised_distances,
+    _DISTANCE_MEMO, DISTANCES_KEPT, MEMO_BYTES, _memo_points, distances_budget, keep_distances, lookup_distances,
+    memoised, memoised_array_key, memoised_distances,
 )
 
 #: Rows of points processed at once, to bound memory at n * k * d.
@@ -46,24 +47,21 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     key = None
     # Only C-contiguous operands: the memory order of the differences (and so einsum's loop) is then the same for
     # every pair of equal values.
-    if (memo is not None and X.flags.c_contiguous and C.flags.c_contiguous
-            and X.nbytes + 8 * X.shape[0] * C.shape[0] <= MEMO_BYTES):
-        i = _memo_points(memo, X, add=True)
+    if memo is not None and X.flags.c_contiguous and C.flags.c_contiguous:
+        i = _memo_points(memo, X, add=True, budget=distances_budget(X, C.shape[0]))
         if i is not None:
             key = (i, C.shape, C.tobytes())
-            if key in memo["entries"]:
-                return memo["entries"][key]
+            kept = lookup_distances(memo, key)
+            if kept is not None:
+                return kept
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
         # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
         # makes, without its pattern parsing (called once per (X, C) pair checked).
         out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
-    if key is not None and memo["bytes"] + out.nbytes <= MEMO_BYTES:
-        out.flags.writeable = False
-        memo["entries"][key] = out
-        memo["ids"].add(id(out))
-        memo["bytes"] += out.nbytes
+    if key is not None:
+        keep_distances(memo, key, out, distances_budget(X, C.shape[0]))
     return out
 
 
@@ -144,8 +142,20 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
         return 0.0
     X = np.asarray(X)
     # Every point inside: X itself (the same values as its copy X[inside], so the same distances).
-    D = sq_distances(X if len(inside) == len(X) else X[inside], C)
-    return float(D[np.arange(len(inside)), labels[inside]].sum())
+    return float(own_sq_distances(X if len(inside) == len(X) else X[inside], C, labels[inside]).sum())
+
+
+def own_sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
+                     labels: Int[np.ndarray, " n"]) -> Float[np.ndarray, " n"]:
+    """``sq_distances(X, C)[i, labels[i]]`` for every point, without the other ``k - 1`` columns: the same
+    differences summed by the same ``einsum`` over a centroid axis of length 1, so the same numbers bit for bit
+    (tests/unit/test_stream_verify.py checks it), at ``1/k`` of the work and memory."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    out = np.empty(X.shape[0])
+    for start in range(0, X.shape[0], _CHUNK):
+        diff = X[start : start + _CHUNK, None, :] - C[labels[start : start + _CHUNK]][:, None, :]
+        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[:, 0]
+    return out
 
 
 def objective_ratio(objective: float, baseline: float) -> float:

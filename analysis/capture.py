@@ -45,6 +45,7 @@ from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
 from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, encode
+from circuits.reference import OneHotStack, one_hot
 
 
 class ExecutionPath(str, Enum):
@@ -84,7 +85,8 @@ class Capture:
     #: Why the dense path ran when the structured one was asked for (``path="auto"``); empty otherwise.
     path_note: str = ""
     #: A lean capture (:func:`capture`, ``lean=True``) keeps per layer only what the verification reads: no
-    #: point x centroid attention scores or patterns (``None``), so no report or attention view can be drawn from it.
+    #: point x centroid attention scores or patterns (``None``), and a one-hot ``Y`` as its labels
+    #: (:class:`~circuits.reference.OneHotStack`), so no report or attention view can be drawn from it.
     lean: bool = False
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
@@ -229,18 +231,35 @@ def _dense_pattern(groups) -> Float[torch.Tensor, "batch 1 pos pos"]:
 class _LayerDecoder:
     """Decodes each block's output once (a block's input is the previous block's output) into LayerCaptures."""
 
-    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in):
+    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in, lean: bool = False):
         self.circuit, self.encoded = circuit, encoded
         self.spec = circuit.spec
+        self.lean = lean
         # One decoder for the whole run: what a block left unchanged is copied from the last decoding, not recomputed.
         self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling)
+        self._compact: tuple[np.ndarray, OneHotStack] | None = None  # the last Y held as its labels, and that Y
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
-        return self.spec.readout(self.decode(resid))
+        state = self.spec.readout(self.decode(resid))
+        return self._compacted(state) if self.lean else state
 
-    def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None, lean: bool = False) -> None:
+    def _compacted(self, state: DecodedState) -> DecodedState:
+        """``state`` with ``Y`` held as its labels (:class:`~circuits.reference.OneHotStack`) where it is exactly
+        their one-hot rows (checked bit for bit): a lean capture's ``n x k`` per layer. A new record, as the stream
+        decoder compares the next decoding with the state it returned."""
+        Y = state.assignments
+        if self._compact is not None and self._compact[0] is Y:  # a block that left Y as it was
+            return replace(state, assignments=self._compact[1])
+        k = Y.shape[-1]
+        if not all(np.array_equal(one_hot(state.labels[b], k), Y[b]) for b in range(Y.shape[0])):
+            return state
+        self._compact = (Y, OneHotStack(state.labels, k))
+        return replace(state, assignments=self._compact[1])
+
+    def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
+        lean = self.lean
         post = self.read(resid_post)
         if isinstance(att, UpdateAttention):
             if self.spec.swapped_update_normalisation:
@@ -263,7 +282,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
     model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
-    decoder = _LayerDecoder(circuit, encoded, encoded.resid)
+    decoder = _LayerDecoder(circuit, encoded, encoded.resid, lean)
     entries: dict[str, torch.Tensor] = {}
 
     def take(layer: int, record) -> None:
@@ -273,11 +292,13 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
             # An attention sink's certificate is computed from the kept scores (verify.checks.assign_certificate).
             att = summarise_assign_grouped(record.attention, encoded, with_sink,
                                            columns=not lean or circuit.spec.sink_logit is not None)
+            if lean:  # per point, but read by no check (views and the proof's observed leaks read them)
+                att.chosen = att.leak_observed = None
         elif kind == UPDATE:
             att = update_rows_grouped(record.attention, encoded)
         else:
             att = None
-        decoder.add(layer, record.resid_post, att, lean)
+        decoder.add(layer, record.resid_post, att)
         if keep_cache:
             entries[hook_names.resid_pre(layer)] = record.resid_pre
             entries[hook_names.resid_post(layer)] = record.resid_post

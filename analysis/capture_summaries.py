@@ -21,15 +21,16 @@ from circuits.encoding import EncodedBatch
 
 @dataclass
 class AssignAttention:
-    """Point queries of an assign head (batch-first numpy). A lean capture leaves ``scores`` and ``pattern`` out
-    (``None``) where the verification does not read them (:data:`analysis.capture.LEAN_MIN_POINTS`)."""
+    """Point queries of an assign head (batch-first numpy). A lean capture leaves ``scores``, ``pattern``,
+    ``chosen`` and ``leak_observed`` out (``None``) where the verification does not read them
+    (:data:`analysis.capture.LEAN_MIN_POINTS`)."""
 
     scores: Float[np.ndarray, "batch n k"] | None
     pattern: Float[np.ndarray, "batch n k"] | None
-    chosen: Int[np.ndarray, "batch n"]
+    chosen: Int[np.ndarray, "batch n"] | None
     margin: Float[np.ndarray, "batch n"]
     leak_bound: Float[np.ndarray, "batch n"]
-    leak_observed: Float[np.ndarray, "batch n"]
+    leak_observed: Float[np.ndarray, "batch n"] | None
     #: Attention mass on the attention sink (``use_attention_sinks``): ``1 - sum(pattern)``; ``None`` without sinks.
     sink_mass: Float[np.ndarray, "batch n"] | None = None
 

@@ -147,14 +147,23 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
 
 def own_sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
                      labels: Int[np.ndarray, " n"]) -> Float[np.ndarray, " n"]:
-    """``sq_distances(X, C)[i, labels[i]]`` for every point, without the other ``k - 1`` columns: the same
-    differences summed by the same ``einsum`` over a centroid axis of length 1, so the same numbers bit for bit
-    (tests/unit/test_stream_verify.py checks it), at ``1/k`` of the work and memory."""
+    """``sq_distances(X, C)[i, labels[i]]`` for every point, chunk by chunk (no ``n x k`` matrix kept).
+
+    For a C-contiguous ``C``: the same differences summed by the same ``einsum`` over a centroid axis of length 1,
+    at ``1/k`` of the work; the same numbers bit for bit (tests/unit/test_lean_verify.py checks it). Otherwise
+    (e.g. decoded centroids, a transposed view) the differences ``X - C`` take ``C``'s memory order, and with it
+    the order of ``einsum``'s sum: each chunk of :func:`sq_distances` is computed as it is there, and picked."""
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
     out = np.empty(X.shape[0])
+    rows = np.arange(min(_CHUNK, X.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
-        diff = X[start : start + _CHUNK, None, :] - C[labels[start : start + _CHUNK]][:, None, :]
-        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[:, 0]
+        chunk = labels[start : start + _CHUNK]
+        if C.flags.c_contiguous:
+            diff = X[start : start + _CHUNK, None, :] - C[chunk][:, None, :]
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[:, 0]
+        else:
+            diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[rows[: len(chunk)], chunk]
     return out
 
 
@@ -222,12 +231,47 @@ def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarr
     return A / norms
 
 
+class OneHotStack:
+    """The responsibilities of a hard run, ``(T + 1, n, k)`` one-hot rows (zero rows for label -1), held as their
+    labels: at a million points and ten clusters the matrices are 80 MB an iterate. Indexing an iterate (or
+    ``np.asarray``) gives the very float64 matrices :func:`one_hot` makes."""
+
+    def __init__(self, labels: Int[np.ndarray, "T_plus_1 n"], k: int):
+        self.labels = labels.view()  # a read-only view: the caller's array keeps its own flags
+        self.labels.flags.writeable = False
+        self.k = k
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (*self.labels.shape, self.k)
+
+    ndim = 3
+    dtype = np.dtype(np.float64)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            return one_hot(self.labels[index], self.k)
+        return np.asarray(self)[index]
+
+    def __iter__(self):
+        return (one_hot(labels, self.k) for labels in self.labels)
+
+    def __array__(self, dtype=None, copy=None):
+        full = np.stack([one_hot(labels, self.k) for labels in self.labels]) if len(self.labels) else \
+            np.zeros(self.shape)
+        return full if dtype is None else full.astype(dtype)
+
+
 @dataclass
 class Trace:
-    """Every iterate of a reference run (indexing as in the module docstring)."""
+    """Every iterate of a reference run (indexing as in the module docstring). A hard run's responsibilities are
+    a :class:`OneHotStack` (its labels), a soft run's the array."""
 
     centroids: Float[np.ndarray, "T_plus_1 k d"]
-    responsibilities: Float[np.ndarray, "T_plus_1 n k"]
+    responsibilities: Float[np.ndarray, "T_plus_1 n k"] | OneHotStack
     objectives: Float[np.ndarray, " T_plus_1"]
 
     @property
@@ -239,8 +283,12 @@ class Trace:
         """The labels of every iterate (read-only: computed once per ``responsibilities`` array, then reused)."""
         cached = self.__dict__.get("_assignments")
         if cached is None or cached[0] is not self.responsibilities:
-            labels = np.stack([labels_of(R) for R in self.responsibilities])
-            labels.flags.writeable = False
+            if isinstance(self.responsibilities, OneHotStack):
+                # labels_of(one_hot(l)) is l: the stack was made of labels_of(R) where R == one_hot(labels_of(R)).
+                labels = self.responsibilities.labels
+            else:
+                labels = np.stack([labels_of(R) for R in self.responsibilities])
+                labels.flags.writeable = False
             cached = self.__dict__["_assignments"] = (self.responsibilities, labels)
         return cached[1]
 
@@ -354,12 +402,20 @@ class Reference:
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
             R = self.assign(X, C, t)
-            resps.append(R)
+            # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
+            labels = labels_of(R) if self.hard else None
+            resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
             objs.append(self.objective(X, C, R))
             if t < iterations:
                 C = self.update(X, R, C, t + 1)
                 cents.append(C.copy())
-        return Trace(np.stack(cents), np.stack(resps), np.array(objs))
+            del R
+        k = C.shape[0]
+        if all(r.ndim == 1 for r in resps):
+            responsibilities = OneHotStack(np.stack(resps), k)
+        else:
+            responsibilities = np.stack([one_hot(r, k) if r.ndim == 1 else r for r in resps])
+        return Trace(np.stack(cents), responsibilities, np.array(objs))
 
 
 def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:

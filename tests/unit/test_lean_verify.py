@@ -76,6 +76,12 @@ def test_lean_capture_gives_the_full_captures_report(variant):
         if lc.kind == "assign":
             # Dropped unless the sink's certificate reads the scores.
             assert (lc.attention.scores is None) == (spec.sink_logit is None)
+            assert lc.attention.chosen is None and lc.attention.leak_observed is None
+            # Y is held as its labels where it is exactly one-hot (every hard run), and reads as the same matrix.
+            full_state = full.capture.layers[lc.layer].post
+            assert np.array_equal(np.asarray(lc.post.assignments), full_state.assignments)
+            if variant == "lloyd":
+                assert not isinstance(lc.post.assignments, np.ndarray)
         elif lc.kind == "update":
             assert (lc.attention.pattern is None) == (not spec.swapped_update_normalisation)
 
@@ -85,7 +91,7 @@ def _plant(cap, t: int, point: int, label: int) -> int:
     return that layer."""
     layer = cap.circuit.assignment_layers[t]
     post = cap.layers[layer].post
-    labels, Y = post.labels.copy(), post.assignments.copy()
+    labels, Y = post.labels.copy(), np.array(post.assignments)  # a lean capture holds Y as its labels
     labels[0, point] = label
     Y[0, point] = 0.0
     Y[0, point, label] = 1.0
@@ -151,11 +157,14 @@ def test_dropped_distances_lose_their_key(monkeypatch):
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 9000), st.integers(1, 40), st.integers(1, 12), st.integers(0, 2**32 - 1),
-       st.sampled_from([1e-6, 1.0, 1e6]))
-def test_own_distances_are_the_matrix_entries_bit_for_bit(n, d, k, seed, scale):
+       st.sampled_from([1e-6, 1.0, 1e6]), st.sampled_from(["C", "F"]))
+def test_own_distances_are_the_matrix_entries_bit_for_bit(n, d, k, seed, scale, order):
+    """Both memory orders of ``C``: the decoded centroids a capture holds are Fortran-ordered views, whose
+    differences einsum sums in another order than a C-contiguous ``C``'s (a shortcut taken for both differed in
+    the last bit at a million points)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * scale + rng.normal() * scale
-    C = rng.normal(size=(k, d)) * scale
+    C = np.asarray(rng.normal(size=(k, d)) * scale, order=order)
     labels = rng.integers(0, k, n)
     own = reference.own_sq_distances(X, C, labels)
     assert own.tobytes() == reference.sq_distances(X, C)[np.arange(n), labels].tobytes()

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
+
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
 from circuits.memo import (  # noqa: F401
     _DISTANCE_MEMO, DISTANCES_KEPT, MEMO_BYTES, _memo_points, distances_budget, keep_distances, lookup_distances,
@@ -45,12 +47,12 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
     memo = _DISTANCE_MEMO.get()
     key = None
-    # Only C-contiguous operands: the memory order of the differences (and so einsum's loop) is then the same for
-    # every pair of equal values.
-    if memo is not None and X.flags.c_contiguous and C.flags.c_contiguous:
+    # C-contiguous points; centroids keyed by their values and strides: the memory order of the differences (and so
+    # einsum's loop) follows C's layout, so equal values laid out alike give the same distances bit for bit.
+    if memo is not None and X.flags.c_contiguous:
         i = _memo_points(memo, X, add=True, budget=distances_budget(X, C.shape[0]))
         if i is not None:
-            key = (i, C.shape, C.tobytes())
+            key = _distances_key(i, C)
             kept = lookup_distances(memo, key)
             if kept is not None:
                 return kept
@@ -145,6 +147,19 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
     return float(own_sq_distances(X if len(inside) == len(X) else X[inside], C, labels[inside]).sum())
 
 
+def _distances_key(points: int, C: np.ndarray) -> tuple:
+    return (points, C.shape, C.strides, C.tobytes())
+
+
+def _kept_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray | None:
+    """The memo's :func:`sq_distances` of ``X`` and ``C`` if it holds them (nothing computed or added), else ``None``."""
+    memo = _DISTANCE_MEMO.get()
+    if memo is None or not X.flags.c_contiguous:
+        return None
+    i = _memo_points(memo, X, add=False)
+    return None if i is None else lookup_distances(memo, _distances_key(i, C))
+
+
 def own_sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
                      labels: Int[np.ndarray, " n"]) -> Float[np.ndarray, " n"]:
     """``sq_distances(X, C)[i, labels[i]]`` for every point, chunk by chunk (no ``n x k`` matrix kept).
@@ -152,8 +167,12 @@ def own_sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
     For a C-contiguous ``C``: the same differences summed by the same ``einsum`` over a centroid axis of length 1,
     at ``1/k`` of the work; the same numbers bit for bit (tests/unit/test_lean_verify.py checks it). Otherwise
     (e.g. decoded centroids, a transposed view) the differences ``X - C`` take ``C``'s memory order, and with it
-    the order of ``einsum``'s sum: each chunk of :func:`sq_distances` is computed as it is there, and picked."""
+    the order of ``einsum``'s sum: each chunk of :func:`sq_distances` is computed as it is there, and picked. A
+    matrix the memo of :func:`memoised_distances` holds is picked from as it is."""
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    kept = _kept_distances(X, C)
+    if kept is not None:  # the very matrix this would pick from, chunk by chunk
+        return kept[np.arange(X.shape[0]), labels]
     out = np.empty(X.shape[0])
     rows = np.arange(min(_CHUNK, X.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
@@ -215,54 +234,12 @@ def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
 
 
-def one_hot(labels: Int[np.ndarray, " n"], k: int) -> Float[np.ndarray, "n k"]:
-    """Rows ``e_label``; a label of -1 gives a row of zeros."""
-    R = np.zeros((len(labels), k))
-    inside = labels >= 0
-    R[np.flatnonzero(inside), labels[inside]] = 1.0
-    return R
-
-
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
     A = np.asarray(A, dtype=np.float64)
     norms = np.linalg.norm(A, axis=1, keepdims=True)
     if (norms == 0).any():
         raise ValueError(f"spherical k-means needs non-zero {what}: {int((norms == 0).sum())} have norm 0")
     return A / norms
-
-
-class OneHotStack:
-    """The responsibilities of a hard run, ``(T + 1, n, k)`` one-hot rows (zero rows for label -1), held as their
-    labels: at a million points and ten clusters the matrices are 80 MB an iterate. Indexing an iterate (or
-    ``np.asarray``) gives the very float64 matrices :func:`one_hot` makes."""
-
-    def __init__(self, labels: Int[np.ndarray, "T_plus_1 n"], k: int):
-        self.labels = labels.view()  # a read-only view: the caller's array keeps its own flags
-        self.labels.flags.writeable = False
-        self.k = k
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return (*self.labels.shape, self.k)
-
-    ndim = 3
-    dtype = np.dtype(np.float64)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index):
-        if isinstance(index, (int, np.integer)):
-            return one_hot(self.labels[index], self.k)
-        return np.asarray(self)[index]
-
-    def __iter__(self):
-        return (one_hot(labels, self.k) for labels in self.labels)
-
-    def __array__(self, dtype=None, copy=None):
-        full = np.stack([one_hot(labels, self.k) for labels in self.labels]) if len(self.labels) else \
-            np.zeros(self.shape)
-        return full if dtype is None else full.astype(dtype)
 
 
 @dataclass

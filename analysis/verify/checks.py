@@ -134,10 +134,9 @@ WINDOWS_KEPT = 64
 
 def _kept(seen: dict, C: np.ndarray, extra: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """``compute()``, a function of the values of ``C`` (and of what ``extra`` names), computed once per value and
-    kept in ``seen`` by ``C``'s bytes; handed out as a copy, as a fresh result would be. Computed afresh where ``C``
-    is not a C-contiguous array (no bytes to key on). At most :data:`WINDOWS_KEPT` windows are kept, and at most
-    :data:`circuits.memo.DISTANCES_KEPT` of them where that many exceed :data:`circuits.memo.MEMO_BYTES` (each is
-    ``n x k``: at a million points 64 of them would be 5 GB); the oldest go first."""
+    kept in ``seen`` by ``C``'s bytes, handed out as a copy; afresh where ``C`` is not C-contiguous. At most
+    :data:`WINDOWS_KEPT` are kept, the oldest dropped first; :data:`circuits.memo.DISTANCES_KEPT` where that many
+    exceed :data:`circuits.memo.MEMO_BYTES` (each is ``n x k``: 64 would be 5 GB at a million points)."""
     if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
         return compute()
     key = (C.dtype.str, C.shape, C.tobytes(), *extra)
@@ -293,14 +292,9 @@ def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray
     return np.array([col_of[int(e)] for e in expected])
 
 
-def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> float:
-    """The widest window between a point's two nearest centroids along a reference trajectory."""
-    return max([tie_window_at(C, X, window) for C in trace.centroids], default=0.0)
-
-
 def tie_window_at(C: np.ndarray, X: np.ndarray, window: Window) -> float:
-    """The widest window between a point's two nearest centroids among ``C`` (0 for one centroid): one term of
-    :func:`widest_tie_window`, evaluated where the distances to ``C`` are at hand (the trajectory check)."""
+    """The widest window between a point's two nearest centroids among ``C`` (0 for one centroid); the report's tie
+    window is its largest along the reference run (:meth:`analysis.verify.problem.Problem.widen_tie_window`)."""
     if C.shape[0] < 2:
         return 0.0
     rows = np.arange(len(X))

@@ -168,6 +168,9 @@ class Findings:
     step_weight_error: dict[int, float] = field(default_factory=dict)
     #: assign index -> (label errors, ties, largest assignment error) against the reference step.
     step_counts: dict[int, tuple[int, int, float]] = field(default_factory=dict)
+    #: assign index -> the objective of the block's input centroids and its assignment, computed where the block is
+    #: checked (its distances at hand) for the iteration record.
+    objective_circuit: dict[int, float] = field(default_factory=dict)
     #: Layers where a failure was found (with the mismatches' own layers, the first failing layer is their min).
     failing_layers: list[int] = field(default_factory=list)
     #: The record of ``t = 0`` (initial centroids) and the largest centroid tolerance the trajectory was held to.

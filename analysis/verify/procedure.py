@@ -225,7 +225,8 @@ def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: f
         iteration=t,
         label_agreement=float(np.mean(labels_t == p.trace.assignments[t])),
         max_centroid_error=c_err,
-        objective_circuit=p.ref.objective(p.X, cap.centroids(t)[b], R_t),
+        objective_circuit=(found.objective_circuit[t] if t in found.objective_circuit
+                           else p.ref.objective(p.X, cap.centroids(t)[b], R_t)),
         objective_reference=float(p.trace.objectives[t]),
         min_margin=float(margins.min()),
         leak_bound=float(leaks.max()),

@@ -192,3 +192,4 @@ def test_run_problem_is_lean_from_the_threshold_on(monkeypatch):
     assert LEAN_MIN_POINTS > len(X)
     monkeypatch.setattr(pipeline, "LEAN_MIN_POINTS", len(X))
     assert run_problem(X, C0, 2, path="structured", lean=None).capture.lean
+

@@ -140,7 +140,10 @@ def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable
         return memo["entries"][full]
     result = compute()
     nbytes = size(result)
-    if memo["bytes"] + nbytes <= MEMO_BYTES:
+    # Within MEMO_BYTES beside the points and distance matrices (which have their own room, distances_budget): at a
+    # million points those would otherwise crowd out every cluster mean, each then computed twice.
+    held = sum(D.nbytes for D in memo["distances"].values()) + sum(len(P) for _, P in memo["points"])
+    if memo["bytes"] - held + nbytes <= MEMO_BYTES:
         memo["entries"][full] = result
         memo["bytes"] += nbytes
     return result

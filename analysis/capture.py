@@ -45,7 +45,7 @@ from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
 from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, encode
-from circuits.reference import OneHotStack, one_hot
+from circuits.onehot import OneHotStack, one_hot
 
 
 class ExecutionPath(str, Enum):
@@ -86,7 +86,7 @@ class Capture:
     path_note: str = ""
     #: A lean capture (:func:`capture`, ``lean=True``) keeps per layer only what the verification reads: no
     #: point x centroid attention scores or patterns (``None``), and a one-hot ``Y`` as its labels
-    #: (:class:`~circuits.reference.OneHotStack`), so no report or attention view can be drawn from it.
+    #: (:class:`~circuits.onehot.OneHotStack`), so no report or attention view can be drawn from it.
     lean: bool = False
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
@@ -246,7 +246,7 @@ class _LayerDecoder:
         return self._compacted(state) if self.lean else state
 
     def _compacted(self, state: DecodedState) -> DecodedState:
-        """``state`` with ``Y`` held as its labels (:class:`~circuits.reference.OneHotStack`) where it is exactly
+        """``state`` with ``Y`` held as its labels (:class:`~circuits.onehot.OneHotStack`) where it is exactly
         their one-hot rows (checked bit for bit): a lean capture's ``n x k`` per layer. A new record, as the stream
         decoder compares the next decoding with the state it returned."""
         Y = state.assignments
@@ -259,7 +259,6 @@ class _LayerDecoder:
         return replace(state, assignments=self._compact[1])
 
     def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
-        lean = self.lean
         post = self.read(resid_post)
         if isinstance(att, UpdateAttention):
             if self.spec.swapped_update_normalisation:
@@ -269,7 +268,7 @@ class _LayerDecoder:
                     np.full(att.scores.shape[:2], np.nan) for _ in range(4))
             else:
                 update_certificate(att, self.pre.labels, self.encoded)
-                if lean:  # the certificate is all the verification reads of a softmax update head
+                if self.lean:  # the certificate is all the verification reads of a softmax update head
                     att.scores = att.pattern = None
         self.layers.append(LayerCapture(layer, self.circuit.schedule[layer], self.pre, post, att))
         self.pre = post

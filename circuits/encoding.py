@@ -149,7 +149,7 @@ class DecodedState:
 
     labels: Int[np.ndarray, "batch n"]
     #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` as its labels: a
-    #: :class:`circuits.reference.OneHotStack`, whose ``[b]`` is problem ``b``'s matrix.
+    #: :class:`circuits.onehot.OneHotStack`, whose ``[b]`` is problem ``b``'s matrix.
     assignments: Float[np.ndarray, "batch n k"] | object
     staged_assignments: Float[np.ndarray, "batch n k"]
     centroids: Float[np.ndarray, "batch k d"]

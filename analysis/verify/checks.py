@@ -26,11 +26,10 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
-from circuits import reference
+from circuits import memo, reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits import memo
 from circuits.reference import Costs, ExactCosts, assign_within
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 

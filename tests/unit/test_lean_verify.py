@@ -17,6 +17,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -61,13 +62,15 @@ def test_corner_problem_has_its_corners():
     assert abs(D[len(X) // 2, 0] - D[len(X) // 2, 1]) <= run.report.tolerances.tie_window
 
 
-@pytest.mark.parametrize("variant", ["lloyd", "trimmed:radius=0.3", "soft", "damped"])
-def test_lean_capture_gives_the_full_captures_report(variant):
+@pytest.mark.parametrize("variant, dtype", [("lloyd", torch.float64), ("lloyd", torch.float32),
+                                            ("trimmed:radius=0.3", torch.float64), ("soft", torch.float64),
+                                            ("damped", torch.float64)])
+def test_lean_capture_gives_the_full_captures_report(variant, dtype):
     X, C0 = corner_problem(1)
     if variant != "lloyd":
         C0 = C0[:2]  # the far centroid makes soft and trimmed runs degenerate, which is not what this checks
-    full = run_problem(X, C0, 3, variant, path="structured", lean=False)
-    lean = run_problem(X, C0, 3, variant, path="structured", lean=True)
+    full = run_problem(X, C0, 3, variant, dtype, path="structured", lean=False)
+    lean = run_problem(X, C0, 3, variant, dtype, path="structured", lean=True)
     assert lean.capture.lean and not full.capture.lean
     assert lean.capture.path == "structured"
     _same_report(full, lean)
@@ -116,12 +119,13 @@ def test_planted_error_is_reported_at_its_layer(lean):
     assert any(m.point == 5 and m.layer == layer for m in report.mismatches)
 
 
-@pytest.mark.parametrize("kept", [1, 2])
-def test_memo_that_drops_distances_gives_the_same_report(monkeypatch, kept):
+@pytest.mark.parametrize("kept, dtype", [(1, torch.float64), (2, torch.float64), (1, torch.float32)])
+def test_memo_that_drops_distances_gives_the_same_report(monkeypatch, kept, dtype):
     """With room for one or two distance matrices (and no other budget), old ones are dropped as new ones come:
-    the report is the unbounded memo's, bit for bit, and fewer matrices are kept than asked for."""
+    the report is the unbounded memo's, bit for bit, and no more matrices are kept than asked for. (float32 also
+    checks each decision's resolution, on distances to the decoded, Fortran-ordered centroids.)"""
     X, C0 = corner_problem(3)
-    wide = run_problem(X, C0, 4, path="structured")
+    wide = run_problem(X, C0, 4, dtype=dtype, path="structured")
     monkeypatch.setattr(memo, "MEMO_BYTES", 0)
     monkeypatch.setattr(memo, "DISTANCES_KEPT", kept)
     held = []

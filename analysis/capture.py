@@ -45,6 +45,7 @@ from circuits import hook_names
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import KMeansCircuit
 from circuits.encoding import DecodedState, EncodedBatch, StreamDecoder, encode
+from circuits.onehot import OneHotStack, one_hot
 
 
 class ExecutionPath(str, Enum):
@@ -83,6 +84,10 @@ class Capture:
     path: ExecutionPath = ExecutionPath.DENSE
     #: Why the dense path ran when the structured one was asked for (``path="auto"``); empty otherwise.
     path_note: str = ""
+    #: A lean capture (:func:`capture`, ``lean=True``) keeps per layer only what the verification reads: no
+    #: point x centroid attention scores or patterns (``None``), and a one-hot ``Y`` as its labels
+    #: (:class:`~circuits.onehot.OneHotStack`), so no report or attention view can be drawn from it.
+    lean: bool = False
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""
@@ -130,9 +135,14 @@ class PathUnavailable(RuntimeError):
     """No execution path can run this problem (the message says why)."""
 
 
+#: From this many points on, ``cluster`` without ``--out`` asks for a lean capture (:func:`capture`): below it
+#: every run keeps the full per-layer attention, as reports and views need.
+LEAN_MIN_POINTS = 50_000
+
+
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
             on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense",
-            device: str | torch.device | None = None) -> Capture:
+            device: str | torch.device | None = None, lean: bool = False) -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
@@ -143,6 +153,10 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps an
     ``ActivationCache`` of the residual streams on the result. ``device``: where to run (``"auto"``: cuda where
     present); by default the circuit's. The encoding is moved there; the circuit must have been built there.
+    ``lean``: on the structured path, keep per layer only what :func:`analysis.verify.verify_problem` reads (the
+    attention certificates, not the point x centroid scores and patterns, which are ``n k`` numbers per layer: 5 GB
+    at a million points, ten clusters, ten iterations); the verification's result is the same. A variant whose
+    checks read them (an attention sink's scores, a swapped update's pattern) keeps those. The dense path ignores it.
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
@@ -155,7 +169,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         from circuits.structured import StructuredPathUnavailable
 
         try:
-            return _capture_structured(circuit, encoded, keep_cache, on_layer)
+            return _capture_structured(circuit, encoded, keep_cache, on_layer, lean)
         except StructuredPathUnavailable as exc:
             if path == ExecutionPath.STRUCTURED:
                 raise PathUnavailable(str(exc)) from None
@@ -217,16 +231,32 @@ def _dense_pattern(groups) -> Float[torch.Tensor, "batch 1 pos pos"]:
 class _LayerDecoder:
     """Decodes each block's output once (a block's input is the previous block's output) into LayerCaptures."""
 
-    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in):
+    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in, lean: bool = False):
         self.circuit, self.encoded = circuit, encoded
         self.spec = circuit.spec
+        self.lean = lean
         # One decoder for the whole run: what a block left unchanged is copied from the last decoding, not recomputed.
         self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling)
+        self._compact: tuple[np.ndarray, OneHotStack] | None = None  # the last Y held as its labels, and that Y
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
-        return self.spec.readout(self.decode(resid))
+        state = self.spec.readout(self.decode(resid))
+        return self._compacted(state) if self.lean else state
+
+    def _compacted(self, state: DecodedState) -> DecodedState:
+        """``state`` with ``Y`` held as its labels (:class:`~circuits.onehot.OneHotStack`) where it is exactly
+        their one-hot rows (checked bit for bit): a lean capture's ``n x k`` per layer. A new record, as the stream
+        decoder compares the next decoding with the state it returned."""
+        Y = state.assignments
+        if self._compact is not None and self._compact[0] is Y:  # a block that left Y as it was
+            return replace(state, assignments=self._compact[1])
+        k = Y.shape[-1]
+        if not all(np.array_equal(one_hot(state.labels[b], k), Y[b]) for b in range(Y.shape[0])):
+            return state
+        self._compact = (Y, OneHotStack(state.labels, k))
+        return replace(state, assignments=self._compact[1])
 
     def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
         post = self.read(resid_post)
@@ -238,25 +268,31 @@ class _LayerDecoder:
                     np.full(att.scores.shape[:2], np.nan) for _ in range(4))
             else:
                 update_certificate(att, self.pre.labels, self.encoded)
+                if self.lean:  # the certificate is all the verification reads of a softmax update head
+                    att.scores = att.pattern = None
         self.layers.append(LayerCapture(layer, self.circuit.schedule[layer], self.pre, post, att))
         self.pre = post
 
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
-                        on_layer: Callable[[int], None] | None) -> Capture:
+                        on_layer: Callable[[int], None] | None, lean: bool = False) -> Capture:
     from circuits.structured import Recording, structured_forward
 
     # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
     model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
-    decoder = _LayerDecoder(circuit, encoded, encoded.resid)
+    decoder = _LayerDecoder(circuit, encoded, encoded.resid, lean)
     entries: dict[str, torch.Tensor] = {}
 
     def take(layer: int, record) -> None:
         # Summarise and decode as each block finishes, so that no residual stream outlives its layer.
         kind = circuit.schedule[layer]
         if kind == ASSIGN:
-            att = summarise_assign_grouped(record.attention, encoded, with_sink)
+            # An attention sink's certificate is computed from the kept scores (verify.checks.assign_certificate).
+            att = summarise_assign_grouped(record.attention, encoded, with_sink,
+                                           columns=not lean or circuit.spec.sink_logit is not None)
+            if lean:  # per point, but read by no check (views and the proof's observed leaks read them)
+                att.chosen = att.leak_observed = None
         elif kind == UPDATE:
             att = update_rows_grouped(record.attention, encoded)
         else:
@@ -275,7 +311,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
 
         cache = ActivationCache(entries, circuit.model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED)
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED, lean=lean)
 
 
 def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,

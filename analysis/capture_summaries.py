@@ -21,24 +21,28 @@ from circuits.encoding import EncodedBatch
 
 @dataclass
 class AssignAttention:
-    """Point queries of an assign head (batch-first numpy)."""
+    """Point queries of an assign head (batch-first numpy). A lean capture leaves ``scores``, ``pattern``,
+    ``chosen`` and ``leak_observed`` out (``None``) where the verification does not read them
+    (:data:`analysis.capture.LEAN_MIN_POINTS`)."""
 
-    scores: Float[np.ndarray, "batch n k"]
-    pattern: Float[np.ndarray, "batch n k"]
-    chosen: Int[np.ndarray, "batch n"]
+    scores: Float[np.ndarray, "batch n k"] | None
+    pattern: Float[np.ndarray, "batch n k"] | None
+    chosen: Int[np.ndarray, "batch n"] | None
     margin: Float[np.ndarray, "batch n"]
     leak_bound: Float[np.ndarray, "batch n"]
-    leak_observed: Float[np.ndarray, "batch n"]
+    leak_observed: Float[np.ndarray, "batch n"] | None
     #: Attention mass on the attention sink (``use_attention_sinks``): ``1 - sum(pattern)``; ``None`` without sinks.
     sink_mass: Float[np.ndarray, "batch n"] | None = None
 
 
 @dataclass
 class UpdateAttention:
-    """Centroid queries of an update head over all keys, with the certificate against the intended support."""
+    """Centroid queries of an update head over all keys, with the certificate against the intended support. A lean
+    capture drops ``scores`` and ``pattern`` (``None``) once the certificate is computed, where the verification
+    does not read them (not for a swapped normalisation, whose pattern is checked)."""
 
-    scores: Float[np.ndarray, "batch k pos"]
-    pattern: Float[np.ndarray, "batch k pos"]
+    scores: Float[np.ndarray, "batch k pos"] | None
+    pattern: Float[np.ndarray, "batch k pos"] | None
     margin: Float[np.ndarray, "batch k"] = field(default=None)
     leak_bound: Float[np.ndarray, "batch k"] = field(default=None)
     leak_observed: Float[np.ndarray, "batch k"] = field(default=None)
@@ -88,8 +92,12 @@ def _own_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy() if owns else to_numpy(t)
 
 
-def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False) -> AssignAttention:
+def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False,
+                             columns: bool = True) -> AssignAttention:
     """The assign summary of :func:`_summarise_assign`, from grouped attention (one per problem).
+
+    ``columns=False`` leaves out the point x centroid ``scores`` and ``pattern`` (``None``): a lean capture
+    (:func:`analysis.capture.capture`) keeps only the certificate, which is computed the same way either way.
 
     Per query group: the best key group (lowest position among equal scores, as a dense argmax would pick), the
     runner-up (the best group again when it holds several equal keys), and the leak sums with multiplicities.
@@ -122,8 +130,9 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
         chosen = np.where((starts >= 0) & (rep < seq.centroids.stop), starts, -1)[top]
         rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points].cpu()
         rows = rows_t if g.queries.is_identity else rows_t.numpy()
-        fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
-        fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
+        if columns:
+            fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
+            fields["pattern"].append(_key_columns(P[rows], g.keys, seq.centroids))
         fields["chosen"].append(chosen[rows] if g.queries.is_identity else chosen[rows].copy())
         fields["margin"].append(np.array((top_score - runner_up)[rows], dtype=np.float64))
         fields["leak_bound"].append(np.array(leak_bound[rows], dtype=np.float64))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from analysis.capture import Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture import LEAN_MIN_POINTS, Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.verify import VerificationReport, verify_problem
 from analysis.verify.altered import find_alterations
 from circuits import devices, hook_names, reference
@@ -241,7 +241,8 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
                 dtype: torch.dtype = torch.float64, sharpness: Sharpness | dict | None = None,
                 on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
                 circuit: KMeansCircuit | None = None, path: str = "dense",
-                resolution: Resolution | None = None, device: str | torch.device | None = None) -> RunResult:
+                resolution: Resolution | None = None, device: str | torch.device | None = None,
+                lean: bool | None = False) -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
     ``sharpness``: a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
@@ -250,6 +251,9 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`). ``device``: where the
     circuit is built and run (``"cpu"``, ``"cuda"``, ``"auto"``: cuda where present); by default the given
     circuit's device, else the CPU. The verification is the same on any device (float64 reference, same tolerances).
+    ``lean``: keep only what the verification reads (:func:`analysis.capture.capture`; the result's labels,
+    centroids, report and JSON are the same, but no report or attention view can be drawn from its capture);
+    ``None``: lean from :data:`analysis.capture.LEAN_MIN_POINTS` points on.
 
     Twelve parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
     parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
@@ -262,5 +266,7 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
                                              device=str(device))
     scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device)
-    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path)
+    if lean is None:
+        lean = encoded.n >= LEAN_MIN_POINTS
+    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
     return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)

@@ -49,7 +49,7 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
     import torch
     from sklearn.cluster import KMeans
 
-    from analysis.capture import capture
+    from analysis.capture import LEAN_MIN_POINTS, capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
     from analysis.verify import verify_problem
@@ -94,7 +94,8 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
     t_capture = t_verify = verified = equal = None
     if verify:
         t0 = time.perf_counter()
-        cap = capture(circuit, encoded, path="structured")
+        # Lean from LEAN_MIN_POINTS on, as cluster (without --out) runs it.
+        cap = capture(circuit, encoded, path="structured", lean=n >= LEAN_MIN_POINTS)
         _sync(device)
         t_capture = time.perf_counter() - t0
         t0 = time.perf_counter()

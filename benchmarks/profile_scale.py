@@ -2,7 +2,10 @@
 summaries) and of the verification, with the CPU time (user + system) and peak resident set after each.
 
     python benchmarks/make_scale_data.py --n 1000000 --out /tmp/scale6
-    python benchmarks/profile_scale.py /tmp/scale6/X.npy /tmp/scale6/C0.npy
+    python benchmarks/profile_scale.py /tmp/scale6/X.npy /tmp/scale6/C0.npy [--full]
+
+The capture is lean (what ``cluster`` without ``--out`` runs from ``analysis.capture.LEAN_MIN_POINTS`` points on);
+``--full`` keeps every layer's attention as a report needs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def main(x_path: str, c0_path: str, iterations: int = 10) -> None:
+def main(x_path: str, c0_path: str, iterations: int = 10, lean: bool = True) -> None:
     import numpy as np
 
     from analysis.capture import capture
@@ -43,7 +46,7 @@ def main(x_path: str, c0_path: str, iterations: int = 10) -> None:
     print(f"knobs, build, encode: {built - start:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)
     profile = cProfile.Profile()
     profile.enable()
-    cap = capture(circuit, encoded, path="structured")
+    cap = capture(circuit, encoded, path="structured", lean=lean)
     profile.disable()
     captured = cpu_s()
     print(f"capture: {captured - built:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)
@@ -58,4 +61,4 @@ def main(x_path: str, c0_path: str, iterations: int = 10) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], lean="--full" not in sys.argv[3:])

@@ -148,7 +148,9 @@ class DecodedState:
     """What a residual stream says, per problem of the batch, in the user's units."""
 
     labels: Int[np.ndarray, "batch n"]
-    assignments: Float[np.ndarray, "batch n k"]
+    #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` as its labels: a
+    #: :class:`circuits.onehot.OneHotStack`, whose ``[b]`` is problem ``b``'s matrix.
+    assignments: Float[np.ndarray, "batch n k"] | object
     staged_assignments: Float[np.ndarray, "batch n k"]
     centroids: Float[np.ndarray, "batch k d"]
     staged_centroids: Float[np.ndarray, "batch k d"]

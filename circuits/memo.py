@@ -21,8 +21,15 @@ T = TypeVar("T")
 _DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
 #: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
 _MEMO_SERIALS = itertools.count()
-#: A memo holds at most this many bytes (distances and copies of the points); beyond, results are not kept.
+#: Each kept distance matrix's number, never reused (part of its :func:`memoised_array_key`).
+_ENTRY_SERIALS = itertools.count()
+#: A memo holds at most this many bytes (distances and copies of the points); beyond, the least recently used
+#: distances are dropped to make room (see :data:`DISTANCES_KEPT`), and other results are not kept.
 MEMO_BYTES = 64 * 2**20
+#: However large one distance matrix is, the memo makes room for this many of them (beside its copies of the
+#: points): at a million points one ``n x k`` matrix alone exceeds :data:`MEMO_BYTES`, and a verification asks for
+#: the distances to each centroid set several times in a row (reference step, tie window, objective, checks).
+DISTANCES_KEPT = 4
 
 
 @contextmanager
@@ -38,7 +45,8 @@ def memoised_distances() -> Iterator[None]:
     if _DISTANCE_MEMO.get() is not None:
         yield
         return
-    token = _DISTANCE_MEMO.set({"serial": next(_MEMO_SERIALS), "points": [], "entries": {}, "ids": set(), "bytes": 0})
+    token = _DISTANCE_MEMO.set({"serial": next(_MEMO_SERIALS), "points": [], "entries": {}, "ids": {}, "bytes": 0,
+                                "distances": {}})
     try:
         yield
     finally:
@@ -46,22 +54,55 @@ def memoised_distances() -> Iterator[None]:
 
 
 def memoised_array_key(D: np.ndarray) -> tuple | None:
-    """A key that stands for the values of ``D``: the active memo's number, ``D``'s memory, shape and strides, if
-    ``D`` is (a view of) a result the memo of :func:`memoised_distances` holds (read-only, kept alive, so those
-    values cannot change); ``None`` otherwise."""
+    """A key that stands for the values of ``D``: the active memo's number, the entry's own number, ``D``'s memory,
+    shape and strides, if ``D`` is (a view of) a result the memo of :func:`memoised_distances` holds (read-only,
+    kept alive, so those values cannot change); ``None`` otherwise. The entry's number is never reused, so a result
+    dropped from the memo and a later one at the same address have different keys."""
     memo = _DISTANCE_MEMO.get()
     if memo is None or D.flags.writeable:
         return None
     root = D
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if id(root) not in memo["ids"]:
+    entry = memo["ids"].get(id(root))
+    if entry is None or entry[1] is not root:
         return None
-    return (memo["serial"], D.__array_interface__["data"][0], D.shape, D.strides, D.dtype.str)
+    return (memo["serial"], entry[0], D.__array_interface__["data"][0], D.shape, D.strides, D.dtype.str)
 
 
-def _memo_points(memo: dict, X: np.ndarray, add: bool) -> int | None:
-    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits; ``None`` if none.
+def lookup_distances(memo: dict, key: tuple) -> np.ndarray | None:
+    """The kept distances of ``key`` (marked most recently used), or ``None``."""
+    found = memo["distances"].pop(key, None)
+    if found is not None:
+        memo["distances"][key] = found
+    return found
+
+
+def distances_budget(X: np.ndarray, k: int) -> int:
+    """The memo's budget while it keeps distances of the points ``X`` to ``k`` centroids: :data:`MEMO_BYTES`, or
+    room for a copy of ``X`` and :data:`DISTANCES_KEPT` such matrices, whichever is larger."""
+    return max(MEMO_BYTES, X.nbytes + DISTANCES_KEPT * 8 * X.shape[0] * k)
+
+
+def keep_distances(memo: dict, key: tuple, D: np.ndarray, budget: int) -> None:
+    """Keep ``D`` (made read-only) under ``key``, dropping the least recently used distances while the memo would
+    exceed ``budget`` bytes (:func:`distances_budget`)."""
+    while memo["distances"] and memo["bytes"] + D.nbytes > budget:
+        old = memo["distances"].pop(next(iter(memo["distances"])))
+        del memo["ids"][id(old)]
+        memo["bytes"] -= old.nbytes
+    if memo["bytes"] + D.nbytes > budget:
+        return
+    D.flags.writeable = False
+    memo["distances"][key] = D
+    # The array itself is kept with its number: its id is only looked up while it is alive.
+    memo["ids"][id(D)] = (next(_ENTRY_SERIALS), D)
+    memo["bytes"] += D.nbytes
+
+
+def _memo_points(memo: dict, X: np.ndarray, add: bool, budget: int = MEMO_BYTES) -> int | None:
+    """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits within ``budget``
+    bytes (:data:`MEMO_BYTES` unless distances of ``X`` are to be kept); ``None`` if none.
 
     The copies are kept as bytes: a copy with ``X``'s exact bytes is looked for first (one ``memcmp`` each, where
     ``np.array_equal`` allocates and compares elementwise; equal bytes are the same input, so the same distances,
@@ -75,7 +116,7 @@ def _memo_points(memo: dict, X: np.ndarray, add: bool) -> int | None:
     for i, (P_shape, P) in enumerate(memo["points"]):
         if P_shape == shape and np.array_equal(np.frombuffer(P, dtype=np.float64).reshape(shape), X):
             return i
-    if not add or memo["bytes"] + X.nbytes > MEMO_BYTES:
+    if not add or memo["bytes"] + X.nbytes > budget:
         return None
     memo["points"].append((shape, raw))
     memo["bytes"] += X.nbytes
@@ -99,7 +140,10 @@ def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable
         return memo["entries"][full]
     result = compute()
     nbytes = size(result)
-    if memo["bytes"] + nbytes <= MEMO_BYTES:
+    # Within MEMO_BYTES beside the points and distance matrices (which have their own room, distances_budget): at a
+    # million points those would otherwise crowd out every cluster mean, each then computed twice.
+    held = sum(D.nbytes for D in memo["distances"].values()) + sum(len(P) for _, P in memo["points"])
+    if memo["bytes"] - held + nbytes <= MEMO_BYTES:
         memo["entries"][full] = result
         memo["bytes"] += nbytes
     return result

@@ -31,9 +31,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
+
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
 from circuits.memo import (  # noqa: F401
-    _DISTANCE_MEMO, MEMO_BYTES, _memo_points, memoised, memoised_array_key, memoised_distances,
+    _DISTANCE_MEMO, DISTANCES_KEPT, MEMO_BYTES, _memo_points, distances_budget, keep_distances, lookup_distances,
+    memoised, memoised_array_key, memoised_distances,
 )
 
 #: Rows of points processed at once, to bound memory at n * k * d.
@@ -44,26 +47,23 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
     memo = _DISTANCE_MEMO.get()
     key = None
-    # Only C-contiguous operands: the memory order of the differences (and so einsum's loop) is then the same for
-    # every pair of equal values.
-    if (memo is not None and X.flags.c_contiguous and C.flags.c_contiguous
-            and X.nbytes + 8 * X.shape[0] * C.shape[0] <= MEMO_BYTES):
-        i = _memo_points(memo, X, add=True)
+    # C-contiguous points; centroids keyed by their values and strides: the memory order of the differences (and so
+    # einsum's loop) follows C's layout, so equal values laid out alike give the same distances bit for bit.
+    if memo is not None and X.flags.c_contiguous:
+        i = _memo_points(memo, X, add=True, budget=distances_budget(X, C.shape[0]))
         if i is not None:
-            key = (i, C.shape, C.tobytes())
-            if key in memo["entries"]:
-                return memo["entries"][key]
+            key = _distances_key(i, C)
+            kept = lookup_distances(memo, key)
+            if kept is not None:
+                return kept
     out = np.empty((X.shape[0], C.shape[0]))
     for start in range(0, X.shape[0], _CHUNK):
         diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
         # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
         # makes, without its pattern parsing (called once per (X, C) pair checked).
         out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
-    if key is not None and memo["bytes"] + out.nbytes <= MEMO_BYTES:
-        out.flags.writeable = False
-        memo["entries"][key] = out
-        memo["ids"].add(id(out))
-        memo["bytes"] += out.nbytes
+    if key is not None:
+        keep_distances(memo, key, out, distances_budget(X, C.shape[0]))
     return out
 
 
@@ -144,8 +144,46 @@ def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: 
         return 0.0
     X = np.asarray(X)
     # Every point inside: X itself (the same values as its copy X[inside], so the same distances).
-    D = sq_distances(X if len(inside) == len(X) else X[inside], C)
-    return float(D[np.arange(len(inside)), labels[inside]].sum())
+    return float(own_sq_distances(X if len(inside) == len(X) else X[inside], C, labels[inside]).sum())
+
+
+def _distances_key(points: int, C: np.ndarray) -> tuple:
+    return (points, C.shape, C.strides, C.tobytes())
+
+
+def _kept_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray | None:
+    """The memo's :func:`sq_distances` of ``X`` and ``C`` if it holds them (nothing computed or added), else ``None``."""
+    memo = _DISTANCE_MEMO.get()
+    if memo is None or not X.flags.c_contiguous:
+        return None
+    i = _memo_points(memo, X, add=False)
+    return None if i is None else lookup_distances(memo, _distances_key(i, C))
+
+
+def own_sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"],
+                     labels: Int[np.ndarray, " n"]) -> Float[np.ndarray, " n"]:
+    """``sq_distances(X, C)[i, labels[i]]`` for every point, chunk by chunk (no ``n x k`` matrix kept).
+
+    For a C-contiguous ``C``: the same differences summed by the same ``einsum`` over a centroid axis of length 1,
+    at ``1/k`` of the work; the same numbers bit for bit (tests/unit/test_lean_verify.py checks it). Otherwise
+    (e.g. decoded centroids, a transposed view) the differences ``X - C`` take ``C``'s memory order, and with it
+    the order of ``einsum``'s sum: each chunk of :func:`sq_distances` is computed as it is there, and picked. A
+    matrix the memo of :func:`memoised_distances` holds is picked from as it is."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    kept = _kept_distances(X, C)
+    if kept is not None:  # the very matrix this would pick from, chunk by chunk
+        return kept[np.arange(X.shape[0]), labels]
+    out = np.empty(X.shape[0])
+    rows = np.arange(min(_CHUNK, X.shape[0]))
+    for start in range(0, X.shape[0], _CHUNK):
+        chunk = labels[start : start + _CHUNK]
+        if C.flags.c_contiguous:
+            diff = X[start : start + _CHUNK, None, :] - C[chunk][:, None, :]
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[:, 0]
+        else:
+            diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[rows[: len(chunk)], chunk]
+    return out
 
 
 def objective_ratio(objective: float, baseline: float) -> float:
@@ -196,14 +234,6 @@ def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
 
 
-def one_hot(labels: Int[np.ndarray, " n"], k: int) -> Float[np.ndarray, "n k"]:
-    """Rows ``e_label``; a label of -1 gives a row of zeros."""
-    R = np.zeros((len(labels), k))
-    inside = labels >= 0
-    R[np.flatnonzero(inside), labels[inside]] = 1.0
-    return R
-
-
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
     A = np.asarray(A, dtype=np.float64)
     norms = np.linalg.norm(A, axis=1, keepdims=True)
@@ -214,10 +244,11 @@ def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarr
 
 @dataclass
 class Trace:
-    """Every iterate of a reference run (indexing as in the module docstring)."""
+    """Every iterate of a reference run (indexing as in the module docstring). A hard run's responsibilities are
+    a :class:`OneHotStack` (its labels), a soft run's the array."""
 
     centroids: Float[np.ndarray, "T_plus_1 k d"]
-    responsibilities: Float[np.ndarray, "T_plus_1 n k"]
+    responsibilities: Float[np.ndarray, "T_plus_1 n k"] | OneHotStack
     objectives: Float[np.ndarray, " T_plus_1"]
 
     @property
@@ -229,8 +260,12 @@ class Trace:
         """The labels of every iterate (read-only: computed once per ``responsibilities`` array, then reused)."""
         cached = self.__dict__.get("_assignments")
         if cached is None or cached[0] is not self.responsibilities:
-            labels = np.stack([labels_of(R) for R in self.responsibilities])
-            labels.flags.writeable = False
+            if isinstance(self.responsibilities, OneHotStack):
+                # labels_of(one_hot(l)) is l: the stack was made of labels_of(R) where R == one_hot(labels_of(R)).
+                labels = self.responsibilities.labels
+            else:
+                labels = np.stack([labels_of(R) for R in self.responsibilities])
+                labels.flags.writeable = False
             cached = self.__dict__["_assignments"] = (self.responsibilities, labels)
         return cached[1]
 
@@ -344,12 +379,20 @@ class Reference:
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
             R = self.assign(X, C, t)
-            resps.append(R)
+            # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
+            labels = labels_of(R) if self.hard else None
+            resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
             objs.append(self.objective(X, C, R))
             if t < iterations:
                 C = self.update(X, R, C, t + 1)
                 cents.append(C.copy())
-        return Trace(np.stack(cents), np.stack(resps), np.array(objs))
+            del R
+        k = C.shape[0]
+        if all(r.ndim == 1 for r in resps):
+            responsibilities = OneHotStack(np.stack(resps), k)
+        else:
+            responsibilities = np.stack([one_hot(r, k) if r.ndim == 1 else r for r in resps])
+        return Trace(np.stack(cents), responsibilities, np.array(objs))
 
 
 def assign(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], tie_break: float = 0.0) -> Int[np.ndarray, " n"]:

@@ -29,6 +29,8 @@ counterpart). Attention sinks, qk-norm and the variants' score hooks (linear att
 
 from __future__ import annotations
 
+import collections
+
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -303,6 +305,9 @@ def _structured_forward(model, resid, score_hooks: dict, recording: Recording, p
     # Key groups by (head, problem): a head shared by several layers (tied layers, a derived circuit's repeated
     # iterations) tries its last grouping first, which group_identical_columns takes only where it is exact.
     hints: dict[tuple[int, int], Groups] = {}
+    # Only a head that runs again keeps its grouping (position-sized index arrays: kept for each of 22 heads, they
+    # added a few hundred MB to a million-point run for nothing).
+    runs = collections.Counter(id(block.attn) for block in model.blocks)
     # A block's submodules and plans, looked up once per run: a block shared by several layers (tied layers, a
     # derived circuit's iterations) is read once (each read goes through nn.Module.__getattr__; no parameter
     # changes during a forward).
@@ -317,7 +322,7 @@ def _structured_forward(model, resid, score_hooks: dict, recording: Recording, p
         for b, xT in enumerate(states):
             out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
                                              pair_budget, attn_plan, hints.get((id(attn), b)))
-            if not grouped.keys.is_identity:
+            if not grouped.keys.is_identity and runs[id(attn)] > 1:
                 hints[(id(attn), b)] = grouped.keys
             post = xT if in_place else xT.clone()
             _add_rows(post, attn_plan.out.rows, out)

@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
-        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device)
+        # Without --out no report is drawn: at scale the run keeps only what the verification reads.
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
+                             lean=None if out is None else False)
         if out is not None:
             from analysis.report import build_report
 

@@ -212,9 +212,11 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
     return shapes
 
 
-def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: str | None = "cpu"):
+def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
+                lean: bool | None = False):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
-    ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``."""
+    ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.
+    ``lean``: as :func:`analysis.pipeline.run_problem`'s (``None``: lean at scale, for a run no report reads)."""
     from analysis.capture import PathUnavailable
     from analysis.pipeline import run_problem
     from circuits.blocks import n_layers
@@ -222,7 +224,7 @@ def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: s
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
-                           on_layer=on_layer, path=path, device=resolve_device(device))
+                           on_layer=on_layer, path=path, device=resolve_device(device), lean=lean)
     except PathUnavailable as exc:
         raise ProblemError(str(exc)) from None
 

@@ -26,7 +26,7 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
-from circuits import reference
+from circuits import memo, reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
@@ -127,21 +127,24 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
     return window
 
 
-#: At most this many windows are kept per problem (:func:`_kept`) before the store is emptied.
+#: At most this many windows are kept per problem (:func:`_kept`); the oldest are dropped first.
 WINDOWS_KEPT = 64
 
 
 def _kept(seen: dict, C: np.ndarray, extra: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """``compute()``, a function of the values of ``C`` (and of what ``extra`` names), computed once per value and
-    kept in ``seen`` by ``C``'s bytes; handed out as a copy, as a fresh result would be. Computed afresh where ``C``
-    is not a C-contiguous array (no bytes to key on)."""
+    kept in ``seen`` by ``C``'s bytes, handed out as a copy; afresh where ``C`` is not C-contiguous. At most
+    :data:`WINDOWS_KEPT` are kept, the oldest dropped first; :data:`circuits.memo.DISTANCES_KEPT` where that many
+    exceed :data:`circuits.memo.MEMO_BYTES` (each is ``n x k``: 64 would be 5 GB at a million points)."""
     if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
         return compute()
     key = (C.dtype.str, C.shape, C.tobytes(), *extra)
     if key not in seen:
-        if len(seen) >= WINDOWS_KEPT:
-            seen.clear()
-        seen[key] = compute()
+        window = compute()
+        limit = WINDOWS_KEPT if window.nbytes * WINDOWS_KEPT <= memo.MEMO_BYTES else memo.DISTANCES_KEPT
+        while len(seen) >= limit:
+            seen.pop(next(iter(seen)))
+        seen[key] = window
     return seen[key].copy()
 
 
@@ -288,18 +291,16 @@ def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray
     return np.array([col_of[int(e)] for e in expected])
 
 
-def widest_tie_window(trace: reference.Trace, X: np.ndarray, window: Window) -> float:
-    """The widest window between a point's two nearest centroids along a reference trajectory."""
-    widest = 0.0
-    if trace.centroids.shape[1] < 2:
-        return widest
+def tie_window_at(C: np.ndarray, X: np.ndarray, window: Window) -> float:
+    """The widest window between a point's two nearest centroids among ``C`` (0 for one centroid); the report's tie
+    window is its largest along the reference run (:meth:`analysis.verify.problem.Problem.widen_tie_window`)."""
+    if C.shape[0] < 2:
+        return 0.0
     rows = np.arange(len(X))
-    for C in trace.centroids:
-        D = reference.sq_distances(X, C)
-        E = window(C, D)
-        two = np.argsort(D, axis=1, kind="stable")[:, :2]
-        widest = max(widest, float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max()))
-    return widest
+    D = reference.sq_distances(X, C)
+    E = window(C, D)
+    two = np.argsort(D, axis=1, kind="stable")[:, :2]
+    return float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max())
 
 
 #: The cause of an error at a near tie: two costs float64 cannot order, decided in exact arithmetic unlike the circuit.

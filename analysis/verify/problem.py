@@ -17,7 +17,7 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.checks import (
     At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
-    widest_tie_window,
+    tie_window_at,
 )
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
@@ -61,8 +61,10 @@ class Problem:
         distance = ref.hard and by_distance(circ)
         tie_break_abs = circ.sharpness.tie_break * s**2
         if distance:
-            # ref.tie_window is resolution_window(circ, enc, b) (make_reference): the windows of the run's centroids.
-            tol.tie_window = widest_tie_window(trace, X, ref.tie_window)
+            # tol.tie_window becomes the widest of ref.tie_window (resolution_window, make_reference) along the
+            # reference run: widened by the trajectory stage (widen_tie_window), where each iterate's distances are
+            # at hand. Until then no check reads it (distance costs tie within E, not within tol.tie_window).
+            tol.tie_window = 0.0
             tol.tie_break = tie_break_abs
         beta = max_stiffness(circ)
         member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])
@@ -73,6 +75,13 @@ class Problem:
             own_rounding=circuit_window(circ, enc, b) if distance else None,
             coarse=circuit_input_window(circ, enc, b) if distance else None,
         )
+
+    def widen_tie_window(self, t: int) -> None:
+        """Widen ``tol.tie_window`` by the window of the reference's centroids after ``t`` iterations (distance costs;
+        once per ``t``: the trajectory stage calls it as it checks iterate ``t``)."""
+        if self.distance:
+            self.tol.tie_window = max(self.tol.tie_window, tie_window_at(self.trace.centroids[t], self.X,
+                                                                         self.ref.tie_window))
 
     @property
     def circ(self):
@@ -159,6 +168,9 @@ class Findings:
     step_weight_error: dict[int, float] = field(default_factory=dict)
     #: assign index -> (label errors, ties, largest assignment error) against the reference step.
     step_counts: dict[int, tuple[int, int, float]] = field(default_factory=dict)
+    #: assign index -> the objective of the block's input centroids and its assignment, computed where the block is
+    #: checked (its distances at hand) for the iteration record.
+    objective_circuit: dict[int, float] = field(default_factory=dict)
     #: Layers where a failure was found (with the mismatches' own layers, the first failing layer is their min).
     failing_layers: list[int] = field(default_factory=list)
     #: The record of ``t = 0`` (initial centroids) and the largest centroid tolerance the trajectory was held to.

@@ -176,14 +176,12 @@ def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecor
     cap, b, T, circ = p.cap, p.b, p.T, p.circ
     floor = None if p.hard else noise_floor(p.spec, p.enc, b, T, p.trace)
     diverged: int | None = None
-    certificates, errors, limits = [], [], []
+    limits, records = [], []
     for t in range(T + 1):
         certificate = assign_certificate(cap.assign_attention(t), p.spec, b)
-        certificates.append(certificate)
         labels_t = cap.assignments(t)[b]
         c_err = float(np.abs(cap.centroids(t)[b] - p.trace.centroids[t]).max())
         limit = p.tol.centroid if p.hard else max(p.tol.centroid, FLOOR_FACTOR * float(floor[: t + 1].max()))
-        errors.append(c_err)
         limits.append(limit)
         if diverged is None and c_err > limit:
             found.failures.append(f"t = {t}: centroids differ from the reference by {c_err:.3g} > {limit:.3g}")
@@ -201,10 +199,13 @@ def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecor
                 found.step_counts[t] = (errors_t, len(ties), a_err)
                 if any(m.kind == MismatchKind.TIE or m.cause == NEAR_TIE for m in traj):
                     diverged = t
+        # Iterate t is done with while its distances are the memo's latest (circuits.memo.DISTANCES_KEPT): its tie
+        # window, and its record (complete: the step-wise counts were made before, the trajectory's just now).
+        p.widen_tie_window(t)
+        records.append(_iteration_record(p, found, t, certificate, c_err, bound))
     found.centroid_limit = max(limits)
-    found.initial = _iteration_record(p, found, 0, certificates[0], errors[0], bound)
-    records = [_iteration_record(p, found, t, certificates[t], errors[t], bound) for t in range(1, T + 1)]
-    return records, diverged, floor
+    found.initial = records[0]
+    return records[1:], diverged, floor
 
 
 def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: float, bound) -> IterationRecord:
@@ -224,7 +225,8 @@ def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: f
         iteration=t,
         label_agreement=float(np.mean(labels_t == p.trace.assignments[t])),
         max_centroid_error=c_err,
-        objective_circuit=p.ref.objective(p.X, cap.centroids(t)[b], R_t),
+        objective_circuit=(found.objective_circuit[t] if t in found.objective_circuit
+                           else p.ref.objective(p.X, cap.centroids(t)[b], R_t)),
         objective_reference=float(p.trace.objectives[t]),
         min_margin=float(margins.min()),
         leak_bound=float(leaks.max()),

@@ -46,6 +46,10 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
     found.mismatches.extend(mismatches)
     a_err = float(np.abs(Y - one_hot(labels, Y.shape[1])).max())
     found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
+    # The iteration record's objective (centroids after t updates, the assignment to them), while this block's
+    # distances are the memo's latest: where the block reads the update block's output directly, its input is them.
+    if lc.pre is p.cap.layers[p.circ.centroid_layers[t]].post:
+        found.objective_circuit[t] = p.ref.objective(p.X, C_in, Y)
     if p.check_resolution:
         found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
                                                      p.own_rounding(C_in), lc.layer, t))

@@ -38,7 +38,7 @@ def group_names(spec=None) -> tuple[str, ...]:
 
 
 def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
-    from analysis.capture import DENSE_MAX_TOKENS
+    from analysis.capture.record import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
     tokens = SwapSequence(n, k, groups).n_tokens
@@ -51,7 +51,7 @@ def path_for(n: int, k: int, path: str = "auto", spec=None) -> str:
     sequence of the centroid groups of ``spec``, a :class:`~circuits.swap.layout.StepGroups`, the swap's when
     ``None``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is refused
     (:class:`SwapPathUnavailable`)."""
-    from analysis.capture import DENSE_MAX_TOKENS
+    from analysis.capture.record import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
     groups = group_names(spec)

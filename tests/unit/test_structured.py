@@ -213,7 +213,7 @@ def test_cli_says_which_path_ran_and_refuses_a_dense_run_too_large(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_exp_of_the_assign_summary_is_torch_exp_bit_for_bit(dtype):
     """The leak sum's exp skips the arguments below EXP_ZERO_BELOW (where exp is exactly 0): same bits, same layout."""
-    from analysis.capture_summaries import EXP_ZERO_BELOW, _exp_nonzero
+    from analysis.capture.summaries import EXP_ZERO_BELOW, _exp_nonzero
 
     g = torch.Generator().manual_seed(0)
     wide = -torch.logspace(-3, 300 if dtype == torch.float64 else 37, 20_000, dtype=torch.float64).to(dtype)
@@ -231,7 +231,7 @@ def test_exp_of_the_assign_summary_is_torch_exp_bit_for_bit(dtype):
 def test_grouped_assign_summary_equals_a_dense_reference_with_ties():
     """Key groups with equal best scores (the lowest position wins, as numpy's argmax over every key) and groups of
     several keys (the runner-up is the best score again): the grouped summary against one computed key by key."""
-    from analysis.capture_summaries import summarise_assign_grouped
+    from analysis.capture.summaries import summarise_assign_grouped
     from circuits.structured import GroupedAttention, Groups, identity_groups
 
     X, C0 = problem(6, 2, 3)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.capture_summaries import _exp_nonzero, leak_sums
+from analysis.capture.summaries import _exp_nonzero, leak_sums
 from circuits.encoding import StreamDecoder, decode, encode, read
 from circuits.structured import Groups, group_identical_columns, structured_forward
 from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap
@@ -243,7 +243,7 @@ POINT_SIZED = ("labels", "assignments", "staged_assignments")
 def test_update_rows_are_the_straightforward_gather(k):
     """The centroid query rows over every key, gathered with np.take: the values, dtype and strides of
     np.array(rows[:, keys], order="C"), and owned (not a view of the grouped matrices)."""
-    from analysis.capture_summaries import update_rows_grouped
+    from analysis.capture.summaries import update_rows_grouped
     from circuits.structured import GroupedAttention, identity_groups
 
     X = np.arange(10.0).reshape(5, 2)

@@ -12,7 +12,7 @@ full pattern is ``(n + k + 1)^2`` per layer, but only two blocks of it carry the
   computed against the *intended* support read from ``Y`` of the block's input: the members of each centroid,
   or the centroid itself when it has none.
 
-The summaries and their certificates are computed in :mod:`analysis.capture_summaries` (re-exported here).
+The summaries and their certificates are computed in :mod:`analysis.capture.summaries`.
 
 Variant circuits (see :mod:`circuits.variants`) are captured the same way, with three differences their spec
 (``circuit.spec``) asks for: the problem may be re-encoded first (spherical k-means projects the points onto
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
-from analysis.capture_summaries import (  # noqa: F401 (AssignAttention, UpdateAttention, to_numpy: re-exported)
+from analysis.capture.summaries import (
     AssignAttention,
     UpdateAttention,
     summarise_assign_grouped,

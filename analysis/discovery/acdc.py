@@ -68,35 +68,82 @@ def trials(patcher: EdgePatcher, incoming: list[int], group: bool) -> list[list[
     return out
 
 
-def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = False) -> AcdcResult:
-    """Run ACDC at every threshold (one batch row each); ``group``: one trial per source and destination node."""
+#: Trials of one destination node run ahead in one forward pass (see :func:`acdc`).
+LOOKAHEAD = 8
+
+
+def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = False,
+         lookahead: int = LOOKAHEAD) -> AcdcResult:
+    """Run ACDC at every threshold (one batch row each); ``group``: one trial per source and destination node.
+
+    ``lookahead``: how many of a node's next trials one forward pass tries, each row assuming that the trials
+    before it in the pass are accepted (most are: removing an edge that carries nothing changes nothing). A row
+    is used only while that assumption holds; the first rejected trial ends the row's run of trials and the next
+    pass starts after it. The decisions are those of trying one trial per pass (each subgraph's metric does not
+    depend on the other rows of its batch, and identical subgraphs — thresholds that have decided alike so far —
+    run once); only the number of forward passes (``runs``) changes.
+    """
+    if lookahead < 1:
+        raise ValueError(f"ACDC's lookahead must be at least 1, got {lookahead}")
     tau = torch.as_tensor(np.asarray(thresholds, dtype=np.float64), dtype=patcher.dtype)
     R, E = len(tau), patcher.E
-    removed = torch.zeros(R, E, dtype=patcher.dtype)
+    removed = np.zeros((R, E), dtype=bool)
     outgoing: dict[str, list[int]] = {}
     for i, e in enumerate(patcher.graph.edges):
         outgoing.setdefault(e.src, []).append(i)
-    current = patcher.run(removed)
+    current = _run_distinct(patcher, list(removed))
     runs = 1
     for node, incoming in visit_order(patcher):
         if node != OUTPUT:
-            dead = (removed[:, outgoing.get(node, [])] == 1).all(dim=1)
-            removed[dead.nonzero().flatten()[:, None], torch.tensor(incoming)[None, :]] = 1
+            dead = removed[:, outgoing.get(node, [])].all(axis=1)
+            removed[np.ix_(dead, incoming)] = True
         else:
-            dead = torch.zeros(R, dtype=torch.bool)
-        for edges in trials(patcher, incoming, group):
-            if bool(dead.all()):
-                break
-            cols = torch.tensor(edges)[None, :]
-            trial = removed.clone()
-            trial[(~dead).nonzero()[:, :1], cols] = 1
-            new = patcher.run(trial)
+            dead = np.zeros(R, dtype=bool)
+        steps = trials(patcher, incoming, group)
+        todo = {int(r): 0 for r in np.flatnonzero(~dead)}  # threshold row -> its next trial
+        while todo:
+            masks, rows, prev = [], [], []
+            for r, t in todo.items():
+                mask = removed[r]
+                for j, edges in enumerate(steps[t:t + lookahead]):
+                    mask = mask.copy()
+                    mask[edges] = True
+                    # The metric the trial is compared with: the row's current one, or (ahead) the previous
+                    # trial's, which is the current one if that trial is accepted.
+                    prev.append(current[r] if j == 0 else None)
+                    masks.append(mask)
+                    rows.append(r)
+            new = _run_distinct(patcher, masks)
             runs += 1
-            change = (new - current).abs().mean(dim=1)
-            accept = (change <= tau) & ~dead
-            removed[accept.nonzero()[:, :1], cols] = 1
-            current[accept] = new[accept]
-    return AcdcResult(tau.numpy(), (removed == 0).numpy(), current.numpy(), runs)
+            before = torch.stack([new[i - 1] if p is None else p for i, p in enumerate(prev)])
+            change = (new - before).abs().mean(dim=1)
+            i = 0
+            for r in list(todo):
+                n = sum(1 for x in rows if x == r)
+                t = todo[r]
+                for j in range(n):
+                    edges = steps[t]
+                    t += 1
+                    if bool(change[i + j] <= tau[r]):
+                        removed[r, edges] = True
+                        current[r] = new[i + j]
+                    else:
+                        break
+                i += n
+                if t < len(steps):
+                    todo[r] = t
+                else:
+                    del todo[r]
+    return AcdcResult(tau.numpy(), ~removed, current.numpy(), runs)
+
+
+def _run_distinct(patcher: EdgePatcher, masks: list[np.ndarray]) -> torch.Tensor:
+    """The metric ``(len(masks), B)`` of the subgraphs that ``masks`` remove, each distinct subgraph run once."""
+    index: dict[bytes, int] = {}
+    keys = [index.setdefault(m.tobytes(), len(index)) for m in masks]
+    distinct = {i: m for m, i in zip(masks, keys)}
+    removed = torch.as_tensor(np.stack([distinct[i] for i in range(len(index))]), dtype=patcher.dtype)
+    return patcher.run(removed)[torch.tensor(keys)]
 
 
 def exercised_edges(patcher: EdgePatcher, circuit_only: bool = False) -> np.ndarray:

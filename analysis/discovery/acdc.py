@@ -153,14 +153,16 @@ def _run_distinct(patcher: EdgePatcher, masks: list[np.ndarray]) -> torch.Tensor
 
 
 def exercised_edges(patcher: EdgePatcher, circuit_only: bool = False) -> np.ndarray:
-    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair (exactly).
+    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair by more than
+    :data:`ROUNDING` (the margin ACDC's threshold 0 allows, so that "exercised" and "kept at threshold 0" mean
+    the same; on the soft construction a few edges move the metric by ~1e-15 only, float64 rounding).
     Kept on the patcher: every method run on it is scored against the same set. ``circuit_only``: patch only the
     circuit's edges and count the others as not exercised, which they are not: an edge outside the graph has
     exactly zero effect (tests/unit/test_discovery.py checks it on every candidate of the tiny Lloyd and swap
-    circuits); for the learned swap, whose 3938 candidates would cost most of its budget."""
+    circuits)."""
     if getattr(patcher, "exercised", None) is None:
         truth = patcher.graph.truth
         patcher.exercised = np.zeros(patcher.E, dtype=bool)
         edges = np.flatnonzero(truth) if circuit_only else np.arange(patcher.E)
-        patcher.exercised[edges] = (patcher.single_edge_effects(edges.tolist()) != 0).any(axis=1)
+        patcher.exercised[edges] = (np.abs(patcher.single_edge_effects(edges.tolist())) > ROUNDING).any(axis=1)
     return patcher.exercised

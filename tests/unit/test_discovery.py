@@ -238,7 +238,8 @@ def _acdc_one_threshold(p, tau, group):
     return ~removed
 
 
-@pytest.mark.parametrize("group", [False, True])
+# Edge by edge the plain reference makes ~150 forward passes (about 5 s on the loaded machine): the slow layer.
+@pytest.mark.parametrize("group", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_acdc_sweep_with_lookahead_is_acdc_run_once_per_threshold(tiny_patcher, group):
     """The batched sweep (all thresholds in one batch, distinct subgraphs once, up to `lookahead` trials a pass)
     decides exactly as the plain algorithm run on each threshold alone, and with fewer forward passes."""

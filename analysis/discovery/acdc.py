@@ -10,12 +10,15 @@ which Conmy et al. designed the rule, is never negative either).
 
 Every threshold of a sweep runs in one batch: the edges are visited in one order whatever the threshold, so each
 trial removal is one forward pass over all thresholds, each batch row keeping its own subgraph; a trial whose
-destination is dead in every row is not run (it could change nothing).
+destination is dead in every row is not run (it could change nothing). Identical subgraphs run once, and one
+pass tries several of a node's trials ahead (:func:`acdc`'s ``lookahead``). The comparison allows
+:data:`ROUNDING` (1e-12), the one departure from the published rule: the forward pass's float64 rounding depends
+on a subgraph's row in its batch.
 
 ``group=True`` tests the edges from one source into one destination node together (a head's ``q``, ``k`` and
 ``v`` edges from ``u`` are one trial): a third to a half of the forward passes on the swap circuits, at the price
 of resolution: a group is kept or removed whole, so an edge outside the circuit that shares its group with a
-circuit edge is kept with it (docs/discovery.md says where the table does this).
+circuit edge is kept with it (an option of `kmeans-circuits discover --group`; the results table does not use it).
 """
 
 from __future__ import annotations

@@ -10,12 +10,15 @@ which Conmy et al. designed the rule, is never negative either).
 
 Every threshold of a sweep runs in one batch: the edges are visited in one order whatever the threshold, so each
 trial removal is one forward pass over all thresholds, each batch row keeping its own subgraph; a trial whose
-destination is dead in every row is not run (it could change nothing).
+destination is dead in every row is not run (it could change nothing). Identical subgraphs run once, and one
+pass tries several of a node's trials ahead (:func:`acdc`'s ``lookahead``). The comparison allows
+:data:`ROUNDING` (1e-12), the one departure from the published rule: the forward pass's float64 rounding depends
+on a subgraph's row in its batch.
 
 ``group=True`` tests the edges from one source into one destination node together (a head's ``q``, ``k`` and
 ``v`` edges from ``u`` are one trial): a third to a half of the forward passes on the swap circuits, at the price
 of resolution: a group is kept or removed whole, so an edge outside the circuit that shares its group with a
-circuit edge is kept with it (docs/discovery.md says where the table does this).
+circuit edge is kept with it (an option of `kmeans-circuits discover --group`; the results table does not use it).
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from analysis.discovery.graph import OUTPUT
 
 #: The default sweep: 0 (exact patching: only edges whose removal changes nothing go) and 1e-6 .. 1.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.0, *np.logspace(-6, 0, 13).tolist())
+#: A change within this of the threshold counts as at it. The patched forward pass is exact up to float64
+#: rounding, and that rounding depends on where a subgraph sits in its batch: on the swap circuits the same input
+#: gives a metric differing by ~1e-15 on odd and even batch rows (the update head's fractional attention weights,
+#: summed with another vector alignment). Without the margin, "changes nothing" at threshold 0 (and "moves it by
+#: exactly 1" at threshold 1) would be decided by that rounding, not by the circuit.
+ROUNDING = 1e-12
 
 
 @dataclass
@@ -68,46 +77,95 @@ def trials(patcher: EdgePatcher, incoming: list[int], group: bool) -> list[list[
     return out
 
 
-def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = False) -> AcdcResult:
-    """Run ACDC at every threshold (one batch row each); ``group``: one trial per source and destination node."""
+#: Trials of one destination node run ahead in one forward pass (see :func:`acdc`).
+LOOKAHEAD = 16
+
+
+def acdc(patcher: EdgePatcher, thresholds=DEFAULT_THRESHOLDS, group: bool = False,
+         lookahead: int = LOOKAHEAD) -> AcdcResult:
+    """Run ACDC at every threshold (one batch row each); ``group``: one trial per source and destination node.
+
+    ``lookahead``: how many of a node's next trials one forward pass tries, each row assuming that the trials
+    before it in the pass are accepted (most are: removing an edge that carries nothing changes nothing). A row
+    is used only while that assumption holds; the first rejected trial ends the row's run of trials and the next
+    pass starts after it. The decisions are those of trying one trial per pass (each subgraph's metric does not
+    depend on the other rows of its batch, and identical subgraphs — thresholds that have decided alike so far —
+    run once); only the number of forward passes (``runs``) changes.
+    """
+    if lookahead < 1:
+        raise ValueError(f"ACDC's lookahead must be at least 1, got {lookahead}")
     tau = torch.as_tensor(np.asarray(thresholds, dtype=np.float64), dtype=patcher.dtype)
     R, E = len(tau), patcher.E
-    removed = torch.zeros(R, E, dtype=patcher.dtype)
+    removed = np.zeros((R, E), dtype=bool)
     outgoing: dict[str, list[int]] = {}
     for i, e in enumerate(patcher.graph.edges):
         outgoing.setdefault(e.src, []).append(i)
-    current = patcher.run(removed)
+    current = _run_distinct(patcher, list(removed))
     runs = 1
     for node, incoming in visit_order(patcher):
         if node != OUTPUT:
-            dead = (removed[:, outgoing.get(node, [])] == 1).all(dim=1)
-            removed[dead.nonzero().flatten()[:, None], torch.tensor(incoming)[None, :]] = 1
+            dead = removed[:, outgoing.get(node, [])].all(axis=1)
+            removed[np.ix_(dead, incoming)] = True
         else:
-            dead = torch.zeros(R, dtype=torch.bool)
-        for edges in trials(patcher, incoming, group):
-            if bool(dead.all()):
-                break
-            cols = torch.tensor(edges)[None, :]
-            trial = removed.clone()
-            trial[(~dead).nonzero()[:, :1], cols] = 1
-            new = patcher.run(trial)
+            dead = np.zeros(R, dtype=bool)
+        steps = trials(patcher, incoming, group)
+        todo = {int(r): 0 for r in np.flatnonzero(~dead)}  # threshold row -> its next trial
+        while todo:
+            masks, rows, prev = [], [], []
+            for r, t in todo.items():
+                mask = removed[r]
+                for j, edges in enumerate(steps[t:t + lookahead]):
+                    mask = mask.copy()
+                    mask[edges] = True
+                    # The metric the trial is compared with: the row's current one, or (ahead) the previous
+                    # trial's, which is the current one if that trial is accepted.
+                    prev.append(current[r] if j == 0 else None)
+                    masks.append(mask)
+                    rows.append(r)
+            new = _run_distinct(patcher, masks)
             runs += 1
-            change = (new - current).abs().mean(dim=1)
-            accept = (change <= tau) & ~dead
-            removed[accept.nonzero()[:, :1], cols] = 1
-            current[accept] = new[accept]
-    return AcdcResult(tau.numpy(), (removed == 0).numpy(), current.numpy(), runs)
+            before = torch.stack([new[i - 1] if p is None else p for i, p in enumerate(prev)])
+            change = (new - before).abs().mean(dim=1)
+            i = 0
+            for r in list(todo):
+                n = sum(1 for x in rows if x == r)
+                t = todo[r]
+                for j in range(n):
+                    edges = steps[t]
+                    t += 1
+                    if bool(change[i + j] <= tau[r] + ROUNDING):
+                        removed[r, edges] = True
+                        current[r] = new[i + j]
+                    else:
+                        break
+                i += n
+                if t < len(steps):
+                    todo[r] = t
+                else:
+                    del todo[r]
+    return AcdcResult(tau.numpy(), ~removed, current.numpy(), runs)
+
+
+def _run_distinct(patcher: EdgePatcher, masks: list[np.ndarray]) -> torch.Tensor:
+    """The metric ``(len(masks), B)`` of the subgraphs that ``masks`` remove, each distinct subgraph run once."""
+    index: dict[bytes, int] = {}
+    keys = [index.setdefault(m.tobytes(), len(index)) for m in masks]
+    distinct = {i: m for m, i in zip(masks, keys)}
+    removed = torch.as_tensor(np.stack([distinct[i] for i in range(len(index))]), dtype=patcher.dtype)
+    return patcher.run(removed)[torch.tensor(keys)]
 
 
 def exercised_edges(patcher: EdgePatcher, circuit_only: bool = False) -> np.ndarray:
-    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair (exactly).
+    """``(E,)``: whether removing the edge alone from the full graph changes the metric on some pair by more than
+    :data:`ROUNDING` (the margin ACDC's threshold 0 allows, so that "exercised" and "kept at threshold 0" mean
+    the same; on the soft construction a few edges move the metric by ~1e-15 only, float64 rounding).
     Kept on the patcher: every method run on it is scored against the same set. ``circuit_only``: patch only the
     circuit's edges and count the others as not exercised, which they are not: an edge outside the graph has
     exactly zero effect (tests/unit/test_discovery.py checks it on every candidate of the tiny Lloyd and swap
-    circuits); for the learned swap, whose 3938 candidates would cost most of its budget."""
+    circuits)."""
     if getattr(patcher, "exercised", None) is None:
         truth = patcher.graph.truth
         patcher.exercised = np.zeros(patcher.E, dtype=bool)
         edges = np.flatnonzero(truth) if circuit_only else np.arange(patcher.E)
-        patcher.exercised[edges] = (patcher.single_edge_effects(edges.tolist()) != 0).any(axis=1)
+        patcher.exercised[edges] = (np.abs(patcher.single_edge_effects(edges.tolist())) > ROUNDING).any(axis=1)
     return patcher.exercised

@@ -126,22 +126,34 @@ class EdgePatcher:
         R, B = removed.shape[0], x.shape[0]
         batch_x = x.repeat(R, 1, 1)
         current: dict[str, torch.Tensor] = {}
-        deltas: dict[tuple[str, str], torch.Tensor] = {}
+        deltas: dict[tuple[str, str], torch.Tensor | None] = {}
         probes: dict[tuple[str, str], torch.Tensor] = {}
-        corr = {node: out.repeat(R, 1, 1) for node, out in self.corrupted_outputs.items()}
-        weight_of_edge = removed.repeat_interleave(B, dim=0)  # (R*B, E)
+        # Only the edges removed in some row add anything; their weights per row, found once per run (one pass
+        # over the (R, E) mask instead of one test per edge and port).
+        active = torch.nonzero(removed.ne(0).any(dim=0)).flatten().tolist()
+        column = {i: j for j, i in enumerate(active)}
+        weight_of_edge = removed[:, active].repeat_interleave(B, dim=0)  # (R*B, active edges)
+        differences: dict[str, torch.Tensor] = {}
 
-        def delta(node: str, port: str) -> torch.Tensor:
+        def difference(src: str) -> torch.Tensor:
+            """corrupted - current output of ``src``, the corrupted (B, ..) broadcast over the R subgraphs."""
+            if src not in differences:
+                differences[src] = (self.corrupted_outputs[src]
+                                    - current[src].reshape(R, B, *batch_x.shape[1:])).reshape(batch_x.shape)
+            return differences[src]
+
+        def delta(node: str, port: str) -> torch.Tensor | None:
+            """The patched difference at a port, or None where no row removes any of its edges (and no probe)."""
             key = (node, port)
             if key not in deltas:
-                d = torch.zeros_like(batch_x)
+                d = None
                 for i, src in self._by_port.get(key, []):
-                    w = weight_of_edge[:, i]
-                    if bool((w != 0).any()):
-                        d = d + w[:, None, None] * (corr[src] - current[src])
+                    if i in column:
+                        term = weight_of_edge[:, column[i], None, None] * difference(src)
+                        d = term if d is None else d + term
                 if probe:
                     probes[key] = torch.zeros_like(batch_x, requires_grad=True)
-                    d = d + probes[key]
+                    d = probes[key] if d is None else d + probes[key]
                 deltas[key] = d
             return deltas[key]
 
@@ -152,18 +164,21 @@ class EdgePatcher:
 
         def qkv(layer, port):
             def hook(act, hook):
-                return act + torch.einsum("bpd,hde->bphe", delta(head_node(layer), port), self._weights[(layer, port)])
+                d = delta(head_node(layer), port)
+                return act if d is None else act + torch.einsum("bpd,hde->bphe", d, self._weights[(layer, port)])
             return hook
 
         def mlp(layer, name):
             def hook(act, hook):
-                return act + delta(mlp_node(layer), MLP_PORT) @ self._weights[(layer, name)]
+                d = delta(mlp_node(layer), MLP_PORT)
+                return act if d is None else act + d @ self._weights[(layer, name)]
             return hook
 
         final: list[torch.Tensor] = []
 
         def out(act, hook):
-            patched = act + delta(OUTPUT, OUT_PORT)
+            d = delta(OUTPUT, OUT_PORT)
+            patched = act if d is None else act + d
             final.append(patched)
             return patched
 

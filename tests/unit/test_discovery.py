@@ -215,6 +215,49 @@ def test_acdc_grouped_per_node_pair_keeps_or_removes_a_group_whole(tiny_patcher)
     assert result.runs < len(groups) + 1 <= p.E
 
 
+def _acdc_one_threshold(p, tau, group):
+    """ACDC as published, written out plainly: one threshold, one trial per forward pass, one subgraph a run."""
+    from analysis.discovery.acdc import ROUNDING, trials, visit_order
+    from analysis.discovery.graph import OUTPUT
+
+    removed = np.zeros(p.E, dtype=bool)
+    outgoing = {}
+    for i, e in enumerate(p.graph.edges):
+        outgoing.setdefault(e.src, []).append(i)
+    current = p.run(torch.as_tensor(removed[None], dtype=p.dtype))[0]
+    for node, incoming in visit_order(p):
+        if node != OUTPUT and removed[outgoing.get(node, [])].all():
+            removed[incoming] = True
+            continue
+        for edges in trials(p, incoming, group):
+            trial = removed.copy()
+            trial[edges] = True
+            new = p.run(torch.as_tensor(trial[None], dtype=p.dtype))[0]
+            if float((new - current).abs().mean()) <= tau + ROUNDING:
+                removed, current = trial, new
+    return ~removed
+
+
+# Edge by edge the plain reference makes ~150 forward passes (about 5 s on the loaded machine): the slow layer.
+@pytest.mark.parametrize("group", [pytest.param(False, marks=pytest.mark.slow), True])
+def test_acdc_sweep_with_lookahead_is_acdc_run_once_per_threshold(tiny_patcher, group):
+    """The batched sweep (all thresholds in one batch, distinct subgraphs once, up to `lookahead` trials a pass)
+    decides exactly as the plain algorithm run on each threshold alone, and with fewer forward passes."""
+    from analysis.discovery.acdc import acdc
+
+    p = tiny_patcher
+    taus = [0.0, 0.3]
+    plain = np.array([_acdc_one_threshold(p, t, group) for t in taus])
+    one = acdc(p, taus, group=group, lookahead=1)
+    ahead = acdc(p, taus, group=group, lookahead=8)
+    assert np.array_equal(one.kept, plain) and np.array_equal(ahead.kept, plain)
+    assert np.array_equal(one.metric, ahead.metric)
+    assert len({tuple(k) for k in plain}) > 1  # the thresholds do not all agree: the rows are really separate
+    assert ahead.runs < one.runs
+    with pytest.raises(ValueError):
+        acdc(p, taus, lookahead=0)
+
+
 @pytest.fixture(scope="module")
 def swap_case():
     from analysis.discovery.run import blobs_problem, make_patcher
@@ -269,3 +312,18 @@ def test_swap_discovery_reads_the_kept_candidate_and_nothing_outside_the_graph(s
     assert (effects[~truth] == 0).all() and (effects[truth] != 0).any(axis=1).sum() >= 5
     scores = eap(p)
     assert (scores[~truth] == 0).all() and (scores[truth] != 0).any()
+
+
+def test_swap_metric_rounding_by_batch_row_is_far_inside_acdcs_margin(swap_case):
+    """A subgraph's metric may differ in the last bits with its row in the batch (the swap circuit's update head
+    sums fractional attention weights with another vector alignment on odd rows); ACDC's ROUNDING margin must be
+    far above that, or its decisions at threshold 0 and 1 would depend on how the trials were batched."""
+    from analysis.discovery.acdc import ROUNDING
+
+    p = swap_case[4]
+    gen = torch.Generator().manual_seed(0)
+    masks = (torch.rand(12, p.E, generator=gen) < torch.linspace(0, 0.9, 12)[:, None]).double()
+    batched = p.run(masks)
+    alone = torch.cat([p.run(masks[i:i + 1]) for i in range(len(masks))])
+    assert float((batched - alone).abs().max()) <= ROUNDING * 1e-2
+    assert float((batched - 1).abs().max()) > 0.1  # the subgraphs really differ from the full graph

@@ -122,7 +122,6 @@ SLOW = frozenset({
     "test_learned_cli.py::test_drift_construction_learned_reads_the_factors_back",
     "test_adversarial_inputs.py::test_checkpoint_weight_that_overflows_with_its_scale_is_exit_2",
     "test_certificate.py::test_leak_bound_bounds_the_pattern_and_the_assignment",
-    "test_discovery.py::test_acdc_with_exact_patching_finds_exactly_the_exercised_circuit",
     "test_drift.py::test_analysis_of_an_untrained_model",
     "test_drift.py::test_drift_report_is_self_contained",
     "test_estimator.py::test_paths_agree_and_large_data_takes_the_structured_path",

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from analysis.discovery.graph import INPUT, MLP_PORT, OUT_PORT, OUTPUT, CircuitGraph, head_node, mlp_node
-from analysis.patching.experiment import torch_threads
+from circuits.devices import torch_threads
 from circuits import hook_names
 from circuits.layout import ResidualLayout, SequenceLayout
 

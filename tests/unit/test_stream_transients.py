@@ -1,10 +1,12 @@
 """Smaller per-block temporaries at scale (issue 31): the update certificate computed one centroid row at a time, the
-exact check of a key grouping compared a chunk of columns at a time, and the structured forward with small chunks.
+exact check of a key grouping compared a chunk of columns at a time, the structured forward with small chunks, and
+the stream decoder comparing a slot with the previous decoding where it lies before copying it.
 
 Each is held to the unchanged computation bit for bit: the row-wise certificate against the vectorised formula it
 replaces (kept here as the reference), the chunked column check against one ``torch.equal`` of the whole gather,
-and a capture whose chunks are a few positions long against the default one, on a problem with a near tie (a
-point one ulp off a bisector) and a cluster that stays empty (its update head's own-key support).
+a capture whose chunks are a few positions long against the default one, on a problem with a near tie (a
+point one ulp off a bisector) and a cluster that stays empty (its update head's own-key support), and the decoder's
+reuse against a fresh copy's bits and layout.
 """
 
 from __future__ import annotations
@@ -110,3 +112,36 @@ def test_capture_in_small_chunks_is_the_capture_in_one(monkeypatch):
             continue
         for name in ("scores", "pattern", "margin", "leak_bound", "leak_observed"):
             assert getattr(a.attention, name).tobytes() == getattr(b.attention, name).tobytes(), (a.layer, name)
+
+
+@pytest.mark.parametrize("feature_major", [True, False])
+@pytest.mark.parametrize("change", [None, "value", "signed zero", "nan payload", "last row"])
+def test_decoder_reuses_a_slot_exactly_when_its_bits_are_unchanged(feature_major, change):
+    """The slot is compared where it lies (a view of the residual, either layout) before any copy: the previous
+    array comes back (read-only) exactly when a fresh copy would hold its bits in its layout; otherwise the copy."""
+    from circuits.encoding import _bits_equal, _same_bits_or
+
+    rng = np.random.default_rng(1)
+    storage = rng.normal(size=(7, 70_000)) if feature_major else rng.normal(size=(70_000, 7))
+    storage[storage > 1.5] = 0.0
+    resid = (storage.T if feature_major else storage)[None]  # (batch, pos, d_model), as the forward's records are
+    slot = resid[:, 1:, 2:5]
+    previous = np.array(slot, dtype=np.float64, copy=True)
+    if change == "value":
+        previous[0, 5, 1] = np.nextafter(previous[0, 5, 1], np.inf)
+    elif change == "signed zero":
+        previous[0, np.argwhere(previous[0] == 0.0)[0][0], np.argwhere(previous[0] == 0.0)[0][1]] = -0.0
+    elif change == "nan payload":
+        slot[0, 3, 0] = np.nan
+        previous = np.array(slot, dtype=np.float64, copy=True)
+        previous.view(np.int64)[0, 3, 0] ^= 1  # another NaN: different bits
+    elif change == "last row":
+        previous[0, -1, 2] += 1.0
+    got = _same_bits_or(slot, previous)
+    fresh = np.array(slot, dtype=np.float64, copy=True)
+    assert got.strides == fresh.strides and got.tobytes() == fresh.tobytes()
+    assert (got is previous) == (change is None)
+    assert _bits_equal(previous, slot, rows=1000) == (change is None)
+    if change is None:
+        assert not previous.flags.writeable
+

@@ -17,6 +17,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits.structured_plans import CHUNK
+
 
 @dataclass
 class Groups:
@@ -136,8 +138,7 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
         representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
             0, inverse, positions, reduce="amin")
         groups = Groups(representative, inverse, counts)
-    # torch.equal is False on any NaN, as (==).all() is.
-    if not torch.equal(vectors, vectors.index_select(1, groups.spread)):
+    if not columns_match(vectors, groups.spread):
         # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
         _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
         m = counts.shape[0]
@@ -148,6 +149,20 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
             0, inverse, positions, reduce="amin")
         groups = Groups(representative, inverse, counts)
     return groups
+
+
+def columns_match(vectors: Float[Tensor, "h pos"], source: Int[Tensor, " pos"], chunk: int | None = None) -> bool:
+    """Whether every column ``j`` of ``vectors`` equals column ``source[j]``, bit for bit (False on any NaN, as
+    ``torch.equal`` is). Compared ``chunk`` columns at a time (default :data:`circuits.structured_plans.CHUNK`):
+    the gathered copy exists one chunk at a time, not for every position (an ``h x pos`` copy per head)."""
+    pos = vectors.shape[1]
+    chunk = CHUNK if chunk is None else chunk
+    for start in range(0, pos, chunk):
+        cols = slice(start, min(pos, start + chunk))
+        part = vectors if pos <= chunk else vectors[:, cols]
+        if not torch.equal(part, vectors.index_select(1, source[cols])):
+            return False
+    return True
 
 
 def group_identical_rows(rows: Float[Tensor, "pos h"], direction: Float[Tensor, " h"] | None = None) -> Groups:

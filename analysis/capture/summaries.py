@@ -212,25 +212,35 @@ def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
 
 
 def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch n"], encoded: EncodedBatch) -> None:
-    """Fill the certificate of an update head against its intended support (members, or itself if none)."""
+    """Fill the certificate of an update head against its intended support (members, or itself if none).
+
+    One centroid query row at a time: every reduction runs along a row's keys, so a row's certificate is the same
+    numbers whether its neighbours' rows are computed beside it or not (numpy reduces each contiguous row alike),
+    and the ``k x keys`` temporaries exist one row at a time (six of them at a million points were 0.5 GB).
+    """
     seq = encoded.sequence
     batch, k, _ = att.scores.shape
-    intended = np.zeros(att.scores.shape, dtype=bool)
-    # Query j's members (all j at once), then its own key where it has none (only row j reads that flag).
-    intended[:, :, seq.points] = labels_pre[:, None, :] == np.arange(k)[None, :, None]
-    # Centroid j's own key (position seq.centroid(j)) where it has no member; those keys are not points, so unset.
-    intended[:, np.arange(k), np.arange(seq.centroids.start, seq.centroids.stop)] = ~intended.any(axis=-1)
-    s = att.scores
-    inside_min = np.where(intended, s, np.inf).min(axis=-1)
-    inside_max = np.where(intended, s, -np.inf).max(axis=-1)
-    outside_scores = np.where(intended, -np.inf, s)
-    outside_max = outside_scores.max(axis=-1)
-    size = intended.sum(axis=-1)
-    with np.errstate(under="ignore"):
-        outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min[..., None]))
+    fields = {name: [] for name in ("inside_min", "inside_max", "outside_max", "outside_sum", "size", "observed")}
+    for b in range(batch):
+        for j in range(k):
+            intended = np.zeros(att.scores.shape[-1], dtype=bool)
+            intended[seq.points] = labels_pre[b] == j  # query j's members
+            intended[seq.centroids.start + j] = not intended.any()  # its own key where it has none
+            s = att.scores[b, j]
+            outside_scores = np.where(intended, -np.inf, s)
+            inside_min = np.where(intended, s, np.inf).min()
+            with np.errstate(under="ignore"):
+                outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min))
+            for name, value in (("inside_min", inside_min), ("inside_max", np.where(intended, s, -np.inf).max()),
+                                ("outside_max", outside_scores.max()), ("outside_sum", outside.sum()),
+                                ("size", intended.sum()),
+                                ("observed", np.where(intended, 0.0, att.pattern[b, j]).sum())):
+                fields[name].append(value)
+    inside_min, inside_max, outside_max, outside_sum, size, observed = (
+        np.array(values).reshape(batch, k) for values in fields.values())
     att.margin = inside_min - outside_max
-    att.leak_bound = outside.sum(axis=-1) / size
-    att.leak_observed = np.where(intended, 0.0, att.pattern).sum(axis=-1)
+    att.leak_bound = outside_sum / size
+    att.leak_observed = observed
     att.member_spread = inside_max - inside_min
 
 

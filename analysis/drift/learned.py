@@ -149,7 +149,7 @@ def learned_drift(alphas, steps: int = 20, tasks: int = 16, n: int = 128, seed: 
     agree = "exactly" if exact == 0 else f"to within {exact:.2g}"
     out.summary.append(f"the factors read back from the weights equal the checkpoint's {agree}: "
                        + ", ".join(f"step {s.step} {s.alpha_read:g}" for s in per_step)
-                       + f" (untrained construction: 1; Lloyd's step: 0)")
+                       + " (untrained construction: 1; Lloyd's step: 0)")
     out.summary.append(f"training changed one layer per step (extrapolate: W_O writes to "
                        f"{', '.join(per_step[0].writes_to) or 'nothing'}); every other layer "
                        + ("is identical to the untrained construction's" if other == 0 else

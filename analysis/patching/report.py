@@ -17,7 +17,7 @@ import numpy as np
 
 from analysis.patching.experiment import Patch, PatchingExperiment, UnpatchedCheck
 from analysis.patching.metrics import E_TOL
-from analysis.patching.sweeps import RESTORED, SweepResult, heatmap, heatmap_pair
+from analysis.patching.sweeps import RESTORED, SweepResult, heatmap_pair
 from analysis.report.document import Header, Html, Report, Section
 
 #: What the construction predicts for each sweep, in words; shown above its heatmap.

@@ -127,7 +127,7 @@ def _scaling_of(scaling: UnitScaling, b: int) -> UnitScaling:
 def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> View:
     """Mean norm of every named subspace on every token type, at every read-out position."""
     cap = as_capture(obj)
-    circ, seq, layout = cap.circuit, cap.encoded.sequence, cap.circuit.layout
+    seq, layout = cap.encoded.sequence, cap.circuit.layout
     streams = streams if streams is not None else residual_streams(obj, b)
     names = list(layout.names)
     P = len(streams.labels)
@@ -180,7 +180,7 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
     """The whole residual of chosen tokens (positions or labels such as ``"x3"``, ``"c0"``), every dimension
     labelled by the layout, with a slider over the read-out positions."""
     cap = as_capture(obj)
-    circ, seq, layout = cap.circuit, cap.encoded.sequence, cap.circuit.layout
+    seq, layout = cap.encoded.sequence, cap.circuit.layout
     labels = seq.token_labels
     if tokens is None:
         tokens = default_tokens(obj, b)

@@ -178,7 +178,6 @@ def test_single_entry_mutations_are_caught_and_named(circuit, kind, layer, compo
 
 
 def test_unembedding_mutations(circuit):
-    layout = circuit.layout
     rng = np.random.default_rng(7)
     state = circuit.model.state_dict()
     for key in (hook_names.UNEMBED_W, hook_names.UNEMBED_B):

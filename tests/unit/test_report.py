@@ -7,7 +7,6 @@ The browser's view of the same HTML (does every figure draw, offline, without er
 import json
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go

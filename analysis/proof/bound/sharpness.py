@@ -362,7 +362,7 @@ def _member_updates(p: _Problem, old: _State, new: _State, l1: np.ndarray, fille
     call; a segmented reduction would add in another order); the ``log`` and ``exp`` of all clusters are one call
     each (elementwise, the values one call per cluster gives); the rest is float arithmetic on Python floats,
     the float64 operations the array scalars performed."""
-    beta_u, reduce = p.beta_update, np.add.reduce
+    reduce = np.add.reduce
     sizes = [bounds[j + 1] - bounds[j] for j in filled]
     # z_i = exp(-beta_u (1 - y_ij)) in [exp(-beta_u eps_i), 1]; S = sum (1 - z_i) bounds how far the member weights
     # are from uniform: sum |w_i / W_T - 1 / |S_j|| <= 2 S / (|S_j| - S).

@@ -21,7 +21,7 @@ def lloyd_assign_spec(layout: ResidualLayout, sharp) -> BlockSpec:
     """The assign block's statements (QK, OV, MLP). Long because it is a declaration: one statement after another,
     each with its text, as the proof report prints them."""
     beta, M, tau = exact(sharp.beta), exact(sharp.mask), exact(sharp.tie_break)
-    d, k = layout.d, layout.k
+    k = layout.k
     qk = (
         FormSpec(
             "assign.QK.distance",
@@ -88,7 +88,6 @@ def lloyd_assign_spec(layout: ResidualLayout, sharp) -> BlockSpec:
 def lloyd_update_spec(layout: ResidualLayout, sharp) -> BlockSpec:
     """The update block's statements (QK, OV, MLP); long for the same reason as :func:`lloyd_assign_spec`."""
     bu = exact(sharp.beta_update)
-    d, k = layout.d, layout.k
     qk = (
         FormSpec(
             "update.QK.membership",

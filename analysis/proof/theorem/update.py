@@ -57,7 +57,7 @@ def update_values(ctx: TheoremContext, head: HeadParams, tag: str) -> None:
     """A point key's value is its ``x`` in ``C_stage``, a centroid key's its ``C``, BOS's 0."""
     import sympy as sp
 
-    T, L, d, k = ctx.tokens, ctx.layout, ctx.layout.d, ctx.layout.k
+    T, L, d = ctx.tokens, ctx.layout, ctx.layout.d
     ov, b_O = ov_form(head)
     problems = []
     vp = value_out(ov, b_O, T.vector("point", X=list(T.x), Y=list(T.y), N=T.n2), L.d_model)

@@ -83,19 +83,26 @@ def test_independent_components_are_proven_separately():
 
 @st.composite
 def gated_sums(draw):
-    terms = []
-    for u in range(draw(st.integers(1, 4))):
-        gate = lin({v: draw(st.integers(-2, 2)) for v in VARS[:2]}, draw(st.integers(-1, 1)))
-        linear = lin({v: draw(st.integers(-2, 2)) for v in VARS[:2]}, draw(st.integers(-1, 1)))
-        terms.append(GatedTerm(Fraction(draw(st.integers(-2, 2))), gate, linear, u))
+    """Plain numbers only: the prover's objects are built from them outside the strategy (:func:`build_gated_sum`),
+    because the run-time type checker samples containers with the ``random`` module, which a strategy must not use."""
+    coefficients = st.tuples(st.tuples(st.integers(-2, 2), st.integers(-2, 2)), st.integers(-1, 1))
+    terms = draw(st.lists(st.tuples(coefficients, coefficients, st.integers(-2, 2)), min_size=1, max_size=4))
     # Intended: the polynomial of one chosen activity pattern (often, but not always, the right answer).
     active = draw(st.lists(st.booleans(), min_size=len(terms), max_size=len(terms)))
+    signs = draw(st.tuples(*[st.sampled_from([Sign.FREE, Sign.NONNEG])] * 2))
+    return terms, active, signs
+
+
+def build_gated_sum(case):
+    drawn, active, signs = case
+    terms = [GatedTerm(Fraction(weight), lin(dict(zip(VARS[:2], gate[0])), gate[1]),
+                       lin(dict(zip(VARS[:2], linear[0])), linear[1]), u)
+             for u, (gate, linear, weight) in enumerate(drawn)]
     intended = Poly()
     for t, on in zip(terms, active):
         if on:
             intended = intended + (t.gate.to_poly() * t.linear.to_poly()).scale(t.weight)
-    domain = {v: draw(st.sampled_from([Sign.FREE, Sign.NONNEG])) for v in VARS[:2]}
-    return terms, intended, domain
+    return terms, intended, dict(zip(VARS[:2], signs))
 
 
 def evaluate(terms, intended, point):
@@ -107,7 +114,7 @@ def evaluate(terms, intended, point):
 @settings(max_examples=100, deadline=None)
 @given(gated_sums())
 def test_piecewise_prover_agrees_with_exact_evaluation(case):
-    terms, intended, domain = case
+    terms, intended, domain = build_gated_sum(case)
     result = prove_piecewise_identity(terms, Fraction(0), intended, domain)
     rng = np.random.default_rng(0)
     diffs = []

@@ -283,17 +283,13 @@ def _same_bits_or(slot: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
     A float64 ``slot`` (a view into the residual stream) is compared with ``previous`` where it lies, a chunk of
     rows at a time, before any copy is made: a block that left the slot alone (an update block's ``Y``) then costs
     no ``n x k`` copy and no ``n x k`` comparison array (80 MB each at a million points, ten clusters)."""
-    if previous is not None and slot.dtype == np.float64 and previous.dtype == np.float64 \
-            and previous.shape == slot.shape \
-            and previous.strides == np.empty_like(slot).strides:  # a copy's layout (untouched memory, freed at once)
+    if previous is None or previous.dtype != np.float64 or previous.shape != slot.shape:
+        return np.array(slot, dtype=np.float64, copy=True)
+    # Laid out as a copy would be (np.empty_like: untouched memory, freed at once): compared where the slot lies.
+    if slot.dtype == np.float64 and previous.strides == np.empty_like(slot).strides:
         return _read_only(previous) if _bits_equal(previous, slot) else np.array(slot, dtype=np.float64, copy=True)
     fresh = np.array(slot, dtype=np.float64, copy=True)
-    if previous is None or previous.shape != fresh.shape or previous.dtype != fresh.dtype \
-            or previous.strides != fresh.strides:
-        return fresh
-    if not np.array_equal(np.ascontiguousarray(previous).view(np.uint8), np.ascontiguousarray(fresh).view(np.uint8)):
-        return fresh
-    return _read_only(previous)
+    return _read_only(previous) if previous.strides == fresh.strides and _bits_equal(previous, fresh) else fresh
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray, rows: int = 1 << 15) -> bool:

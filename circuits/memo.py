@@ -41,7 +41,8 @@ def memoised_distances() -> Iterator[None]:
     match by value (``np.array_equal`` against a private copy, so a caller editing its array in place cannot
     make a stale match; a ``-0.0`` and a ``0.0`` coordinate give the same squared differences), centroids by
     their exact bytes, both C-contiguous (others are computed as without the memo). At most :data:`MEMO_BYTES`
-    are kept. Nested blocks share the outermost memo."""
+    are kept, or room for :data:`DISTANCES_KEPT` distance matrices where that is more (:func:`distances_budget`).
+    Nested blocks share the outermost memo."""
     if _DISTANCE_MEMO.get() is not None:
         yield
         return

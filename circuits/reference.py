@@ -35,8 +35,8 @@ from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this mod
 
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
 from circuits.memo import (  # noqa: F401
-    _DISTANCE_MEMO, DISTANCES_KEPT, MEMO_BYTES, _memo_points, distances_budget, keep_distances, lookup_distances,
-    memoised, memoised_array_key, memoised_distances,
+    _DISTANCE_MEMO, _memo_points, distances_budget, keep_distances, lookup_distances, memoised, memoised_array_key,
+    memoised_distances,
 )
 
 #: Rows of points processed at once, to bound memory at n * k * d.

@@ -14,7 +14,8 @@ commits them.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -101,6 +102,42 @@ class EncodedBatch:
     scaling: UnitScaling
     X: Float[np.ndarray, "batch n d"]
     C0: Float[np.ndarray, "batch k d"]
+    #: The tensor :func:`encode` made and its version counter then (``None`` for any other encoding, a
+    #: ``dataclasses.replace`` copy included): while ``resid`` is that tensor, unchanged, it is a function of the
+    #: fields above, so it may be released and made again (:meth:`release_resid`).
+    _made: tuple[weakref.ref, int] | None = field(default=None, init=False, repr=False, compare=False)
+    #: ``(dtype, device)`` of a released ``resid``, which the next read of ``resid`` makes again.
+    _released: tuple[torch.dtype, torch.device] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def release_resid(self) -> bool:
+        """Drop this encoding's residual stream (at a million points, 0.47 GB) when it can be made again bit for bit:
+        it is the tensor :func:`encode` made and no in-place torch operation has changed it since (its version
+        counter). The next read of ``resid`` encodes it again, so a reader after the release (the sharpness bound's
+        inputs, a dense fallback) gets the very same tensor values. Returns whether it was released; the memory
+        is freed once no one else holds the tensor (a caller that keeps its own reference keeps it alive).
+        A change made through a numpy view of the tensor is not seen by its version counter: an encoding written
+        that way must not be released."""
+        made = self._made
+        resid = self.__dict__.get("resid")
+        if resid is None or made is None or made[0]() is not resid or resid._version != made[1]:
+            return False
+        self._released = (resid.dtype, resid.device)
+        del self.resid  # the instance attribute: the next read goes through __getattr__
+        return True
+
+    def __getstate__(self) -> dict:
+        # A weak reference does not pickle; a loaded copy's tensor is not the one encode made, so it stays held.
+        return {**self.__dict__, "_made": None}
+
+    def __getattr__(self, name: str):
+        # Only reached when normal lookup fails: ``resid`` after release_resid (no other attribute is ever missing).
+        released = self.__dict__.get("_released")
+        if name != "resid" or released is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        dtype, device = released
+        made = encode(self.layout, self.X, self.C0, dtype=dtype, scaling=self.scaling, device=device)
+        self.resid, self._made, self._released = made.resid, made._made, None
+        return self.resid
 
     @property
     def batch(self) -> int:
@@ -140,7 +177,10 @@ def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.d
     resid[:, seq.centroids, layout["IS_CENTROID"]] = 1.0
     resid[:, seq.centroids, layout["ID"]] = np.eye(layout.k)
     resid[:, seq.centroids, layout["C_stage"]] = scaling.to_unit(C0)
-    return EncodedBatch(torch.as_tensor(resid, dtype=dtype, device=device), layout, seq, scaling, X, C0)
+    tensor = torch.as_tensor(resid, dtype=dtype, device=device)
+    encoded = EncodedBatch(tensor, layout, seq, scaling, X, C0)
+    encoded._made = (weakref.ref(tensor), tensor._version)
+    return encoded
 
 
 @dataclass

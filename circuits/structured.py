@@ -7,7 +7,8 @@ only asks for the sink), and points with the same assignment have the same key. 
 attention rows; identical keys give identical scores, so a group of ``c`` equal keys enters the softmax as one
 score with multiplicity ``c`` and contributes ``p * (sum of the group's values)``.
 
-This module computes attention on those groups — an exact rewriting, nothing is dropped: each score that the
+This module (with :mod:`circuits.structured_attention`, one head, and :mod:`circuits.structured_groups`, the
+groups) computes attention on those groups — an exact rewriting, nothing is dropped: each score that the
 dense path would compute is computed once per (query group, key group) pair and used with its multiplicity. The
 groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a projection, then *verified*
 vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
@@ -34,53 +35,24 @@ import collections
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-import numpy as np
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from circuits import hook_names
 from circuits.devices import torch_threads
 from circuits.structured_groups import (  # noqa: F401 (re-exported)
-    Groups, _hash_direction, _identity_groups, group_identical_columns, group_identical_rows, identity_groups,
+    Groups, _hash_direction, _identity_groups, group_identical_columns, group_identical_rows, hash_groups,
+    identity_groups,
 )
 from circuits.structured_plans import CHUNK, AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
+from circuits.structured_attention import (  # noqa: F401 (re-exported)
+    PAIR_BUDGET, STREAM_CHUNK, GroupedAttention, ScoreGroups, StructuredPathUnavailable, _add_rows, _any_nan,
+    _feature_major, chunked_block, grouped_attention,
+)
 
 #: The old name of :func:`circuits.structured_plans.cached_plan`, kept for one release.
 _cached_plan = cached_plan
-
-#: A head is structured when one side (keys, else queries) has at most this many distinct vectors.
-PAIR_BUDGET = 256
-
-
-class StructuredPathUnavailable(RuntimeError):
-    """The structured path cannot run this model/input exactly; the message says why."""
-
-
-@dataclass
-class GroupedAttention:
-    """One head's attention on one problem, in grouped form.
-
-    ``scores[a, b]`` is the score of every query of group ``a`` against every key of group ``b``;
-    ``pattern[a, b]`` the softmax weight of *each* key of group ``b`` (so a row sums to 1 with multiplicities).
-    One side is usually left ungrouped (every position its own group): the side that does not compress.
-    """
-
-    queries: Groups
-    keys: Groups
-    scores: Float[Tensor, "mq mk"]
-    pattern: Float[Tensor, "mq mk"]
-
-    def block(self, q_positions: Tensor | slice, k_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
-        """Dense scores and pattern of the block (query positions x key positions)."""
-        qg = self.queries.inverse[q_positions]
-        kg = self.keys.inverse[k_positions]
-        return self.scores[qg][:, kg], self.pattern[qg][:, kg]
-
-    def rows(self, q_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
-        """Dense score and pattern rows of the query ``positions`` over every key position."""
-        return self.block(q_positions, slice(None))
-
 
 @dataclass
 class LayerRecord:
@@ -109,6 +81,28 @@ class Recording:
 
 #: Every record, returned.
 KEEP_ALL = Recording()
+
+
+def feature_major_copies(resid: Float[Tensor, "batch pos d_model"]) -> list[Float[Tensor, "d_model pos"]]:
+    """The forward's own residual streams: a feature-major ``(d_model, pos)`` copy of each problem's. Always a copy
+    (``contiguous()`` would return a feature-major input itself, which the in-place recording then overwrites)."""
+    return [r.T.clone(memory_format=torch.contiguous_format) for r in resid]
+
+
+class OwnedStreams:
+    """Residual streams made by :func:`feature_major_copies` and handed over to :func:`structured_forward`, which
+    runs on them (in place when recording without ``pre``) instead of copying its input: a caller that lets go of
+    its own input once the copies exist (:meth:`circuits.encoding.EncodedBatch.release_resid`) holds the residual
+    stream once, not twice, during the forward (0.47 GB less at a million points, d = 8, k = 10)."""
+
+    def __init__(self, streams: list[Float[Tensor, "d_model pos"]]):
+        self._streams = streams
+        self.is_cpu = all(s.is_cpu for s in streams)
+
+    def take(self) -> list[Float[Tensor, "d_model pos"]]:
+        """The streams, once: the holder keeps no reference after (the forward's in-place updates free as they go)."""
+        streams, self._streams = self._streams, []
+        return streams
 
 
 def check_supported(model, score_hooks: dict[int, object] | None = None) -> None:
@@ -157,32 +151,6 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         raise StructuredPathUnavailable("structured path does not support " + "; ".join(problems))
 
 
-@dataclass
-class ScoreGroups:
-    """What a score hook's ``structured`` counterpart needs to know about the grouped scores it transforms."""
-
-    query_positions: Int[Tensor, " mq"]  # representative position of each query group
-    key_positions: Int[Tensor, " mk"]  # representative position of each key group
-    key_counts: Int[Tensor, " mk"]
-    n_tokens: int
-    problem: int
-
-
-def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d_model pos"]:
-    """A per-token module (LayerNorm, RMSNorm) applied to a feature-major tensor; identity is free."""
-    if isinstance(module, torch.nn.Identity):
-        return xT
-    return module(xT.T[None])[0].T
-
-
-def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
-    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
-    if isinstance(rows, slice):
-        xT[rows].add_(update)
-    else:
-        xT[rows] += update
-
-
 def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
     """The block's MLP added to the residual rows it writes, in place, a chunk of positions at a time
     (:data:`circuits.structured_plans.CHUNK`): a per-token map, so each chunk is its own; the hidden units of
@@ -193,84 +161,8 @@ def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
         _add_rows(part, plan.out.rows, plan.apply(_feature_major(ln2, part)))
 
 
-def _any_nan(t: Tensor) -> bool:
-    """``bool(torch.isnan(t).any())``, in numpy for a CPU tensor (one reduction instead of two torch operations: the
-    maximum is NaN exactly when an element is, as numpy's maximum propagates NaN)."""
-    if t.is_cpu and not t.requires_grad and t.numel():
-        return bool(np.isnan(t.numpy().max()))
-    return bool(torch.isnan(t).any())
-
-
-def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
-                      pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None, hint: Groups | None = None
-                      ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
-    """One head's output on one problem (feature-major), computed on groups of identical keys (or queries).
-
-    Keys are grouped first: in an assign head all point keys coincide. If that does not compress, queries are
-    grouped instead: in an update head all point queries coincide. If neither side compresses to at most
-    ``pair_budget`` groups, the attention is not structured: refuse. ``score_hook`` is a permanent
-    ``hook_attn_scores`` hook of the model; its ``structured`` counterpart is applied to the grouped scores (and
-    keys stay ungrouped if it says ``single_keys``). Attention sinks and qk-norm are reproduced as TransformerLens
-    computes them. The output is returned for the residual rows ``plan.out.rows`` only: the head writes exactly 0
-    to every other one. ``hint``: the key groups of an earlier layer on the same head (see
-    :func:`group_identical_columns`).
-    """
-    pos = xT.shape[1]
-    plan = plan if plan is not None else AttentionPlan.of(attn)
-    qkv, d_head = plan.qkv.apply(xT), plan.d_head
-    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views (slicing: Tensor.split is Python)
-    if attn.cfg.use_qk_norm:
-        qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
-    single_keys = bool(getattr(score_hook, "single_keys", False))
-    device = xT.device
-    kg = identity_groups(pos, device) if single_keys else group_identical_columns(kT, hint=hint)
-    if kg.size <= pair_budget:
-        qg = identity_groups(pos, device)
-    else:
-        qg = group_identical_columns(qT)
-        if qg.size > pair_budget:
-            raise StructuredPathUnavailable(
-                f"{qg.size} distinct queries and {kg.size} distinct keys over {pos} tokens: the attention is not"
-                " structured (e.g. a trained model); use the dense path"
-            )
-        kg = identity_groups(pos, device)
-    q_cols = qT if qg.is_identity else qT[:, qg.representative]
-    k_rows = kT.T if kg.is_identity else kT.index_select(1, kg.representative).T
-    value_sums = vT if kg.is_identity else vT.new_zeros(vT.shape[0], kg.size).index_add_(1, kg.inverse, vT)
-    # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
-    scores_T = k_rows @ q_cols
-    # The projections (3 d_head rows per position: 0.26 GB at a million points, d = 8, k = 10) are read no further
-    # where keys are grouped (value_sums, k_rows are then fresh): freed before the softmax's and the output's
-    # position-sized tensors exist, which lowers the forward's peak by about as much.
-    del qkv, qT, kT, vT, q_cols, k_rows
-    if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
-        scores_T = scores_T / attn.attn_scale
-    if score_hook is not None:
-        groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
-        scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()
-    counts = kg.weights(scores_T.dtype)
-    if attn.cfg.use_attention_sinks:
-        sink = attn.sinks[0].detach().to(scores_T.dtype).expand(1, scores_T.shape[1])
-        per_group = torch.softmax(torch.cat([scores_T, sink]), dim=0)
-        total = counts @ per_group[:-1] + per_group[-1]
-        per_group = per_group[:-1]
-    else:
-        per_group = torch.softmax(scores_T, dim=0)
-        total = counts @ per_group
-    # softmax over the groups weighs each group once; dividing by the count-weighted total gives each *key* its
-    # dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats to a few ulp).
-    pattern_T = per_group.div_(total)
-    if _any_nan(total):
-        # As TransformerLens: a row with no finite score has no pattern.
-        pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
-    # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
-    out_groups = plan.out.apply(value_sums @ pattern_T)
-    out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
-    return out, GroupedAttention(qg, kg, scores_T.T, pattern_T.T)
-
-
 @torch.no_grad()
-def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_hooks: dict[int, object] | None = None,
+def structured_forward(model, resid: Float[Tensor, "batch pos d_model"] | OwnedStreams, score_hooks: dict[int, object] | None = None,
                        recording: Recording = KEEP_ALL, pair_budget: int = PAIR_BUDGET
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and restricted linear maps.
@@ -279,7 +171,8 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     ``score_hooks`` are the model's permanent score hooks by layer (``KMeansCircuit.score_hooks``). Returns the
     logits and, per layer (as ``recording`` says: returned or streamed), the residual stream before and after the
     block and the grouped attention of each problem. Residuals in the records are ``(batch, pos, d_model)`` views
-    of feature-major storage.
+    of feature-major storage. ``resid`` may instead be an :class:`OwnedStreams`, which the forward runs on without
+    a copy of its own.
     Raises :class:`StructuredPathUnavailable` when the model or the run is not structured; nothing is computed
     approximately.
     """
@@ -287,6 +180,18 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"], score_h
     check_supported(model, score_hooks)
     with torch_threads(CPU_THREADS if resid.is_cpu else None):
         return _structured_forward(model, resid, score_hooks, recording, pair_budget)
+
+
+def _key_map_signature(attn, ln1, plan: AttentionPlan) -> tuple:
+    """What a head's keys are a function of: its key map's restricted weights and bias (by value), its input norm and
+    its qk-norm; equal signatures give equal keys for equal residuals. Only a hint rests on it (every grouping is
+    checked), so two heads whose keys differ merely share a candidate that fails its check."""
+    if plan.k is None or not isinstance(ln1, torch.nn.Identity) or attn.cfg.use_qk_norm:
+        return ("module", id(attn))
+    k = plan.k
+    inputs = (k.inputs.start, k.inputs.stop) if isinstance(k.inputs, slice) else tuple(k.inputs.tolist())
+    return (inputs, k.W_T.dtype, tuple(k.W_T.shape), k.W_T.cpu().numpy().tobytes(),
+            None if k.b is None else k.b.cpu().numpy().tobytes())
 
 
 #: torch's intra-op threads while the structured path runs on the CPU. Its operations are many and short (a chunk
@@ -297,42 +202,52 @@ CPU_THREADS = 1
 
 def _structured_forward(model, resid, score_hooks: dict, recording: Recording, pair_budget: int):
     records: list[LayerRecord] = []
-    # Feature-major (d_model, pos), one per problem: always a copy (``contiguous()`` would return a feature-major
-    # input itself, which the in-place recording then overwrites).
-    states = [r.T.clone(memory_format=torch.contiguous_format) for r in resid]
+    states = resid.take() if isinstance(resid, OwnedStreams) else feature_major_copies(resid)
     keep, keep_mid = recording.on_record is None, recording.mid
     in_place = not keep and not recording.pre
 
     def token_major(tensors: list[Tensor]) -> Tensor:
         return tensors[0].T[None] if len(tensors) == 1 else torch.stack([t.T for t in tensors])
 
-    # Key groups by (head, problem): a head shared by several layers (tied layers, a derived circuit's repeated
-    # iterations) tries its last grouping first, which group_identical_columns takes only where it is exact.
-    hints: dict[tuple[int, int], Groups] = {}
-    # Only a head that runs again keeps its grouping (position-sized index arrays: kept for each of 22 heads, they
-    # added a few hundred MB to a million-point run for nothing).
-    runs = collections.Counter(id(block.attn) for block in model.blocks)
     # A block's submodules and plans, looked up once per run: a block shared by several layers (tied layers, a
     # derived circuit's iterations) is read once (each read goes through nn.Module.__getattr__; no parameter
     # changes during a forward).
     parts: dict[int, tuple] = {}
+    for block in model.blocks:
+        if id(block) not in parts:
+            attn_plan = cached_plan(block.attn, AttentionPlan)
+            parts[id(block)] = (block.attn, block.ln1, block.ln2, attn_plan, cached_plan(block.mlp, MLPPlan),
+                                _key_map_signature(block.attn, block.ln1, attn_plan))
+    # Key groups by (key map, problem): heads whose keys are the same function of the residual (tied layers, the
+    # iterations of a built circuit, whose layers hold equal weights in separate tensors) try their last grouping
+    # first, which is taken only where it is exact (group_identical_columns, chunked_block). Only a key map that
+    # runs again keeps its grouping (position-sized index arrays: kept for each of 22 heads, they added a few hundred
+    # MB to a million-point run for nothing).
+    hints: dict[tuple, Groups] = {}
+    runs = collections.Counter(parts[id(block)][-1] for block in model.blocks)
     for layer, block in enumerate(model.blocks):
-        found = parts.get(id(block))
-        if found is None:
-            attn, ln1, ln2, mlp = block.attn, block.ln1, block.ln2, block.mlp
-            found = parts[id(block)] = (attn, ln1, ln2, cached_plan(attn, AttentionPlan), cached_plan(mlp, MLPPlan))
-        attn, ln1, ln2, attn_plan, mlp_plan = found
+        attn, ln1, ln2, attn_plan, mlp_plan, key_map = parts[id(block)]
         posts, mids, groups = [], [], []
         for b, xT in enumerate(states):
-            out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
-                                             pair_budget, attn_plan, hints.get((id(attn), b)))
-            if not grouped.keys.is_identity and runs[id(attn)] > 1:
-                hints[(id(attn), b)] = grouped.keys
-            post = xT if in_place else xT.clone()
-            _add_rows(post, attn_plan.out.rows, out)
-            if keep_mid:
-                mids.append(post.clone())
-            _add_mlp(post, ln2, mlp_plan)
+            grouped = None
+            if in_place and not keep_mid and layer not in score_hooks:
+                # False: this head's queries did not compress last time (an assign head's point queries differ).
+                query_hint = hints.get((key_map, b, "queries"))
+                grouped = chunked_block(attn, ln1, ln2, attn_plan, mlp_plan, xT, hints.get((key_map, b)),
+                                        pair_budget, query_hint or None, query_hint is not False)
+            if grouped is not None:
+                post = xT
+            else:
+                out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
+                                                 pair_budget, attn_plan, hints.get((key_map, b)))
+                post = xT if in_place else xT.clone()
+                _add_rows(post, attn_plan.out.rows, out)
+                if keep_mid:
+                    mids.append(post.clone())
+                _add_mlp(post, ln2, mlp_plan)
+            if not grouped.keys.is_identity and runs[key_map] > 1:
+                hints[(key_map, b)] = grouped.keys
+                hints[(key_map, b, "queries")] = False if grouped.queries.is_identity else grouped.queries
             posts.append(post)
             groups.append(grouped)
         record = LayerRecord(None if in_place else token_major(states), token_major(posts), groups,

@@ -123,32 +123,39 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     the hashes only where :meth:`Groups.as_hash_groups` shows that ``unique`` would give exactly them; the columns
     are verified the same way either way.
     """
-    pos, device = vectors.shape[1], vectors.device
+    device = vectors.device
     direction = (_hash_direction(vectors.shape[0], vectors.dtype, device) if direction is None
                  else direction.to(device=device, dtype=vectors.dtype))
-    hashes = direction @ vectors
+    groups = hash_groups(direction @ vectors, hint)
+    if not groups.is_identity and not columns_match(vectors, groups.spread):
+        # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
+        _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
+        groups = _groups_of(inverse, counts)
+    return groups
+
+
+def hash_groups(hashes: Float[Tensor, " pos"], hint: Groups | None = None) -> Groups:
+    """The positions grouped by equal ``hashes`` (``hint`` taken where :meth:`Groups.as_hash_groups` shows that
+    ``torch.unique`` would give exactly it): a *candidate* grouping of the vectors hashed, which the caller verifies
+    column by column (equal vectors have equal hashes, not conversely). All hashes distinct: every position its own
+    group, which needs no check."""
     groups = hint.as_hash_groups(hashes) if hint is not None else None
     if groups is None:
         _, inverse, counts = torch.unique(hashes, return_inverse=True, return_counts=True)
-        m = counts.shape[0]
-        if m == pos:
-            # All hashes distinct, so all vectors distinct: every position its own group, in position order.
-            return identity_groups(pos, device)
-        positions = identity_groups(pos, device).representative  # 0 .. pos-1, only read
-        representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
-            0, inverse, positions, reduce="amin")
-        groups = Groups(representative, inverse, counts)
-    if not columns_match(vectors, groups.spread):
-        # Hash collision between different vectors (or NaN): fall back to exact column-wise unique.
-        _, inverse, counts = torch.unique(vectors, dim=1, return_inverse=True, return_counts=True)
-        m = counts.shape[0]
-        if m == pos:
-            return identity_groups(pos, device)
-        positions = identity_groups(pos, device).representative
-        representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
-            0, inverse, positions, reduce="amin")
-        groups = Groups(representative, inverse, counts)
+        groups = _groups_of(inverse, counts)
     return groups
+
+
+def _groups_of(inverse: Int[Tensor, " pos"], counts: Int[Tensor, " m"]) -> Groups:
+    """The :class:`Groups` of ``unique``'s inverse and counts: each group's lowest position its representative."""
+    pos, m, device = inverse.shape[0], counts.shape[0], inverse.device
+    if m == pos:
+        # All distinct: every position its own group, in position order.
+        return identity_groups(pos, device)
+    positions = identity_groups(pos, device).representative  # 0 .. pos-1, only read
+    representative = torch.full((m,), pos, dtype=torch.long, device=device).scatter_reduce(
+        0, inverse, positions, reduce="amin")
+    return Groups(representative, inverse, counts)
 
 
 def columns_match(vectors: Float[Tensor, "h pos"], source: Int[Tensor, " pos"], chunk: int | None = None) -> bool:

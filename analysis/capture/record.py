@@ -276,12 +276,19 @@ class _LayerDecoder:
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
                         on_layer: Callable[[int], None] | None, lean: bool = False) -> Capture:
-    from circuits.structured import Recording, structured_forward
+    from circuits.structured import OwnedStreams, Recording, feature_major_copies, structured_forward
 
     # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
     model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
     decoder = _LayerDecoder(circuit, encoded, encoded.resid, lean)
+    resid = encoded.resid
+    if lean:
+        # The forward runs on its own feature-major copy; the encoding's is let go (made again, bit for bit, if
+        # a later reader asks for it: the sharpness bound's inputs, a dense fallback). Held twice, the residual
+        # stream was 0.47 GB of the peak at a million points.
+        resid = OwnedStreams(feature_major_copies(resid))
+        encoded.release_resid()
     entries: dict[str, torch.Tensor] = {}
 
     def take(layer: int, record) -> None:
@@ -304,7 +311,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         if on_layer is not None:
             on_layer(layer)
 
-    logits, _ = structured_forward(model, encoded.resid, circuit.score_hooks, Recording(take, pre=keep_cache))
+    logits, _ = structured_forward(model, resid, circuit.score_hooks, Recording(take, pre=keep_cache))
     cache = None
     if keep_cache:
         from circuits.tl import ActivationCache

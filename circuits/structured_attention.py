@@ -1,0 +1,252 @@
+"""One attention head computed on groups of identical queries or keys: the exact rewriting that
+:mod:`circuits.structured` runs its forward with (see that module's docstring for the argument).
+
+:func:`grouped_attention` computes a head over the whole residual stream at once; :func:`chunked_block` computes a
+whole block (the head, then the MLP) chunk by chunk of positions, so that no temporary of the stream's length
+exists beside it, where the keys compress. Split out of :mod:`circuits.structured`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from circuits.structured_groups import Groups, _hash_direction, group_identical_columns, hash_groups, identity_groups
+from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap
+
+
+#: A head is structured when one side (keys, else queries) has at most this many distinct vectors.
+PAIR_BUDGET = 256
+
+
+class StructuredPathUnavailable(RuntimeError):
+    """The structured path cannot run this model/input exactly; the message says why."""
+
+
+@dataclass
+class GroupedAttention:
+    """One head's attention on one problem, in grouped form.
+
+    ``scores[a, b]`` is the score of every query of group ``a`` against every key of group ``b``;
+    ``pattern[a, b]`` the softmax weight of *each* key of group ``b`` (so a row sums to 1 with multiplicities).
+    One side is usually left ungrouped (every position its own group): the side that does not compress.
+    """
+
+    queries: Groups
+    keys: Groups
+    scores: Float[Tensor, "mq mk"]
+    pattern: Float[Tensor, "mq mk"]
+
+    def block(self, q_positions: Tensor | slice, k_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
+        """Dense scores and pattern of the block (query positions x key positions)."""
+        qg = self.queries.inverse[q_positions]
+        kg = self.keys.inverse[k_positions]
+        return self.scores[qg][:, kg], self.pattern[qg][:, kg]
+
+    def rows(self, q_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
+        """Dense score and pattern rows of the query ``positions`` over every key position."""
+        return self.block(q_positions, slice(None))
+
+
+@dataclass
+class ScoreGroups:
+    """What a score hook's ``structured`` counterpart needs to know about the grouped scores it transforms."""
+
+    query_positions: Int[Tensor, " mq"]  # representative position of each query group
+    key_positions: Int[Tensor, " mk"]  # representative position of each key group
+    key_counts: Int[Tensor, " mk"]
+    n_tokens: int
+    problem: int
+
+
+def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d_model pos"]:
+    """A per-token module (LayerNorm, RMSNorm) applied to a feature-major tensor; identity is free."""
+    if isinstance(module, torch.nn.Identity):
+        return xT
+    return module(xT.T[None])[0].T
+
+
+def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
+    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
+    if isinstance(rows, slice):
+        xT[rows].add_(update)
+    else:
+        xT[rows] += update
+
+
+def _any_nan(t: Tensor) -> bool:
+    """``bool(torch.isnan(t).any())``, in numpy for a CPU tensor (one reduction instead of two torch operations: the
+    maximum is NaN exactly when an element is, as numpy's maximum propagates NaN)."""
+    if t.is_cpu and not t.requires_grad and t.numel():
+        return bool(np.isnan(t.numpy().max()))
+    return bool(torch.isnan(t).any())
+
+
+def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, problem: int = 0,
+                      pair_budget: int = PAIR_BUDGET, plan: AttentionPlan | None = None, hint: Groups | None = None
+                      ) -> tuple[Float[Tensor, "c pos"], GroupedAttention]:
+    """One head's output on one problem (feature-major), computed on groups of identical keys (or queries).
+
+    Keys are grouped first: in an assign head all point keys coincide. If that does not compress, queries are
+    grouped instead: in an update head all point queries coincide. If neither side compresses to at most
+    ``pair_budget`` groups, the attention is not structured: refuse. ``score_hook`` is a permanent
+    ``hook_attn_scores`` hook of the model; its ``structured`` counterpart is applied to the grouped scores (and
+    keys stay ungrouped if it says ``single_keys``). Attention sinks and qk-norm are reproduced as TransformerLens
+    computes them. The output is returned for the residual rows ``plan.out.rows`` only: the head writes exactly 0
+    to every other one. ``hint``: the key groups of an earlier layer on the same head (see
+    :func:`group_identical_columns`).
+    """
+    pos = xT.shape[1]
+    plan = plan if plan is not None else AttentionPlan.of(attn)
+    qkv, d_head = plan.qkv.apply(xT), plan.d_head
+    qT, kT, vT = qkv[:d_head], qkv[d_head : 2 * d_head], qkv[2 * d_head :]  # views (slicing: Tensor.split is Python)
+    if attn.cfg.use_qk_norm:
+        qT, kT = attn.q_norm(qT.T).T, attn.k_norm(kT.T).T
+    single_keys = bool(getattr(score_hook, "single_keys", False))
+    device = xT.device
+    kg = identity_groups(pos, device) if single_keys else group_identical_columns(kT, hint=hint)
+    if kg.size <= pair_budget:
+        qg = identity_groups(pos, device)
+    else:
+        qg = group_identical_columns(qT)
+        if qg.size > pair_budget:
+            raise StructuredPathUnavailable(
+                f"{qg.size} distinct queries and {kg.size} distinct keys over {pos} tokens: the attention is not"
+                " structured (e.g. a trained model); use the dense path"
+            )
+        kg = identity_groups(pos, device)
+    q_cols = qT if qg.is_identity else qT[:, qg.representative]
+    k_rows = kT.T if kg.is_identity else kT.index_select(1, kg.representative).T
+    value_sums = vT if kg.is_identity else vT.new_zeros(vT.shape[0], kg.size).index_add_(1, kg.inverse, vT)
+    # Key-major (keys x queries): the softmax runs along the contiguous leading axis, which torch does fastest.
+    scores_T = k_rows @ q_cols
+    # The projections (3 d_head rows per position: 0.26 GB at a million points, d = 8, k = 10) are read no further
+    # where keys are grouped (value_sums, k_rows are then fresh): freed before the softmax's and the output's
+    # position-sized tensors exist, which lowers the forward's peak by about as much.
+    del qkv, qT, kT, vT, q_cols, k_rows
+    if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
+        scores_T = scores_T / attn.attn_scale
+    if score_hook is not None:
+        groups = ScoreGroups(qg.representative, kg.representative, kg.counts, pos, problem)
+        scores_T = score_hook.structured(scores_T.T, groups).T.contiguous()
+    counts = kg.weights(scores_T.dtype)
+    if attn.cfg.use_attention_sinks:
+        sink = attn.sinks[0].detach().to(scores_T.dtype).expand(1, scores_T.shape[1])
+        per_group = torch.softmax(torch.cat([scores_T, sink]), dim=0)
+        total = counts @ per_group[:-1] + per_group[-1]
+        per_group = per_group[:-1]
+    else:
+        per_group = torch.softmax(scores_T, dim=0)
+        total = counts @ per_group
+    # softmax over the groups weighs each group once; dividing by the count-weighted total gives each *key* its
+    # dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats to a few ulp).
+    pattern_T = per_group.div_(total)
+    if _any_nan(total):
+        # As TransformerLens: a row with no finite score has no pattern.
+        pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
+    # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
+    out_groups = plan.out.apply(value_sums @ pattern_T)
+    out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
+    return out, GroupedAttention(qg, kg, scores_T.T, pattern_T.T)
+
+
+#: Positions one pass of :func:`chunked_block` works on: a chunk's residual rows and every temporary made from them
+#: (a few hundred KB to a few MB) stay in the processor's cache between the operations of a pass.
+STREAM_CHUNK = 4096
+
+
+def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Float[Tensor, "d_model pos"],
+                  hint: Groups | None = None, pair_budget: int = PAIR_BUDGET, query_hint: Groups | None = None,
+                  group_queries: bool = True) -> GroupedAttention | None:
+    """A whole block (attention, then MLP) applied to ``xT`` in place, chunk by chunk of positions; ``None`` (and
+    ``xT`` untouched) where it does not apply, and the caller runs :func:`grouped_attention` instead.
+
+    The grouped attention of :func:`grouped_attention` with the keys grouped, computed in three passes of
+    :data:`STREAM_CHUNK` positions so that no ``rows x positions`` temporary exists beside the stream: (1) the keys
+    (and, with ``group_queries``, the queries) hashed, and the hashes grouped
+    (:func:`~circuits.structured_groups.hash_groups`; ``hint``, ``query_hint``: earlier groupings to try); (2) the
+    keys (queries) again, each checked bit for bit against its group's representative (any difference: ``None``),
+    and the values summed per key group; (3) the head's output added to each chunk's residual rows and the MLP
+    applied to them. Where the queries compress too (an update head's point queries are one vector) the scores,
+    softmax and output are computed once per pair of groups and gathered per position, as
+    :func:`grouped_attention` does for grouped queries; otherwise every query's scores against the key groups are
+    computed in pass 3. Pass 3 writes a chunk only after every check has passed, and a position's query reads its
+    own chunk before the chunk is written, as in the unchunked block. The value sums add the positions in the same
+    order as :func:`grouped_attention`.
+
+    Applies without a score hook, attention sinks or qk-norm (those run unchunked); ``None`` where the keys do not
+    compress to at most ``pair_budget`` groups.
+    """
+    if attn.cfg.use_qk_norm or attn.cfg.use_attention_sinks or plan.k is None:
+        return None
+    pos, device = xT.shape[1], xT.device
+    spans = [slice(start, min(pos, start + STREAM_CHUNK)) for start in range(0, pos, STREAM_CHUNK)]
+    direction = _hash_direction(plan.d_head, xT.dtype, device)
+    key_hashes = xT.new_empty(pos)
+    query_hashes = xT.new_empty(pos) if group_queries else None
+    for cols in spans:
+        x = _feature_major(ln1, xT[:, cols])
+        key_hashes[cols] = direction @ plan.k.apply(x)
+        if group_queries:
+            query_hashes[cols] = direction @ plan.q.apply(x)
+    keys = hash_groups(key_hashes, hint)
+    if keys.is_identity or keys.size > pair_budget:
+        return None
+    queries = identity_groups(pos, device)
+    if group_queries:
+        found = hash_groups(query_hashes, query_hint)
+        if found.size <= pair_budget:
+            queries = found
+    del key_hashes, query_hashes
+
+    def at(groups: Groups, rows: RestrictedMap) -> Tensor:  # the map at each group's representative position
+        return rows.apply(_feature_major(ln1, xT.index_select(1, groups.representative)))
+
+    key_rows = at(keys, plan.k)  # d_head x key groups
+    query_rows = None if queries.is_identity else at(queries, plan.q)
+    value_sums = None
+    for cols in spans:
+        x = _feature_major(ln1, xT[:, cols])
+        if not torch.equal(plan.k.apply(x), key_rows.index_select(1, keys.inverse[cols])) or (
+                query_rows is not None
+                and not torch.equal(plan.q.apply(x), query_rows.index_select(1, queries.inverse[cols]))):
+            return None  # a hash collision (or NaN): the exact grouping is the unchunked block's
+        values = plan.v.apply(x)
+        if value_sums is None:
+            value_sums = values.new_zeros(values.shape[0], keys.size)
+        value_sums.index_add_(1, keys.inverse[cols], values)
+    key_rows_T = key_rows.T.contiguous()
+    counts = keys.weights(xT.dtype)
+
+    def attend(query_cols: Tensor) -> tuple[Tensor, Tensor]:  # (key groups x queries) scores and pattern
+        scores = key_rows_T @ query_cols
+        if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
+            scores.div_(attn.attn_scale)
+        per_group = torch.softmax(scores, dim=0)
+        total = counts @ per_group
+        pattern = per_group.div_(total)  # each key's dense weight (see grouped_attention)
+        if _any_nan(total):  # as TransformerLens: a row with no finite score has no pattern
+            pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+        return scores, pattern
+
+    if query_rows is not None:
+        scores_T, pattern_T = attend(query_rows)
+        out_groups = plan.out.apply(value_sums @ pattern_T)
+    else:
+        scores_T, pattern_T = xT.new_empty(keys.size, pos), xT.new_empty(keys.size, pos)
+    for cols in spans:
+        part = xT[:, cols]  # a view: written through
+        if query_rows is not None:
+            out = out_groups.index_select(1, queries.inverse[cols])
+        else:
+            scores_T[:, cols], pattern_T[:, cols] = scores, pattern = attend(plan.q.apply(_feature_major(ln1, part)))
+            out = plan.out.apply(value_sums @ pattern)
+        _add_rows(part, plan.out.rows, out)
+        _add_rows(part, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, part)))
+    return GroupedAttention(queries, keys, scores_T.T, pattern_T.T)
+
+

@@ -78,7 +78,7 @@ update). The observed ``|softmax - hardmax|_1`` counts the sink's mass too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from jaxtyping import Float
@@ -173,23 +173,21 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
     layers, centroid_user, notes = [first], [float(round_up(state.delta.max() * scale))], []
     certified = True
     for it in range(iterations + 1):
-        m = _margins(p, state)
-        if not m.certified and certified:
+        a, eps, uncertain, bound = _assign_pass(p, state, it)
+        if uncertain and certified:
             certified = False
             notes.append(f"iteration {it}: the float reference cannot certify the nearest centroid of"
-                         f" {int((m.gap <= 0).any(axis=1).sum())} point(s) (margins below rounding); bounds are inf"
-                         " from here")
-        traj.labels.append(np.where(m.a == len(state.C), -1, m.a))
+                         f" {uncertain} point(s) (margins below rounding); bounds are inf from here")
+        traj.labels.append(np.where(a == len(state.C), -1, a))
         traj.certified.append(certified)
         if not certified:
             layers.extend(_uncertified(it, iterations, n))
             centroid_user.extend([math.inf] * (iterations - it))
             break
-        eps, bound = _assign_layer(p, state, m, it)
         layers.append(bound)
         if it == iterations:
             break
-        l1 = _update_layer(p, state, m.a, eps)
+        l1 = _update_layer(p, state, a, eps)
         traj.centroids.append(state.C.copy())
         worst_l1 = float(l1.max())
         layers.append(LayerBound(2 * it + 2, UPDATE, it + 1, worst_l1,
@@ -242,10 +240,41 @@ def _margins(p: _Problem, state: _State) -> _Margins:
     return _Margins(a, gap, D, E, Va, rho_a)
 
 
-def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.ndarray, LayerBound]:
-    """Each point's mass off its hard label, ``eps_i`` (at most 1), and the assign layer's bound."""
-    n, d = len(p.X), p.X.shape[1]
-    rows, a, delta = np.arange(n), m.a, state.delta
+#: Points per pass of an assign layer's bound (:func:`_assign_pass`): its ``n x k`` temporaries (distances, rounding
+#: bounds, gaps, exponents: about ten) exist for one chunk at a time, not for every point. Every step is elementwise
+#: or per point (``tests/unit/test_bound_chunks.py`` holds the bound to the same numbers for chunks of 1, 3 and 64).
+BOUND_CHUNK = 1 << 16
+
+
+def _assign_pass(p: _Problem, state: _State, it: int) -> tuple[np.ndarray, np.ndarray, int, LayerBound | None]:
+    """Iteration ``it``'s assign layer over every point, :data:`BOUND_CHUNK` points at a time: the hard labels, each
+    point's mass off its label ``eps_i``, the number of points whose nearest candidate the float reference cannot
+    certify, and the layer's bound (``None``, and ``eps`` not evaluated, when that number is not 0)."""
+    n = len(p.X)
+    labels, eps, log_eps = np.empty(n, dtype=np.intp), np.empty(n), np.empty(n)
+    uncertain = 0
+    for start in range(0, n, BOUND_CHUNK):
+        rows = slice(start, min(n, start + BOUND_CHUNK))
+        part = replace(p, X=p.X[rows], x_inf=p.x_inf[rows])
+        m = _margins(part, state)
+        labels[rows] = m.a
+        if not m.certified:
+            uncertain += int((m.gap <= 0).any(axis=1).sum())
+        if not uncertain:
+            eps[rows], log_eps[rows] = _assign_eps(part, state, m, n)
+    if uncertain:
+        return labels, eps, uncertain, None
+    worst = float(log_eps.max()) if n else -math.inf
+    l1 = float(round_up(2 * eps.max())) if n else 0.0
+    return labels, eps, 0, LayerBound(2 * it + 1, ASSIGN, it, l1, (math.log(2) + worst) / math.log(10), l1,
+                                      int((eps >= 0.5).sum()))
+
+
+def _assign_eps(p: _Problem, state: _State, m: _Margins, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's mass off its hard label, ``eps_i`` (at most 1), and its log, for the points of ``p`` (a chunk of
+    the ``n`` points: the masked keys are every point's)."""
+    rows, a, delta = np.arange(len(p.X)), m.a, state.delta
+    d = p.X.shape[1]
     # The expressions of the module docstring, evaluated in place (the same float64 operations in the same order).
     shift = np.sqrt(m.D * (1 + gamma(d + 2)))
     shift += m.E  # dist
@@ -253,10 +282,10 @@ def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.
     shift *= delta
     shift += delta**2  # 2 dist delta + delta^2
     if p.sink is not None:
-        shift = np.concatenate([shift, np.zeros((n, 1))], axis=1)
+        shift = np.concatenate([shift, np.zeros((len(rows), 1))], axis=1)
     shift_a = shift[rows, a]
     # The exponents of every candidate and, last, of the masked keys: log_eps is their log sum exp per point.
-    exponents = np.empty((n, shift.shape[1] + 1))
+    exponents = np.empty((len(rows), shift.shape[1] + 1))
     expo = exponents[:, :-1]
     with np.errstate(invalid="ignore"):
         np.subtract(m.gap, shift, out=expo)
@@ -266,11 +295,7 @@ def _assign_layer(p: _Problem, state: _State, m: _Margins, it: int) -> tuple[np.
     exponents[:, -1] = math.log(n + 1) - p.beta * (p.mask - (m.Va + m.rho_a) - shift_a)
     log_eps = logsumexp(exponents, axis=1)
     log_eps = np.minimum(log_eps, 0.0)  # eps <= 1 always
-    eps = np.minimum(round_up(exp(log_eps)), 1.0)
-    worst = float(log_eps.max()) if n else -math.inf
-    l1 = float(round_up(2 * eps.max())) if n else 0.0
-    return eps, LayerBound(2 * it + 1, ASSIGN, it, l1, (math.log(2) + worst) / math.log(10), l1,
-                           int((eps >= 0.5).sum()))
+    return np.minimum(round_up(exp(log_eps)), 1.0), log_eps
 
 
 def _update_layer(p: _Problem, state: _State, a: np.ndarray, eps: np.ndarray) -> np.ndarray:

@@ -109,6 +109,15 @@ class EncodedBatch:
     #: ``(dtype, device)`` of a released ``resid``, which the next read of ``resid`` makes again.
     _released: tuple[torch.dtype, torch.device] | None = field(default=None, init=False, repr=False, compare=False)
 
+    def as_encoded(self) -> bool:
+        """Whether ``resid`` is (or, released, will be made again as) what :func:`encode` makes of ``X``, ``C0`` and
+        ``scaling``: the tensor it made, unchanged by any in-place torch operation. A reader may then compute a slot
+        from those fields instead of reading the stream (which a lean capture has let go)."""
+        if self._released is not None:
+            return True
+        made, resid = self._made, self.__dict__.get("resid")
+        return made is not None and resid is not None and made[0]() is resid and resid._version == made[1]
+
     def release_resid(self) -> bool:
         """Drop this encoding's residual stream (at a million points, 0.47 GB) when it can be made again bit for bit:
         it is the tensor :func:`encode` made and no in-place torch operation has changed it since (its version
@@ -117,9 +126,8 @@ class EncodedBatch:
         is freed once no one else holds the tensor (a caller that keeps its own reference keeps it alive).
         A change made through a numpy view of the tensor is not seen by its version counter: an encoding written
         that way must not be released."""
-        made = self._made
         resid = self.__dict__.get("resid")
-        if resid is None or made is None or made[0]() is not resid or resid._version != made[1]:
+        if resid is None or not self.as_encoded():
             return False
         self._released = (resid.dtype, resid.device)
         del self.resid  # the instance attribute: the next read goes through __getattr__

@@ -40,3 +40,39 @@ def test_chunked_assign_layers_give_the_unchunked_bound_bit_for_bit(monkeypatch,
         assert _bound(X, C0, sink, tie_break) == whole
         uncertain_seen |= not pickle.loads(whole)[0].certified
     assert uncertain_seen  # the uncertified path was compared too
+
+
+@pytest.mark.parametrize("variant", ["lloyd", "damped", "trimmed"])
+@pytest.mark.parametrize("lean", [False, True])
+def test_bound_inputs_from_the_encoding_are_the_streams_slots(variant, lean):
+    """The bound's points and initial centroids, made from the encoding's inputs (a lean capture has released the
+    stream), are the stream's ``X`` and ``C_stage`` slots bit for bit, and reading them does not make the stream
+    again; an encoding whose stream was changed in place is read from the stream."""
+    import torch
+
+    from analysis.capture import capture
+    from analysis.pipeline import lloyd_scaling
+    from analysis.proof.bound.check import bound_inputs
+    from circuits.encoding import encode, read
+    from circuits.variants import get_variant
+    from tests.unit.test_lean_verify import corner_problem
+
+    X, C0 = corner_problem(n=40)
+    circuit = get_variant(variant).build(2, 3, 2)
+    scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
+    encoded = encode(circuit.layout, X, C0, scaling=scaling)
+    stream = encoded.resid.clone()
+    cap = capture(circuit, encoded, path="structured", lean=lean)
+    assert ("resid" not in vars(cap.encoded)) == lean  # released by a lean capture
+    (X_unit, C_unit, *_), _ = bound_inputs(cap)
+    assert ("resid" not in vars(cap.encoded)) == lean  # not made again
+    seq = encoded.sequence
+    assert X_unit.tobytes() == read(circuit.layout, stream, "X", seq.points)[0].tobytes()
+    assert C_unit.tobytes() == read(circuit.layout, stream, "C_stage", seq.centroids)[0].tobytes()
+    changed = encode(circuit.layout, X, C0, scaling=scaling)
+    changed.resid[0, seq.points.start, circuit.layout["X"].start] += 1.0
+    assert not changed.as_encoded()
+    cap_changed = capture(circuit, changed, path="structured")
+    (X_changed, *_), _ = bound_inputs(cap_changed)
+    assert X_changed[0, 0] == X_unit[0, 0] + 1.0
+    assert torch.equal(changed.resid, cap_changed.encoded.resid)

@@ -86,9 +86,12 @@ def keep_freed_memory() -> None:
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+        M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
         libc.mallopt(M_MMAP_MAX, 0)
         libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+        # One heap for every thread (a verification's background bound, analysis.verify.procedure): a thread's own
+        # arena would hold freed memory of its own beside the main heap's.
+        libc.mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):
         pass
 

@@ -12,6 +12,7 @@ number either way; a fit that only asks whether it was verified (a model search)
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -88,18 +89,48 @@ class Unresolved:
 
 class Deferred:
     """A value evaluated on first use, then kept: ``compute()``, a picklable callable (a report pickled before the
-    value was read carries what computes it)."""
+    value was read carries what computes it). :meth:`start` begins the evaluation in a background thread at once
+    (a large run's bound: numpy releases the GIL, so the other core computes it while the verification goes on);
+    the first read then waits for it. Either way the value is what ``compute()`` returns."""
 
-    __slots__ = ("compute", "result", "done")
+    __slots__ = ("compute", "result", "done", "_thread", "_error")
 
     def __init__(self, compute):
         self.compute, self.result, self.done = compute, None, False
+        self._thread = self._error = None
+
+    def start(self) -> "Deferred":
+        if not self.done and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="deferred", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result = self.compute()
+        except BaseException as exc:  # raised again in the reading thread, by value()
+            self._error = exc
 
     def value(self):
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is None:
+                self.done, self.compute = True, None
+            else:  # as if never started: this read computes again (and raises as compute() does)
+                self._error = None
         if not self.done:
             self.result, self.done = self.compute(), True
             self.compute = None  # its inputs are no longer needed
         return self.result
+
+    def __getstate__(self) -> tuple:
+        if self._thread is not None:  # a thread does not pickle: wait for its value instead
+            self.value()
+        return self.compute, self.result, self.done
+
+    def __setstate__(self, state: tuple) -> None:
+        (self.compute, self.result, self.done), self._thread, self._error = state, None, None
 
 
 class _Evaluated:

@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float, Int
 
 from circuits.layout import ResidualLayout, SequenceLayout
+from circuits.onehot import OneHotStack
 
 #: A point counts as assigned when its largest assignment bit exceeds this.
 ASSIGNED_THRESHOLD = 0.5
@@ -211,10 +212,15 @@ class StreamDecoder:
     centroids) are copied with a fresh decoding's very strides (:class:`_Kept`), so every state owns them. The
     point-sized ones (``assignments``, ``staged_assignments``, ``labels``: n x k per layer, gigabytes over a deep
     run at a million points) are *shared* with the previous state when their bits are the same, and a shared
-    array is made read-only (in both states), so no state can change another's through it."""
+    array is made read-only (in both states), so no state can change another's through it.
 
-    def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
+    ``one_hot=True`` (a lean capture): a ``Y`` that is exactly the one-hot rows of its labels (compared as
+    ``np.array_equal(one_hot(labels), Y)``) is returned as those labels (:class:`~circuits.onehot.OneHotStack`),
+    read a chunk of rows at a time and never copied whole; any other ``Y`` is decoded as without it."""
+
+    def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling, one_hot: bool = False):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
+        self.one_hot = one_hot
         self._last: DecodedState | None = None  # the point-sized arrays of the last decoding
         self._centroids: tuple[bytes, _Kept, _Kept] | None = None  # C's and N's bits -> centroids, |c|^2
         self._staged: tuple[bytes, _Kept] | None = None  # C_stage's bits -> staged centroids
@@ -234,15 +240,21 @@ class StreamDecoder:
         # read()'s copies, each position range sliced once.
         points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
         last = self._last
-        Y = _same_bits_or(points[..., layout["Y"]], None if last is None else last.assignments)
+        labels = _one_hot_labels(points[..., layout["Y"]]) if self.one_hot else None
+        if labels is not None:
+            if last is not None and isinstance(last.assignments, OneHotStack) and np.array_equal(labels, last.labels):
+                labels, Y = _read_only(last.labels), last.assignments  # shared, as an unchanged Y's are below
+            else:
+                Y = OneHotStack(labels, self.sequence.k)
+        else:
+            previous = None if last is None or not isinstance(last.assignments, np.ndarray) else last.assignments
+            Y = _same_bits_or(points[..., layout["Y"]], previous)
         Y_stage = _same_bits_or(points[..., layout["Y_stage"]], None if last is None else last.staged_assignments)
         unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
         unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
         unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
-        if last is not None and Y is last.assignments:
-            labels = _read_only(last.labels)
-        else:
-            labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+        if labels is None:
+            labels = _read_only(last.labels) if last is not None and Y is last.assignments else _labels(Y)
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
             centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
@@ -267,6 +279,35 @@ class StreamDecoder:
         )
         self._last = state
         return state
+
+
+def _labels(Y: Float[np.ndarray, "*batch n k"]) -> Int[np.ndarray, "*batch n"]:
+    """The argmax of each row of ``Y``, or -1 where no bit exceeds :data:`ASSIGNED_THRESHOLD`."""
+    return np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+
+
+def _one_hot_labels(slot: Float[np.ndarray, "batch n k"], rows: int = 1 << 14) -> Int[np.ndarray, "batch n"] | None:
+    """The labels of ``Y`` (:func:`_labels` of its float64 copy) where ``Y`` is exactly their one-hot rows
+    (``np.array_equal(one_hot(labels), Y)``, so a -0.0 passes as 0), else ``None``.
+
+    That holds exactly where every entry is 0 or 1 and no row holds two 1s; a row's label is then where its 1 is
+    (-1 for none), read with one small matrix product (count and position of the 1s, exact small integers) rather
+    than ``max`` and ``argmax`` along rows of ``k``. ``rows`` rows at a time: the copies and comparisons stay in
+    cache, and no ``n x k`` array is made."""
+    batch, n, k = slot.shape
+    labels = np.empty((batch, n), dtype=np.int64)
+    count_and_place = np.stack([np.ones(k), np.arange(1, k + 1, dtype=np.float64)], axis=1)
+    for b in range(batch):
+        for start in range(0, n, rows):
+            part = np.array(slot[b, start:start + rows], dtype=np.float64)
+            ones = part == 1.0
+            if not (ones | (part == 0.0)).all():
+                return None
+            found = ones.astype(np.float64) @ count_and_place
+            if (found[:, 0] > 1).any():
+                return None
+            labels[b, start:start + rows] = found[:, 1] - 1
+    return labels
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -74,9 +74,11 @@ FAR, NEAR, SPECIAL = [0.0, -1500.0, -3000.0, 2000.0], [0.0, -1.0, 0.5, -700.0], 
 
 
 def draw_scores(rng, shape, mode: str) -> np.ndarray:
+    """``far``: only far scores (the shortcuts decide); ``mixed``: with near ones; ``any``: with -inf, inf, NaN."""
     pool = FAR if mode == "far" else FAR + NEAR if mode == "mixed" else FAR + NEAR + SPECIAL
     weights = np.ones(len(pool))
-    weights[len(FAR):] = 0.02  # mostly far: a whole problem takes the shortcut often enough
+    weights[len(FAR):len(FAR) + len(NEAR)] = 0.3
+    weights[len(FAR) + len(NEAR):] = 0.02
     return rng.choice(pool, size=shape, p=weights / weights.sum())
 
 
@@ -202,6 +204,20 @@ def test_lean_assign_certificate_is_the_grouped_summary(n, k, batch, dtype, mode
     lean = assign_certificate_grouped(groups, encoded, rows_per_chunk=int(rng.integers(1, 50)))
     assert same_bits(lean.margin, full.margin) and same_bits(lean.leak_bound, full.leak_bound)
     assert lean.scores is lean.pattern is lean.chosen is lean.leak_observed is lean.sink_mass is None
+
+
+def test_lean_assign_certificate_leaves_float32_counts_beyond_its_integers_to_torch():
+    """Four key groups at one score, of 1, 2**24, 1 and 1 keys: float32 holds the leak bound's terms but not their
+    sum (torch's float32 sum gives 2**24, not 2**24 + 2), so the count shortcut must not decide it."""
+    encoded = encoded_for(3, 3)
+    pos = encoded.sequence.n_tokens
+    inverse = torch.tensor([1, 1, 1, 1, 0, 2, 3])  # positions only name the groups; counts are the weights
+    keys = Groups(torch.tensor([4, 0, 5, 6]), inverse, torch.tensor([1, 2**24, 1, 1]))
+    S = key_major(np.zeros((pos, 4)), torch.float32)
+    g = GroupedAttention(identity_groups(pos), keys, S, S.clone())
+    want = summarise_assign_grouped([g], encoded, columns=False)
+    got = assign_certificate_grouped([g], encoded)
+    assert same_bits(got.leak_bound, want.leak_bound) and same_bits(got.margin, want.margin)
 
 
 def test_lean_assign_certificate_hand_case():

@@ -199,7 +199,8 @@ def _assign_certificate_rows(S: np.ndarray, counts: np.ndarray, rows: slice, row
         below = np.where(at_top, lowest, block).max(axis=-1)
         if not (below - top < EXP_ZERO_BELOW).all():
             return None
-        ties = at_top @ weights - 1  # keys at the top score other than the chosen one
+        # Keys at the top score other than the chosen one (einsum: matmul has no fast loop for a bool matrix).
+        ties = np.einsum("qg,g->q", at_top, weights) - 1
         part = slice(a - start, a - start + block.shape[0])
         margin[part] = top - np.where(ties > 0, top, below)
         leak[part] = ties

@@ -149,10 +149,10 @@ class DecodedState:
     """What a residual stream says, per problem of the batch, in the user's units."""
 
     labels: Int[np.ndarray, "batch n"]
-    #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` as its labels: a
+    #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` (and ``Y_stage``) as its labels: a
     #: :class:`circuits.onehot.OneHotStack`, whose ``[b]`` is problem ``b``'s matrix.
     assignments: Float[np.ndarray, "batch n k"] | object
-    staged_assignments: Float[np.ndarray, "batch n k"]
+    staged_assignments: Float[np.ndarray, "batch n k"] | object
     centroids: Float[np.ndarray, "batch k d"]
     staged_centroids: Float[np.ndarray, "batch k d"]
     centroid_sq_norms: Float[np.ndarray, "batch k"]
@@ -214,9 +214,10 @@ class StreamDecoder:
     run at a million points) are *shared* with the previous state when their bits are the same, and a shared
     array is made read-only (in both states), so no state can change another's through it.
 
-    ``one_hot=True`` (a lean capture): a ``Y`` that is exactly the one-hot rows of its labels (compared as
-    ``np.array_equal(one_hot(labels), Y)``) is returned as those labels (:class:`~circuits.onehot.OneHotStack`),
-    read a chunk of rows at a time and never copied whole; any other ``Y`` is decoded as without it."""
+    ``one_hot=True`` (a lean capture): a ``Y`` or ``Y_stage`` that is exactly the one-hot rows of its labels
+    (compared as ``np.array_equal(one_hot(labels), Y)``; all zeros included) is returned as those labels
+    (:class:`~circuits.onehot.OneHotStack`), read a chunk of rows at a time and never copied whole; any other is
+    decoded as without it."""
 
     def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling, one_hot: bool = False):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
@@ -240,21 +241,16 @@ class StreamDecoder:
         # read()'s copies, each position range sliced once.
         points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
         last = self._last
-        labels = _one_hot_labels(points[..., layout["Y"]]) if self.one_hot else None
-        if labels is not None:
-            if last is not None and isinstance(last.assignments, OneHotStack) and np.array_equal(labels, last.labels):
-                labels, Y = _read_only(last.labels), last.assignments  # shared, as an unchanged Y's are below
-            else:
-                Y = OneHotStack(labels, self.sequence.k)
-        else:
-            previous = None if last is None or not isinstance(last.assignments, np.ndarray) else last.assignments
-            Y = _same_bits_or(points[..., layout["Y"]], previous)
-        Y_stage = _same_bits_or(points[..., layout["Y_stage"]], None if last is None else last.staged_assignments)
+        Y, labels = self._points_slot(points[..., layout["Y"]], None if last is None else last.assignments)
+        Y_stage, _ = self._points_slot(points[..., layout["Y_stage"]],
+                                       None if last is None else last.staged_assignments)
         unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
         unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
         unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
-        if labels is None:
-            labels = _read_only(last.labels) if last is not None and Y is last.assignments else _labels(Y)
+        if last is not None and Y is last.assignments:
+            labels = _read_only(last.labels)
+        elif labels is None:
+            labels = _labels(Y)
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
             centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
@@ -279,6 +275,18 @@ class StreamDecoder:
         )
         self._last = state
         return state
+
+    def _points_slot(self, slot: np.ndarray, previous) -> tuple[np.ndarray | OneHotStack, np.ndarray | None]:
+        """A point-sized slot (``Y``, ``Y_stage``) as decoded, and its labels where they were read on the way:
+        ``previous`` (the last decoding's, shared) where it holds the same, else (``one_hot``) the labels' stack where
+        the slot is exactly their one-hot rows, else a float64 copy."""
+        if self.one_hot:
+            labels = _one_hot_labels(slot)
+            if labels is not None:
+                if isinstance(previous, OneHotStack) and np.array_equal(labels, previous.labels):
+                    return previous, None
+                return OneHotStack(labels, slot.shape[-1]), labels
+        return _same_bits_or(slot, previous if isinstance(previous, np.ndarray) else None), None
 
 
 def _labels(Y: Float[np.ndarray, "*batch n k"]) -> Int[np.ndarray, "*batch n"]:

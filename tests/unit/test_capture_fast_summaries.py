@@ -239,12 +239,13 @@ def test_lean_assign_certificate_hand_case():
     assert att.leak_bound.tolist() == [[0.0, 1.0, 2.0]]
 
 
-def compacted(state):
-    """What a lean capture made of a plain decoding: Y held as its labels where it is exactly their one-hot rows."""
-    Y, k = state.assignments, state.assignments.shape[-1]
-    if all(np.array_equal(one_hot(state.labels[b], k), Y[b]) for b in range(Y.shape[0])):
-        return OneHotStack(state.labels, k)
-    return Y
+def compacted(matrix, labels):
+    """What a lean capture made of a plain decoding's ``matrix`` (``Y`` with the state's ``labels``, or ``Y_stage``
+    with the labels read the same way): held as its labels where it is exactly their one-hot rows."""
+    k = matrix.shape[-1]
+    if all(np.array_equal(one_hot(labels[b], k), matrix[b]) for b in range(matrix.shape[0])):
+        return OneHotStack(labels, k)
+    return matrix
 
 
 def draw_Y(rng, n: int, k: int, kind: str) -> np.ndarray:
@@ -268,8 +269,9 @@ def draw_Y(rng, n: int, k: int, kind: str) -> np.ndarray:
        kinds=st.lists(st.sampled_from(["one-hot", "signed zeros", "two ones", "soft", "nan", "same"]), min_size=1,
                       max_size=4), seed=st.integers(0, 2**32 - 1))
 def test_one_hot_decoder_is_the_plain_decoder_compacted(n, k, batch, dtype, rows, kinds, seed):
-    """A run of residual streams (Y exactly one-hot, with -0.0, not one-hot, unchanged): the one-hot decoder gives
-    every field of the plain decoder's state, and Y as the lean capture held it (labels where exactly one-hot).
+    """A run of residual streams (Y or Y_stage exactly one-hot, with -0.0, not one-hot, unchanged): the one-hot
+    decoder gives every field of the plain decoder's state, and Y and Y_stage held as their labels where exactly
+    one-hot (as a lean capture held Y).
     Read ``rows`` rows at a time, so that chunks end anywhere."""
     chunked = functools.partial(encoding._one_hot_labels, rows=rows)
     with mock.patch.object(encoding, "_one_hot_labels", chunked):
@@ -287,15 +289,19 @@ def check_one_hot_decoder(n, k, batch, dtype, kinds, seed):
     for kind in kinds:
         if kind != "same":
             resid = resid.clone()
+            slot = layout["Y"] if rng.random() < 0.7 else layout["Y_stage"]
             for b in range(batch):
-                resid[b, encoded.sequence.points, layout["Y"]] = torch.from_numpy(draw_Y(rng, n, k, kind)).to(dtype)
+                resid[b, encoded.sequence.points, slot] = torch.from_numpy(draw_Y(rng, n, k, kind)).to(dtype)
         want, got = plain(resid), lean(resid)
         for name, value in want.__dict__.items():
-            if name != "assignments":
+            if name not in ("assignments", "staged_assignments"):
                 assert same_bits(getattr(got, name), value), name
-        expected = compacted(want)
-        assert type(got.assignments) is type(expected)
-        assert same_bits(np.asarray(got.assignments), np.asarray(expected))
+        Y_stage = want.staged_assignments
+        staged_labels = np.where(Y_stage.max(axis=-1) > 0.5, Y_stage.argmax(axis=-1), -1)
+        for matrix, expected in ((got.assignments, compacted(want.assignments, want.labels)),
+                                 (got.staged_assignments, compacted(Y_stage, staged_labels))):
+            assert type(matrix) is type(expected)
+            assert same_bits(np.asarray(matrix), np.asarray(expected))
 
 
 CAPTURES = [("lloyd", torch.float64, 1), ("lloyd", torch.float32, 1), ("lloyd", torch.float64, 2),

@@ -307,7 +307,11 @@ def _one_hot_labels(slot: Float[np.ndarray, "batch n k"], rows: int = 1 << 14) -
     count_and_place = np.stack([np.ones(k), np.arange(1, k + 1, dtype=np.float64)], axis=1)
     for b in range(batch):
         for start in range(0, n, rows):
-            part = np.array(slot[b, start:start + rows], dtype=np.float64)
+            part = slot[b, start:start + rows]
+            if not part.any():  # rows of zeros (-0.0 included): label -1 (Y_stage between blocks), without a copy
+                labels[b, start:start + rows] = -1
+                continue
+            part = np.array(part, dtype=np.float64)
             ones = part == 1.0
             if not (ones | (part == 0.0)).all():
                 return None

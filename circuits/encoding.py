@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 
 from circuits.layout import ResidualLayout, SequenceLayout
+from circuits.onehot import OneHotStack
 
 #: A point counts as assigned when its largest assignment bit exceeds this.
 ASSIGNED_THRESHOLD = 0.5
@@ -196,10 +197,10 @@ class DecodedState:
     """What a residual stream says, per problem of the batch, in the user's units."""
 
     labels: Int[np.ndarray, "batch n"]
-    #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` as its labels: a
+    #: A lean capture (analysis.capture) holds an exactly one-hot ``Y`` (and ``Y_stage``) as its labels: a
     #: :class:`circuits.onehot.OneHotStack`, whose ``[b]`` is problem ``b``'s matrix.
     assignments: Float[np.ndarray, "batch n k"] | object
-    staged_assignments: Float[np.ndarray, "batch n k"]
+    staged_assignments: Float[np.ndarray, "batch n k"] | object
     centroids: Float[np.ndarray, "batch k d"]
     staged_centroids: Float[np.ndarray, "batch k d"]
     centroid_sq_norms: Float[np.ndarray, "batch k"]
@@ -259,10 +260,16 @@ class StreamDecoder:
     centroids) are copied with a fresh decoding's very strides (:class:`_Kept`), so every state owns them. The
     point-sized ones (``assignments``, ``staged_assignments``, ``labels``: n x k per layer, gigabytes over a deep
     run at a million points) are *shared* with the previous state when their bits are the same, and a shared
-    array is made read-only (in both states), so no state can change another's through it."""
+    array is made read-only (in both states), so no state can change another's through it.
 
-    def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling):
+    ``one_hot=True`` (a lean capture): a ``Y`` or ``Y_stage`` that is exactly the one-hot rows of its labels
+    (compared as ``np.array_equal(one_hot(labels), Y)``; all zeros included) is returned as those labels
+    (:class:`~circuits.onehot.OneHotStack`), read a chunk of rows at a time and never copied whole; any other is
+    decoded as without it."""
+
+    def __init__(self, layout: ResidualLayout, sequence: SequenceLayout, scaling: UnitScaling, one_hot: bool = False):
         self.layout, self.sequence, self.scaling = layout, sequence, scaling
+        self.one_hot = one_hot
         self._last: DecodedState | None = None  # the point-sized arrays of the last decoding
         self._centroids: tuple[bytes, _Kept, _Kept] | None = None  # C's and N's bits -> centroids, |c|^2
         self._staged: tuple[bytes, _Kept] | None = None  # C_stage's bits -> staged centroids
@@ -282,15 +289,16 @@ class StreamDecoder:
         # read()'s copies, each position range sliced once.
         points, centroids = resid[:, sequence.points], resid[:, sequence.centroids]
         last = self._last
-        Y = _same_bits_or(points[..., layout["Y"]], None if last is None else last.assignments)
-        Y_stage = _same_bits_or(points[..., layout["Y_stage"]], None if last is None else last.staged_assignments)
+        Y, labels = self._points_slot(points[..., layout["Y"]], None if last is None else last.assignments)
+        Y_stage, _ = self._points_slot(points[..., layout["Y_stage"]],
+                                       None if last is None else last.staged_assignments)
         unit_c = np.array(centroids[..., layout["C"]], dtype=np.float64, copy=True)
         unit_n = np.array(centroids[..., layout["N"]], dtype=np.float64, copy=True)[..., 0]
         unit_staged = np.array(centroids[..., layout["C_stage"]], dtype=np.float64, copy=True)
         if last is not None and Y is last.assignments:
             labels = _read_only(last.labels)
-        else:
-            labels = np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+        elif labels is None:
+            labels = _labels(Y)
         key = unit_c.tobytes() + unit_n.tobytes()
         if self._centroids is not None and self._centroids[0] == key:
             centroids, sq_norms = self._centroids[1].copy(), self._centroids[2].copy()
@@ -315,6 +323,51 @@ class StreamDecoder:
         )
         self._last = state
         return state
+
+    def _points_slot(self, slot: np.ndarray, previous) -> tuple[np.ndarray | OneHotStack, np.ndarray | None]:
+        """A point-sized slot (``Y``, ``Y_stage``) as decoded, and its labels where they were read on the way:
+        ``previous`` (the last decoding's, shared) where it holds the same, else (``one_hot``) the labels' stack where
+        the slot is exactly their one-hot rows, else a float64 copy."""
+        if self.one_hot:
+            labels = _one_hot_labels(slot)
+            if labels is not None:
+                if isinstance(previous, OneHotStack) and np.array_equal(labels, previous.labels):
+                    return previous, None
+                return OneHotStack(labels, slot.shape[-1]), labels
+        return _same_bits_or(slot, previous if isinstance(previous, np.ndarray) else None), None
+
+
+def _labels(Y: Float[np.ndarray, "*batch n k"]) -> Int[np.ndarray, "*batch n"]:
+    """The argmax of each row of ``Y``, or -1 where no bit exceeds :data:`ASSIGNED_THRESHOLD`."""
+    return np.where(Y.max(axis=-1) > ASSIGNED_THRESHOLD, Y.argmax(axis=-1), -1)
+
+
+def _one_hot_labels(slot: Float[np.ndarray, "batch n k"], rows: int = 1 << 14) -> Int[np.ndarray, "batch n"] | None:
+    """The labels of ``Y`` (:func:`_labels` of its float64 copy) where ``Y`` is exactly their one-hot rows
+    (``np.array_equal(one_hot(labels), Y)``, so a -0.0 passes as 0), else ``None``.
+
+    That holds exactly where every entry is 0 or 1 and no row holds two 1s; a row's label is then where its 1 is
+    (-1 for none), read with one small matrix product (count and position of the 1s, exact small integers) rather
+    than ``max`` and ``argmax`` along rows of ``k``. ``rows`` rows at a time: the copies and comparisons stay in
+    cache, and no ``n x k`` array is made."""
+    batch, n, k = slot.shape
+    labels = np.empty((batch, n), dtype=np.int64)
+    count_and_place = np.stack([np.ones(k), np.arange(1, k + 1, dtype=np.float64)], axis=1)
+    for b in range(batch):
+        for start in range(0, n, rows):
+            part = slot[b, start:start + rows]
+            if not part.any():  # rows of zeros (-0.0 included): label -1 (Y_stage between blocks), without a copy
+                labels[b, start:start + rows] = -1
+                continue
+            part = np.array(part, dtype=np.float64)
+            ones = part == 1.0
+            if not (ones | (part == 0.0)).all():
+                return None
+            found = ones.astype(np.float64) @ count_and_place
+            if (found[:, 0] > 1).any():
+                return None
+            labels[b, start:start + rows] = found[:, 1] - 1
+    return labels
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

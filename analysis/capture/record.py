@@ -34,10 +34,12 @@ from jaxtyping import Float, Int
 from analysis.capture.summaries import (
     AssignAttention,
     UpdateAttention,
+    assign_certificate_grouped,
     summarise_assign_grouped,
     summarise_head,
     to_numpy,
     update_certificate,
+    update_certificate_grouped,
     update_rows_grouped,
 )
 from analysis.errors import ProblemError
@@ -236,14 +238,17 @@ class _LayerDecoder:
         self.spec = circuit.spec
         self.lean = lean
         # One decoder for the whole run: what a block left unchanged is copied from the last decoding, not recomputed.
-        self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling)
+        # A lean capture's one-hot Y is held as its labels as it is decoded (soft responsibilities are read out
+        # from the whole matrix first, then compacted below).
+        self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling,
+                                    one_hot=lean and not self.spec.soft_assignments)
         self._compact: tuple[np.ndarray, OneHotStack] | None = None  # the last Y held as its labels, and that Y
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
         state = self.spec.readout(self.decode(resid))
-        return self._compacted(state) if self.lean else state
+        return self._compacted(state) if self.lean and not isinstance(state.assignments, OneHotStack) else state
 
     def _compacted(self, state: DecodedState) -> DecodedState:
         """``state`` with ``Y`` held as its labels (:class:`~circuits.onehot.OneHotStack`) where it is exactly
@@ -258,7 +263,9 @@ class _LayerDecoder:
         self._compact = (Y, OneHotStack(state.labels, k))
         return replace(state, assignments=self._compact[1])
 
-    def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None) -> None:
+    def add(self, layer: int, resid_post, att: AssignAttention | UpdateAttention | None, groups=None) -> None:
+        """Decode ``resid_post`` and record the layer; an update head's certificate is computed here (it reads the
+        labels before the block), from its grouped attention (``groups``, the structured path) where given."""
         post = self.read(resid_post)
         if isinstance(att, UpdateAttention):
             if self.spec.swapped_update_normalisation:
@@ -266,6 +273,10 @@ class _LayerDecoder:
                 # the verifier checks this head's pattern against the reference's weights instead.
                 att.margin, att.leak_bound, att.leak_observed, att.member_spread = (
                     np.full(att.scores.shape[:2], np.nan) for _ in range(4))
+            elif groups is not None:
+                update_certificate_grouped(att, groups, self.pre.labels, self.encoded)
+                if self.lean:
+                    att.scores = att.pattern = None
             else:
                 update_certificate(att, self.pre.labels, self.encoded)
                 if self.lean:  # the certificate is all the verification reads of a softmax update head
@@ -294,17 +305,21 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     def take(layer: int, record) -> None:
         # Summarise and decode as each block finishes, so that no residual stream outlives its layer.
         kind = circuit.schedule[layer]
-        if kind == ASSIGN:
+        if kind == ASSIGN and lean and not with_sink and circuit.spec.sink_logit is None:
+            att = assign_certificate_grouped(record.attention, encoded)  # margin and leak bound only
+        elif kind == ASSIGN:
             # An attention sink's certificate is computed from the kept scores (verify.checks.assign_certificate).
             att = summarise_assign_grouped(record.attention, encoded, with_sink,
                                            columns=not lean or circuit.spec.sink_logit is not None)
             if lean:  # per point, but read by no check (views and the proof's observed leaks read them)
                 att.chosen = att.leak_observed = None
+        elif kind == UPDATE and lean and not circuit.spec.swapped_update_normalisation:
+            att = UpdateAttention(scores=None, pattern=None)  # the certificate is all a lean capture keeps
         elif kind == UPDATE:
             att = update_rows_grouped(record.attention, encoded)
         else:
             att = None
-        decoder.add(layer, record.resid_post, att)
+        decoder.add(layer, record.resid_post, att, record.attention if kind == UPDATE else None)
         if keep_cache:
             entries[hook_names.resid_pre(layer)] = record.resid_pre
             entries[hook_names.resid_post(layer)] = record.resid_post

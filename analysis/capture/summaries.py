@@ -143,6 +143,70 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
     return AssignAttention(**out)
 
 
+def assign_certificate_grouped(groups, encoded: EncodedBatch, rows_per_chunk: int = 1 << 14) -> AssignAttention:
+    """What a lean capture keeps of an assign head without an attention sink: :func:`summarise_assign_grouped`'s
+    ``margin`` and ``leak_bound``, bit for bit, and nothing else (``None``).
+
+    Computed a chunk of point queries at a time, so the temporaries stay in cache, and without ``exp``: where every
+    score of a query is either its top score or more than ``-EXP_ZERO_BELOW`` below it, each leak term is
+    ``exp(0) = 1`` or exactly 0 times a key count, so the leak bound is the number of the query's other keys at its
+    top score (a sum of small integers: exact in any order), and the runner-up is the top score again where there is
+    one. A problem where that does not hold for every query (a non-finite top score, a term that is
+    neither, a count sum float32 cannot hold exactly) is summarised by :func:`summarise_assign_grouped` instead.
+    Tested against it in tests/unit/test_capture_fast_summaries.py.
+    """
+    seq = encoded.sequence
+    margins, leaks = [], []
+    for g in groups:
+        S = g.scores.cpu().numpy()
+        counts = np.ones(S.shape[1], dtype=np.int64) if g.keys.is_identity else g.keys.arrays()[2]
+        exact_counts = int(counts.sum()) <= 2 ** (np.finfo(S.dtype).nmant + 1)  # every partial sum an exact integer
+        rows = seq.points if g.queries.is_identity else slice(0, S.shape[0])
+        found = _assign_certificate_rows(S, counts, rows, rows_per_chunk) if exact_counts else None
+        if found is None:
+            att = summarise_assign_grouped([g], encoded, columns=False)
+            margins.append(att.margin[0])
+            leaks.append(att.leak_bound[0])
+            continue
+        margin, leak = found
+        if not g.queries.is_identity:
+            point_groups = g.queries.inverse[seq.points].cpu().numpy()
+            margin, leak = margin[point_groups], leak[point_groups]
+        margins.append(margin)
+        leaks.append(leak)
+    return AssignAttention(scores=None, pattern=None, chosen=None, margin=_batch(margins), leak_bound=_batch(leaks),
+                           leak_observed=None)
+
+
+def _assign_certificate_rows(S: np.ndarray, counts: np.ndarray, rows: slice, rows_per_chunk: int
+                             ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Margin and leak bound (float64) of the query rows ``rows`` of ``S`` (query x key group scores, key groups of
+    ``counts`` keys), or ``None`` where :func:`assign_certificate_grouped`'s shortcut does not hold.
+
+    Every score below a query's top ``t`` is at most the best of them, ``lo``, and rounding is monotone, so
+    ``s - t < EXP_ZERO_BELOW`` holds for all of them where it holds for ``lo``: one comparison per query."""
+    start, stop = rows.indices(S.shape[0])[:2]
+    margin = np.empty(stop - start, dtype=np.float64)
+    leak = np.empty(stop - start, dtype=np.float64)
+    weights = counts.astype(np.float64)  # products and sums of small integers: exact
+    lowest = S.dtype.type(-np.inf)
+    for a in range(start, stop, rows_per_chunk):
+        block = S[a:min(a + rows_per_chunk, stop)]
+        top = block.max(axis=-1)
+        if not np.isfinite(top).all():  # a NaN anywhere in a row propagates to its max
+            return None
+        at_top = block == top[:, None]
+        below = np.where(at_top, lowest, block).max(axis=-1)
+        if not (below - top < EXP_ZERO_BELOW).all():
+            return None
+        # Keys at the top score other than the chosen one (einsum: matmul has no fast loop for a bool matrix).
+        ties = np.einsum("qg,g->q", at_top, weights) - 1
+        part = slice(a - start, a - start + block.shape[0])
+        margin[part] = top - np.where(ties > 0, top, below)
+        leak[part] = ties
+    return margin, leak
+
+
 def leak_sums(S: np.ndarray, P: np.ndarray, top_score: np.ndarray, others: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """The assign certificate's sums per query row, bit for bit the straightforward torch form
@@ -220,28 +284,98 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     """
     seq = encoded.sequence
     batch, k, _ = att.scores.shape
-    fields = {name: [] for name in ("inside_min", "inside_max", "outside_max", "outside_sum", "size", "observed")}
+    rows = []
     for b in range(batch):
         for j in range(k):
-            intended = np.zeros(att.scores.shape[-1], dtype=bool)
-            intended[seq.points] = labels_pre[b] == j  # query j's members
-            intended[seq.centroids.start + j] = not intended.any()  # its own key where it has none
-            s = att.scores[b, j]
-            outside_scores = np.where(intended, -np.inf, s)
-            inside_min = np.where(intended, s, np.inf).min()
-            with np.errstate(under="ignore"):
-                outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min))
-            for name, value in (("inside_min", inside_min), ("inside_max", np.where(intended, s, -np.inf).max()),
-                                ("outside_max", outside_scores.max()), ("outside_sum", outside.sum()),
-                                ("size", intended.sum()),
-                                ("observed", np.where(intended, 0.0, att.pattern[b, j]).sum())):
-                fields[name].append(value)
+            rows.append(_update_row(att.scores[b, j], att.pattern[b, j], _intended(labels_pre[b], j, seq)))
+    _fill_update_certificate(att, rows, batch, k)
+
+
+def _intended(labels: Int[np.ndarray, " n"], j: int, seq) -> np.ndarray:
+    """Query ``j``'s intended keys over every position: its members, or its own key where it has none."""
+    intended = np.zeros(seq.n_tokens, dtype=bool)
+    intended[seq.points] = labels == j
+    intended[seq.centroids.start + j] = not intended.any()
+    return intended
+
+
+def _update_row(s: np.ndarray, p: np.ndarray, intended: np.ndarray) -> tuple:
+    """One update row's certificate terms (inside min and max, outside max and leak sum, support size, observed
+    leak) from its dense scores ``s`` and pattern ``p`` over every key."""
+    outside_scores = np.where(intended, -np.inf, s)
+    inside_min = np.where(intended, s, np.inf).min()
+    with np.errstate(under="ignore"):
+        outside = np.where(intended, 0.0, np.exp(outside_scores - inside_min))
+    return (inside_min, np.where(intended, s, -np.inf).max(), outside_scores.max(), outside.sum(), intended.sum(),
+            np.where(intended, 0.0, p).sum())
+
+
+def _fill_update_certificate(att: UpdateAttention, rows: list[tuple], batch: int, k: int) -> None:
     inside_min, inside_max, outside_max, outside_sum, size, observed = (
-        np.array(values).reshape(batch, k) for values in fields.values())
+        np.array(values).reshape(batch, k) for values in zip(*rows))
     att.margin = inside_min - outside_max
     att.leak_bound = outside_sum / size
     att.leak_observed = observed
     att.member_spread = inside_max - inside_min
+
+
+def update_certificate_grouped(att: UpdateAttention, groups, labels_pre: Int[np.ndarray, "batch n"],
+                               encoded: EncodedBatch) -> None:
+    """:func:`update_certificate` of the rows :func:`update_rows_grouped` makes of ``groups`` (one per problem), bit
+    for bit, computed per key group: ``att``'s own ``scores`` and ``pattern`` are not read (a lean capture has none).
+
+    A key group's keys share one score and one pattern weight, so the minima, maxima and support sizes are those of
+    the groups that hold intended (or other) keys, counted once per problem by label (one ``bincount`` over the
+    points, not ``k`` passes over every key). The two sums are exact whatever their order where every outside term
+    is 0 or 1 (``exp`` of a score below ``EXP_ZERO_BELOW`` or equal to the inside minimum: an integer count) and at
+    most one outside key has a nonzero weight; a row where either fails is computed as :func:`update_certificate`
+    computes it, on its dense row. Tested against it in tests/unit/test_capture_fast_summaries.py.
+    """
+    seq = encoded.sequence
+    k = seq.k
+    rows = []
+    for b, g in enumerate(groups):
+        S, P = g.scores.cpu().numpy(), g.pattern.cpu().numpy()
+        queries = np.arange(seq.centroids.start, seq.centroids.stop) if g.queries.is_identity else \
+            g.queries.inverse[seq.centroids].cpu().numpy()
+        if g.keys.is_identity:
+            inverse, counts = np.arange(S.shape[1]), np.ones(S.shape[1], dtype=np.int64)
+        else:
+            _, inverse, counts = g.keys.arrays()
+        size = counts.shape[0]
+        members = np.bincount(inverse[seq.points] * (k + 1) + (labels_pre[b] + 1),
+                              minlength=size * (k + 1)).reshape(size, k + 1)[:, 1:]
+        for j in range(k):
+            s, p = S[queries[j]].astype(np.float64), P[queries[j]].astype(np.float64)
+            inside = members[:, j].copy()
+            if not inside.any():
+                inside[inverse[seq.centroids.start + j]] = 1
+            row = _update_row_grouped(s, p, inside, counts - inside)
+            if row is None:  # not decided by the shortcut: the dense row, as update_certificate reads it
+                row = _update_row(s[inverse], p[inverse], _intended(labels_pre[b], j, seq))
+            rows.append(row)
+    _fill_update_certificate(att, rows, len(groups), k)
+
+
+def _update_row_grouped(s: np.ndarray, p: np.ndarray, inside: np.ndarray, outside: np.ndarray) -> tuple | None:
+    """:func:`_update_row` from per-key-group scores ``s``, weights ``p`` and counts of intended (``inside``) and
+    other (``outside``) keys; ``None`` where its sums are not exact whatever their order (see
+    :func:`update_certificate_grouped`) or a NaN is about."""
+    if np.isnan(s).any() or not np.isfinite(p).all():
+        return None
+    held, other = inside > 0, outside > 0
+    inside_min = s[held].min()
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, which the test below sends to the dense row
+        x = s[other] - inside_min
+    ones = x == 0
+    if not (ones | (x < EXP_ZERO_BELOW)).all():
+        return None
+    leaking = other & (p != 0)
+    if outside[leaking].sum() > 1:
+        return None
+    observed = p[leaking][0] if leaking.any() else np.float64(0.0)
+    outside_max = s[other].max() if other.any() else np.float64(-np.inf)
+    return (inside_min, s[held].max(), outside_max, np.float64(outside[other][ones].sum()), inside.sum(), observed)
 
 
 def summarise_head(kind: str, scores, pattern, encoded: EncodedBatch, with_sink: bool):

@@ -15,6 +15,7 @@ import torch
 from analysis.capture import LEAN_MIN_POINTS, Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.verify import VerificationReport, verify_problem
 from analysis.verify.altered import find_alterations
+from analysis.verify.prefetch import ReferenceRun
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
@@ -268,5 +269,12 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device)
     if lean is None:
         lean = encoded.n >= LEAN_MIN_POINTS
-    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
-    return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)
+    if not (lean and circuit.spec.input_map is None):
+        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
+        return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)
+    # At scale the reference runs on the second core while the circuit runs (one torch thread), sharing the memo
+    # of distances that the verification then reads.
+    with reference.memoised_distances():
+        prefetched = ReferenceRun(circuit, encoded)
+        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
+        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)

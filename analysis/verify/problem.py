@@ -50,14 +50,18 @@ class Problem:
     coarse: Rounding | None
 
     @classmethod
-    def of(cls, cap: Capture, b: int) -> Problem:
-        """The capture stage: read problem ``b``, run its reference, and state the tolerances."""
+    def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
+        """The capture stage: read problem ``b``, run its reference (or take the run ``prefetched``, an
+        :class:`analysis.verify.prefetch.ReferenceRun` of the same problem), and state the tolerances."""
         circ, enc = cap.circuit, cap.encoded
         X, C0 = enc.X[b], enc.C0[b]
         d, s = circ.layout.d, float(enc.scaling.scale[b])
         tol = tolerances(circ.dtype, d, s, float(np.abs(np.concatenate([X, C0])).max()))
-        ref = make_reference(cap, b)
-        trace = ref.run(X, C0, circ.iterations)
+        if prefetched is not None:
+            ref, trace = prefetched.result(cap, b)
+        else:
+            ref = make_reference(cap, b)
+            trace = ref.run(X, C0, circ.iterations)
         distance = ref.hard and by_distance(circ)
         tie_break_abs = circ.sharpness.tie_break * s**2
         if distance:

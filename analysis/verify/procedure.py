@@ -60,14 +60,16 @@ from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
 
-def verify_problem(cap: Capture, b: int = 0) -> VerificationReport:
+def verify_problem(cap: Capture, b: int = 0, prefetched=None) -> VerificationReport:
     """Verify problem ``b`` of a captured batch against the circuit's reference algorithm.
 
     Where the reference algorithm itself is undefined (a spherical cluster whose members' directions cancel), the
-    report says so and is not verified: there is nothing to compare with."""
+    report says so and is not verified: there is nothing to compare with. ``prefetched``: the reference's run of this
+    problem, started before the circuit ran (:class:`analysis.verify.prefetch.ReferenceRun`), taken instead of
+    running it here."""
     try:
         with memoised_distances():  # the reference run, tie windows and checks share their distances
-            return _verify(cap, b)
+            return _verify(cap, b, prefetched)
     except DegenerateUpdate as exc:
         return _undefined_reference(cap, b, exc)
 
@@ -100,12 +102,12 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
     )
 
 
-def _verify(cap: Capture, b: int) -> VerificationReport:
+def _verify(cap: Capture, b: int, prefetched=None) -> VerificationReport:
     """The stages in order: capture (:meth:`Problem.of`), per-block checks (:func:`check_blocks`), trajectory,
     certificate; then the report."""
     from analysis.proof.bound.check import bound_inputs
 
-    p = Problem.of(cap, b)
+    p = Problem.of(cap, b, prefetched)
     # The proven finite-sharpness bound exists for Lloyd's, damped and trimmed circuits (None for the others). It
     # plays no part in the verdict: its inputs are read now, the bound evaluated when the report is first read.
     inputs = bound_inputs(cap, b)

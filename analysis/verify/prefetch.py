@@ -1,0 +1,49 @@
+"""The reference's run of a problem, started in a background thread before the circuit runs.
+
+The reference algorithm needs only the problem and the circuit's knobs, not the circuit's run, so at scale it can
+run on the second core while the structured forward (one torch thread) runs on the first. It shares the caller's
+distance memo (:func:`circuits.reference.memoised_distances`, entered before it starts): the distances it computes
+are the ones the checks then find there. :func:`analysis.verify.verify_problem` takes its result in place of running
+the reference itself; the numbers are the same either way.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import numpy as np
+
+from analysis.capture import Capture
+from analysis.verify.checks import make_reference
+
+
+class ReferenceRun:
+    """``make_reference`` and ``Reference.run`` of problem ``b`` in a background thread, started at once."""
+
+    def __init__(self, circuit, encoded, b: int = 0):
+        self.circuit, self.encoded, self.b = circuit, encoded, b
+        self._value, self._error = None, None
+        context = contextvars.copy_context()  # the memo (a context variable's value) is shared, not copied
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name="reference", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            # make_reference reads a capture's circuit and problem only: a capture of no layers stands for the run.
+            problem = Capture(self.circuit, self.encoded, [], np.zeros((self.encoded.batch, self.encoded.n, 0)))
+            ref = make_reference(problem, self.b)
+            self._value = ref, ref.run(self.encoded.X[self.b], self.encoded.C0[self.b], self.circuit.iterations)
+        except BaseException as exc:  # raised again by result(), in the verifying thread
+            self._error = exc
+
+    def result(self, cap, b: int):
+        """``(reference, trace)`` once the thread is done, for ``cap``'s problem ``b`` (which must be the one it
+        ran: the same circuit, points and initial centroids); raises what the run raised."""
+        if cap.circuit is not self.circuit or b != self.b or cap.encoded.X is not self.encoded.X or (
+                cap.encoded.C0 is not self.encoded.C0):
+            raise ValueError("the prefetched reference run is of another problem")
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

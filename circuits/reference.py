@@ -57,14 +57,38 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
             if kept is not None:
                 return kept
     out = np.empty((X.shape[0], C.shape[0]))
-    for start in range(0, X.shape[0], _CHUNK):
-        diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
-        # makes, without its pattern parsing (called once per (X, C) pair checked).
-        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
+    if X.flags.c_contiguous and C.flags.c_contiguous and C.size:
+        _contiguous_sq_distances(X, C, out)
+    else:
+        for start in range(0, X.shape[0], _CHUNK):
+            diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
+            # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
+            # makes, without its pattern parsing (called once per (X, C) pair checked).
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
     if key is not None:
         keep_distances(memo, key, out, distances_budget(X, C.shape[0]))
     return out
+
+
+#: Elements of the differences :func:`_contiguous_sq_distances` holds at once (1 MiB: they stay in cache).
+_DIFF_ELEMENTS = 2**17
+
+
+def _contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray) -> None:
+    """:func:`sq_distances` of C-contiguous ``X`` and ``C`` into ``out``: the same differences, laid out as the
+    broadcast ``X[:, None, :] - C[None, :, :]`` lays them out (C order, the coordinate innermost), summed by the same
+    ``einsum``, so the same numbers bit for bit (tests/unit/test_verify_fast.py holds it to that form). What differs
+    is how the differences are made: each point's row repeated ``k`` times (a copy of whole rows) minus the centroids
+    tiled once per call, one subtraction over contiguous memory, where the broadcast loops over rows of ``d``
+    elements; and blocks small enough to stay in cache, summed straight into ``out``."""
+    k, d = C.shape
+    rows = max(1, min(_CHUNK, _DIFF_ELEMENTS // (k * d)))
+    tiled = np.tile(C.reshape(-1), min(rows, X.shape[0])).reshape(-1, k, d)
+    for start in range(0, X.shape[0], rows):
+        block = X[start : start + rows]
+        diff = np.repeat(block, k, axis=0).reshape(len(block), k, d)
+        diff -= tiled[: len(block)]
+        np.einsum("pcd,pcd->pc", diff, diff, out=out[start : start + len(block)])
 
 
 def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
@@ -90,8 +114,9 @@ def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
 def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels of the non-empty clusters and their members' means (:func:`cluster_means`)."""
     inside = np.flatnonzero(labels >= 0)
-    order = inside[np.argsort(labels[inside], kind="stable")]
-    members, sorted_labels = X[order], labels[order]
+    order = inside[np.argsort(_small_keys(labels[inside]), kind="stable")]
+    # np.take: the rows X[order] holds (a copy either way), several times faster than indexing for a 2-d array.
+    members, sorted_labels = np.take(X, order, axis=0), labels[order]
     starts = np.flatnonzero(np.diff(sorted_labels)) + 1
     filled, means = [], []
     for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(order)]):
@@ -99,6 +124,19 @@ def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nda
             filled.append(sorted_labels[lo])
             means.append(members[lo:hi].sum(axis=0) / (hi - lo))
     return np.array(filled, dtype=np.intp), (np.array(means) if means else np.zeros((0, *X.shape[1:]), dtype=X.dtype))
+
+
+def _small_keys(keys: np.ndarray) -> np.ndarray:
+    """Non-negative integer ``keys`` as the smallest unsigned dtype that holds them (up to 16 bits), for which a
+    stable ``argsort`` is a radix sort: the same order of equal keys, so the same permutation, as the keys'
+    own dtype gives, without the comparison sort."""
+    if keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0:
+        return keys
+    top = int(keys.max())
+    for small in (np.uint8, np.uint16):
+        if top <= np.iinfo(small).max:
+            return keys.astype(small)
+    return keys
 
 
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
@@ -121,15 +159,35 @@ def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"],
     """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc);
     with ``exact``, a point with more than one such candidate goes to the smallest exact cost among them (the
     lowest index among exactly equal ones): a near tie is decided, only an exact tie is a tie."""
-    rows = np.arange(D.shape[0])
-    best = np.argmin(D, axis=1)
-    candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
-    chosen = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
-    if exact is not None:
-        for i in np.flatnonzero(candidate.sum(axis=1) > 1):
-            columns = np.flatnonzero(candidate[i])
-            costs = exact(int(i), columns)
-            chosen[i] = columns[costs.index(min(costs))]
+    return assign_within_biased(D, None, E, exact)
+
+
+#: Entries of an ``n x k`` matrix that a pass of :func:`assign_within_biased` holds per temporary (512 KiB: in cache).
+_WITHIN_ENTRIES = 2**16
+
+
+def assign_within_biased(V: Float[np.ndarray, "n k"], bias: Float[np.ndarray, " k"] | None,
+                         E: Float[np.ndarray, "n k"], exact: ExactCosts | None = None) -> Int[np.ndarray, " n"]:
+    """:func:`assign_within` of ``D = V + bias`` (``bias`` ``None``: ``D = V``), block by block of points: the
+    decision of a point reads its own row alone, so each block decides as the whole matrix would, with the same
+    numbers (``V + bias`` is added per block, as the whole sum would be), and its temporaries stay in cache."""
+    n, k = V.shape
+    chosen = np.empty(n, dtype=np.intp)
+    rows = max(1, _WITHIN_ENTRIES // max(1, k))
+    index = np.arange(min(rows, n))
+    several: list[tuple[int, np.ndarray]] = []  # (point, its candidates) where more than one
+    for start in range(0, n, rows):
+        D = V[start : start + rows] if bias is None else V[start : start + rows] + bias
+        here, Eb = index[: len(D)], E[start : start + rows]
+        best = np.argmin(D, axis=1)
+        candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
+        chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
+        if exact is not None:
+            several.extend((start + int(i), candidate[i]) for i in np.flatnonzero(candidate.sum(axis=1) > 1))
+    for i, row in several:
+        columns = np.flatnonzero(row)
+        costs = exact(i, columns)
+        chosen[i] = columns[costs.index(min(costs))]
     return chosen
 
 
@@ -314,14 +372,29 @@ class Reference:
         return Costs(sq_distances(X, C), np.arange(k), self.tie_break * np.arange(k, dtype=np.float64))
 
     def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
+        return one_hot(self._chosen_labels(X, C, t), C.shape[0])
+
+    def _chosen_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Int[np.ndarray, " n"]:
+        """The label of the cost column each point chooses (what :meth:`assign` makes one-hot rows of)."""
         cost = self.costs(X, C, t)
         E = self.cost_uncertainty(cost, C)
         if E is None:
             chosen = np.argmin(cost.values + cost.bias, axis=1)
         else:
             exact = None if self.exact_costs is None else self.exact_costs(X, C, cost)
-            chosen = assign_within(cost.values + cost.bias, E, exact)
-        return one_hot(cost.labels[chosen], C.shape[0])
+            chosen = assign_within_biased(cost.values, cost.bias, E, exact)
+        return cost.labels[chosen]
+
+    def _assigned_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> np.ndarray | None:
+        """``labels_of(self.assign(X, C, t))`` without the ``n x k`` matrix, where :meth:`assign` is this class's
+        (one-hot rows of :meth:`_chosen_labels`, whose ``labels_of`` are those labels, ``-1`` for any below 0);
+        ``None`` where a subclass assigns otherwise, or a label lies beyond the ``k`` columns."""
+        if type(self).assign is not Reference.assign:
+            return None
+        chosen = np.asarray(self._chosen_labels(X, C, t))
+        if chosen.dtype.kind not in "iu" or (chosen.size and int(chosen.max()) >= C.shape[0]):
+            return None
+        return np.where(chosen >= 0, chosen, -1).astype(np.intp, copy=False)
 
     def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:
         """``E`` for every cost column: the tie window on the centroid columns (distance costs), 0 on any other
@@ -378,13 +451,27 @@ class Reference:
         X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
-            R = self.assign(X, C, t)
-            # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
-            labels = labels_of(R) if self.hard else None
-            resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
-            objs.append(self.objective(X, C, R))
+            labels = self._assigned_labels(X, C, t) if self.hard else None
+            if labels is not None:
+                # This class's one-hot assignment, held as its labels: the matrix is made only for an objective or
+                # update a subclass defines on it (Lloyd's own read its labels_of, which are these labels).
+                R = None
+                resps.append(labels)
+            else:
+                R = self.assign(X, C, t)
+                # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
+                labels = labels_of(R) if self.hard else None
+                resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
+            if R is None and type(self).objective is Reference.objective:
+                objs.append(objective(X, C, labels))
+            else:
+                R = one_hot(labels, C.shape[0]) if R is None else R
+                objs.append(self.objective(X, C, R))
             if t < iterations:
-                C = self.update(X, R, C, t + 1)
+                if R is None and type(self).update is Reference.update:
+                    C = cluster_means(X, labels, C)
+                else:
+                    C = self.update(X, one_hot(labels, C.shape[0]) if R is None else R, C, t + 1)
                 cents.append(C.copy())
             del R
         k = C.shape[0]

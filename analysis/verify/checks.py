@@ -30,7 +30,7 @@ from circuits import memo, reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import Costs, ExactCosts, assign_within
+from circuits.reference import Costs, ExactCosts, assign_within_biased
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 
 #: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
@@ -54,8 +54,37 @@ def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np
     mu = float(np.linalg.norm(offset))
     if x_norms is None:
         x_norms = np.linalg.norm(X, axis=1)
-    represent = 8 * u * np.sqrt(d * D) * (x_norms[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
+    c_norms = np.linalg.norm(C, axis=1)
+    if D.dtype == x_norms.dtype == c_norms.dtype == np.float64 and D.ndim == 2:
+        return _distance_uncertainty_rows(D, x_norms, c_norms, d, mu, u)
+    represent = 8 * u * np.sqrt(d * D) * (x_norms[:, None] + c_norms[None, :] + 2 * mu)
     return represent + (d + 2) * UNIT_ROUNDOFF * D
+
+
+#: Entries of an ``n x k`` matrix a fused pass (:func:`_distance_uncertainty_rows`) holds per temporary (512 KiB).
+_FUSED_ENTRIES = 2**16
+
+
+def _distance_uncertainty_rows(D: np.ndarray, x_norms: np.ndarray, c_norms: np.ndarray, d: int, mu: float,
+                               u: float) -> np.ndarray:
+    """:func:`distance_uncertainty`'s formula for float64 operands, block by block of rows in place: each entry is
+    made by the same operations on the same operands in the same order (``((8 u) sqrt(d D)) ((|x| + |c|) + 2 |mu|)
+    + ((d + 2) u64) D``), so the same numbers bit for bit, with temporaries that stay in cache instead of five
+    ``n x k`` passes through memory (tests/unit/test_verify_fast.py holds it to the formula)."""
+    out = np.empty(D.shape)
+    scale, rounding, two_mu = 8 * u, (d + 2) * UNIT_ROUNDOFF, 2 * mu
+    rows = max(1, _FUSED_ENTRIES // max(1, D.shape[1]))
+    for start in range(0, D.shape[0], rows):
+        block, o = D[start : start + rows], out[start : start + rows]
+        np.multiply(d, block, out=o)
+        np.sqrt(o, out=o)
+        o *= scale
+        norms = x_norms[start : start + rows, None] + c_norms[None, :]
+        norms += two_mu
+        o *= norms
+        np.multiply(rounding, block, out=norms)
+        o += norms
+    return out
 
 
 def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale: float, gamma: float,
@@ -68,8 +97,21 @@ def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale:
     if ux is None:
         ux = np.linalg.norm((X - offset) / scale, axis=1)
     uc = np.linalg.norm((C - offset) / scale, axis=1)
-    m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
-    return gamma * scale**2 * m
+    if not (ux.dtype == uc.dtype == np.float64 and ux.ndim == 1):
+        m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
+        return gamma * scale**2 * m
+    # The same operations in the same order, block by block of points in place (temporaries in cache): the same
+    # numbers bit for bit (tests/unit/test_verify_fast.py holds it to the formula above).
+    twice, squares, ramp, factor = 2 * ux, uc**2, tie_break * np.arange(C.shape[0]), gamma * scale**2
+    out = np.empty((len(ux), len(uc)))
+    rows = max(1, _FUSED_ENTRIES // max(1, len(uc)))
+    for start in range(0, len(ux), rows):
+        o = out[start : start + rows]
+        np.multiply(twice[start : start + rows, None], uc[None, :], out=o)
+        o += squares
+        o += ramp
+        o *= factor
+    return out
 
 
 def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
@@ -232,30 +274,31 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
     col_of = {int(label): c for c, label in enumerate(labels)}
     exact = rule.exact if E is not None else None
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E, exact)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within_biased(V, cost.bias, E, exact)
         expected = labels[exp_col]
     else:
         exp_col = _columns(labels, col_of, expected)
-    rows = np.arange(len(V))
     if E is None:
+        rows = np.arange(len(V))
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
+        near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
+        within = near if exact is None else _exact_ties(near, exp_col, exact)
+        tied = {int(i): within[i] for i in np.flatnonzero(within.sum(axis=1) > 1)}
+        row_of = lambda i: (window[i], near[i], within[i])  # noqa: E731
     else:
-        window = E + E[rows, exp_col][:, None]
-    near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
-    within = near if exact is None else _exact_ties(near, exp_col, exact)
-    ties = [
-        Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
-        for i in np.flatnonzero(within.sum(axis=1) > 1)
-    ]
+        tied, row_of = _distance_ties(V, E, exp_col, exact)
+    ties = [Tie(i, layer, iteration, [int(labels[c]) for c in np.flatnonzero(row)], int(got[i]), float(margins[i]))
+            for i, row in tied.items()]
     mismatches = []
     for i in np.flatnonzero(np.asarray(expected) != got):
         e, g = int(expected[i]), int(got[i])
         g_col = col_of.get(g)
         gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
-        kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
-        w = float(window[i, g_col]) if g_col is not None else 0.0
+        window_i, near_i, within_i = row_of(int(i))
+        kind = MismatchKind.TIE if g_col is not None and within_i[g_col] else MismatchKind.ERROR
+        w = float(window_i[g_col]) if g_col is not None else 0.0
         cause = ""
-        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near[i, g_col]:
+        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near_i[g_col]:
             cause = NEAR_TIE
             got_cost, exp_cost = exact(int(i), np.array([g_col, exp_col[i]]))
             gap = float(got_cost - exp_cost)  # the exact gap: float64's own may be 0 or of either sign
@@ -273,11 +316,46 @@ def _exact_ties(near: np.ndarray, exp_col: np.ndarray, exact: ExactCosts) -> np.
     equals the expected column's: only those tie."""
     within = near.copy()
     for i in np.flatnonzero(near.sum(axis=1) > 1):
-        columns = np.flatnonzero(near[i])
-        costs = exact(int(i), columns)
-        own = costs[int(np.flatnonzero(columns == exp_col[i])[0])]
-        within[i, columns] = [c == own for c in costs]
+        within[i] = _exact_row(int(i), near[i], int(exp_col[i]), exact)
     return within
+
+
+def _exact_row(i: int, near: np.ndarray, exp_col: int, exact: ExactCosts) -> np.ndarray:
+    """Row ``i`` of :func:`_exact_ties`: its ``near`` columns narrowed to those whose exact cost is the expected
+    column's."""
+    within = near.copy()
+    columns = np.flatnonzero(near)
+    costs = exact(i, columns)
+    own = costs[int(np.flatnonzero(columns == exp_col)[0])]
+    within[columns] = [c == own for c in costs]
+    return within
+
+
+def _distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: ExactCosts | None):
+    """:func:`check_costs`' windows for distance costs without its ``n x k`` matrices: the window of point ``i`` and
+    column ``j`` is ``E_ij + E_i,exp``, near is ``|V_ij - V_i,exp| <= window`` and within is near, narrowed by
+    ``exact`` (:func:`_exact_ties`) where more than one column is near. Made block by block of points (each row
+    reads its own alone: the same numbers as the whole matrices, in cache); kept are the rows where more than one
+    column is within, as ``{point: within row}`` in point order, and ``row_of(i) -> (window, near, within)`` of one
+    point, made again by the same operations for the few points a caller asks about."""
+    n, k = V.shape
+    rows = max(1, _FUSED_ENTRIES // max(1, k))
+    index = np.arange(min(rows, n))
+    several: dict[int, np.ndarray] = {}
+    for start in range(0, n, rows):
+        Vb, Eb, e = V[start : start + rows], E[start : start + rows], exp_col[start : start + rows]
+        here = index[: len(Vb)]
+        near = np.abs(Vb - Vb[here, e][:, None]) <= Eb + Eb[here, e][:, None]
+        for i in np.flatnonzero(near.sum(axis=1) > 1):
+            point = start + int(i)
+            several[point] = near[i] if exact is None else _exact_row(point, near[i], int(e[i]), exact)
+
+    def row_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        window = E[i] + E[i, exp_col[i]]
+        near = np.abs(V[i] - V[i, exp_col[i]]) <= window
+        return window, near, several.get(i, near)
+
+    return {i: row for i, row in several.items() if row.sum() > 1}, row_of
 
 
 def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray:
@@ -296,11 +374,36 @@ def tie_window_at(C: np.ndarray, X: np.ndarray, window: Window) -> float:
     window is its largest along the reference run (:meth:`analysis.verify.problem.Problem.widen_tie_window`)."""
     if C.shape[0] < 2:
         return 0.0
-    rows = np.arange(len(X))
     D = reference.sq_distances(X, C)
     E = window(C, D)
-    two = np.argsort(D, axis=1, kind="stable")[:, :2]
+    two = _two_nearest(D)
+    rows = np.arange(len(X))
     return float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max())
+
+
+def _two_nearest(D: np.ndarray) -> np.ndarray:
+    """``np.argsort(D, axis=1, kind="stable")[:, :2]``: each row's smallest entry (the lowest index among equal ones)
+    and the next in that order. Block by block, for rows of finite entries without the sort: the first is
+    ``argmin`` (the lowest index of the smallest), the second ``argmin`` of the row with the first set to infinity
+    (the lowest index of the smallest among the rest: every other entry is finite, below infinity). A block with an
+    infinite or NaN entry is sorted as before."""
+    n, k = D.shape
+    if k < 2:
+        return np.argsort(D, axis=1, kind="stable")[:, :2]
+    two = np.empty((n, 2), dtype=np.intp)
+    rows = max(1, _FUSED_ENTRIES // max(1, k))
+    index = np.arange(min(rows, n))
+    for start in range(0, n, rows):
+        block = D[start : start + rows]
+        if not np.isfinite(block).all():
+            two[start : start + len(block)] = np.argsort(block, axis=1, kind="stable")[:, :2]
+            continue
+        first = np.argmin(block, axis=1)
+        rest = block.copy()
+        rest[index[: len(block)], first] = np.inf
+        two[start : start + len(block), 0] = first
+        two[start : start + len(block), 1] = np.argmin(rest, axis=1)
+    return two
 
 
 #: The cause of an error at a near tie: two costs float64 cannot order, decided in exact arithmetic unlike the circuit.

@@ -183,7 +183,7 @@ def assign_within_biased(V: Float[np.ndarray, "n k"], bias: Float[np.ndarray, " 
         candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
         chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
         if exact is not None:
-            several.extend((start + int(i), candidate[i]) for i in np.flatnonzero(candidate.sum(axis=1) > 1))
+            several.extend((start + int(i), candidate[i]) for i in np.flatnonzero(row_counts(candidate) > 1))
     for i, row in several:
         columns = np.flatnonzero(row)
         costs = exact(i, columns)
@@ -289,7 +289,31 @@ ASSIGNED_MASS = 0.5
 def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     """Argmax of each row, or -1 for a row that is (essentially) empty: an outlier or an unassigned point."""
     R = np.asarray(R, dtype=np.float64)
-    return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
+    if R.ndim != 2 or not R.flags.c_contiguous or R.shape[1] == 0 or R.shape[1] >= 2**24:
+        return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
+    # Block by block, without a reduction per row where a row is one-hot or zero: its sum is 1 or 0 in any order,
+    # and its argmax is where its 1 is. Any other row gets the sum and argmax above, of its own (contiguous) row,
+    # which reduce a row alike wherever it lies: the same labels (tests/unit/test_verify_fast.py).
+    out = np.empty(len(R), dtype=np.intp)
+    rows = max(1, _WITHIN_ENTRIES // R.shape[1])
+    for start in range(0, len(R), rows):
+        block = R[start : start + rows]
+        is_one = block == 1.0
+        ones, zeros = row_counts(is_one), row_counts(block == 0.0)
+        out[start : start + len(block)] = np.where(ones == 1, is_one.argmax(axis=1), -1)
+        other = np.flatnonzero((ones > 1) | (ones + zeros != block.shape[1]))
+        if other.size:
+            rest = block[other]
+            out[start + other] = np.where(rest.sum(axis=1) > ASSIGNED_MASS, rest.argmax(axis=1), -1)
+    return out
+
+
+def row_counts(B: np.ndarray) -> np.ndarray:
+    """``B.sum(axis=1)`` of a 2-d boolean array of fewer than 2**24 columns (as float32, exact there), by one
+    matrix-vector product where numpy's sum would reduce each row on its own."""
+    if B.shape[1] >= 2**24:
+        return B.sum(axis=1)
+    return B.view(np.uint8).astype(np.float32) @ np.ones(B.shape[1], dtype=np.float32)
 
 
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:

@@ -346,7 +346,7 @@ def _distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: Exa
         Vb, Eb, e = V[start : start + rows], E[start : start + rows], exp_col[start : start + rows]
         here = index[: len(Vb)]
         near = np.abs(Vb - Vb[here, e][:, None]) <= Eb + Eb[here, e][:, None]
-        for i in np.flatnonzero(near.sum(axis=1) > 1):
+        for i in np.flatnonzero(reference.row_counts(near) > 1):
             point = start + int(i)
             several[point] = near[i] if exact is None else _exact_row(point, near[i], int(e[i]), exact)
 

@@ -166,7 +166,35 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
         # check) ask for the same centroids.
         return _kept(seen, C, (), lambda: evaluate(C))
 
+    if coarse is None:
+        # Rows of points on their own (each row of circuit_uncertainty reads its point alone): what a check that
+        # reads a few entries asks for (circuit_rows), without the n x k matrix.
+        window.rows = lambda C, points: circuit_uncertainty(X[points], C, offset, s, gamma, circ.sharpness.tie_break,
+                                                            ux[points])
     return window
+
+
+class RowsOnDemand:
+    """Entries ``[i, j]`` of a window matrix made one point's row at a time, when first read: for a check that reads
+    the entries of a few points (its mismatches) where the whole ``n x k`` matrix would be made for nothing."""
+
+    def __init__(self, rows: Callable[[np.ndarray], np.ndarray]):
+        self._rows = rows
+        self._made: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, index: tuple[int, int]):
+        i, j = index
+        row = self._made.get(int(i))
+        if row is None:
+            row = self._made[int(i)] = self._rows(np.array([int(i)]))[0]
+        return row[j]
+
+
+def circuit_rows(window: Callable[[np.ndarray], np.ndarray], C: np.ndarray) -> np.ndarray | RowsOnDemand:
+    """``window(C)`` (:func:`circuit_window`), or where the window makes rows on their own, the same entries as they
+    are read (:class:`RowsOnDemand`): each row is made by the same operations, so the same numbers bit for bit."""
+    rows = getattr(window, "rows", None)
+    return window(C) if rows is None else RowsOnDemand(lambda points: rows(C, points))
 
 
 #: At most this many windows are kept per problem (:func:`_kept`); the oldest are dropped first.

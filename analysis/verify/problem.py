@@ -16,8 +16,8 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify.checks import (
-    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
-    tie_window_at,
+    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_rows, circuit_window, make_reference,
+    max_stiffness, tie_window_at,
 )
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
@@ -147,8 +147,9 @@ class Problem:
             E = E.copy()
             E[:, : C.shape[0]] += self.coarse(C)
         exact = exact_costs(self.X, C, cost) if at.check == Check.TRAJECTORY and E is not None else None
+        # check_costs reads the circuit's own rounding at its mismatches alone: their rows are made as read.
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
-                       self.own_rounding(C) if self.own_rounding is not None else None, exact)
+                       circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None, exact)
         return check_costs(cost, got, margins, at, rule, expected)
 
 

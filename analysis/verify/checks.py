@@ -280,7 +280,7 @@ class TieRule:
     bias_scale: float = 1.0
     E: np.ndarray | None = None
     tie_break_abs: float = 0.0
-    E_circuit: np.ndarray | None = None
+    E_circuit: np.ndarray | RowsOnDemand | None = None
     #: Exact costs (:func:`analysis.verify.nearest.exact_costs`) deciding costs within ``E``: then only an exact
     #: tie is a tie, and a label unlike the exact decision is an error with cause ``"near-tie"``.
     exact: ExactCosts | None = None

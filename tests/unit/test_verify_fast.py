@@ -395,7 +395,11 @@ def test_one_hot_error_is_the_whole_difference(small_blocks):
     rng = np.random.default_rng(1)
     labels = rng.integers(-1, 4, size=50)
     Y = one_hot(labels, 4) + rng.normal(size=(50, 4)) * 1e-12
-    for M in (Y, one_hot(labels, 4), np.where(rng.random(Y.shape) < 0.01, np.nan, Y)):
+    last = Y.copy()
+    last[-1, -1] += 0.5  # the largest difference in the last row of the last block
+    nan = Y.copy()
+    nan[-1, 0] = np.nan
+    for M in (Y, one_hot(labels, 4), last, nan):
         want = float(np.abs(M - one_hot(labels, 4)).max())
         assert np.float64(steps._one_hot_error(M, labels)).tobytes() == np.float64(want).tobytes()
 
@@ -421,8 +425,9 @@ def test_memo_matches_points_by_bytes_then_by_value(small_blocks):
         nan = X.copy()
         nan[5, 1] = np.nan
         assert memo._memo_points(state, nan, add=True) == 2 and memo._memo_points(state, nan.copy(), add=False) == 2
-        kept = X.copy()
-        index = memo._memo_points(state, kept, add=False)
-        kept[0, 0] += 1.0  # the caller edits its array: the memo's copy is its own
-        assert index == 0 and memo._memo_points(state, kept, add=False) is None
+        mine = X + 1.0
+        assert memo._memo_points(state, mine, add=True) == 3
+        mine[0, 0] += 1.0  # the caller edits the array it handed over: the memo's copy is its own
+        assert memo._memo_points(state, mine, add=False) is None
+        assert memo._memo_points(state, X + 1.0, add=False) == 3
         assert memo._memo_points(state, X[:, ::-1].copy()[:, ::-1], add=False) == 0  # not C-contiguous

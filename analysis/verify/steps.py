@@ -60,12 +60,20 @@ _ROWS = 4096
 
 
 def _one_hot_error(Y: np.ndarray, labels: np.ndarray) -> float:
-    """``float(np.abs(Y - one_hot(labels, Y.shape[1])).max())``, block by block of rows: each block's entries are
-    the whole difference's, and the largest of the blocks' largest is the whole's (NaN included)."""
-    if len(Y) <= _ROWS:
+    """``float(np.abs(Y - one_hot(labels, Y.shape[1])).max())``, block by block of rows, without the one-hot
+    matrix: a zero of it leaves ``|y|`` (``y - 0.0`` is ``y``), a one gives ``|y - 1|``, both in float64 as the
+    difference with the float64 matrix is; the largest of the blocks' largest is the whole's (NaN included)."""
+    if len(Y) == 0 or Y.ndim != 2:
         return float(np.abs(Y - one_hot(labels, Y.shape[1])).max())
-    return float(np.max([np.abs(Y[start : start + _ROWS] - one_hot(labels[start : start + _ROWS], Y.shape[1])).max()
-                         for start in range(0, len(Y), _ROWS)]))
+    labels = np.asarray(labels)
+    largest = []
+    for start in range(0, len(Y), _ROWS):
+        block = np.abs(np.asarray(Y[start : start + _ROWS], dtype=np.float64))
+        own = labels[start : start + _ROWS]
+        rows = np.flatnonzero(own >= 0)
+        block[rows, own[rows]] = np.abs(np.asarray(Y[start + rows, own[rows]], dtype=np.float64) - 1.0)
+        largest.append(block.max())
+    return float(np.max(largest))
 
 
 def _check_soft_assign(p: Problem, lc, t: int, margins: np.ndarray, found: Findings) -> None:

@@ -399,9 +399,11 @@ def test_one_hot_error_is_the_whole_difference(small_blocks):
     last[-1, -1] += 0.5  # the largest difference in the last row of the last block
     nan = Y.copy()
     nan[-1, 0] = np.nan
-    for M in (Y, one_hot(labels, 4), last, nan):
+    for M in (Y, one_hot(labels, 4), last, nan, -0.0 * one_hot(labels, 4), Y.astype(np.float32)):
         want = float(np.abs(M - one_hot(labels, 4)).max())
         assert np.float64(steps._one_hot_error(M, labels)).tobytes() == np.float64(want).tobytes()
+    with pytest.raises(IndexError):  # a label beyond the columns, as one_hot
+        steps._one_hot_error(Y, np.full(50, 4))
 
 
 # --- the memo's points --------------------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuits.blockwise import (  # noqa: F401 (assign_within_biased, row_counts: part of this module's interface)
+    assign_within_biased, contiguous_sq_distances, one_hot_labels, row_counts, small_keys,
+)
 from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
 
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
@@ -58,7 +61,7 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
                 return kept
     out = np.empty((X.shape[0], C.shape[0]))
     if X.flags.c_contiguous and C.flags.c_contiguous and C.size:
-        _contiguous_sq_distances(X, C, out)
+        contiguous_sq_distances(X, C, out, _CHUNK)
     else:
         for start in range(0, X.shape[0], _CHUNK):
             diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
@@ -68,27 +71,6 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
     if key is not None:
         keep_distances(memo, key, out, distances_budget(X, C.shape[0]))
     return out
-
-
-#: Elements of the differences :func:`_contiguous_sq_distances` holds at once (1 MiB: they stay in cache).
-_DIFF_ELEMENTS = 2**17
-
-
-def _contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray) -> None:
-    """:func:`sq_distances` of C-contiguous ``X`` and ``C`` into ``out``: the same differences, laid out as the
-    broadcast ``X[:, None, :] - C[None, :, :]`` lays them out (C order, the coordinate innermost), summed by the same
-    ``einsum``, so the same numbers bit for bit (tests/unit/test_verify_fast.py holds it to that form). What differs
-    is how the differences are made: each point's row repeated ``k`` times (a copy of whole rows) minus the centroids
-    tiled once per call, one subtraction over contiguous memory, where the broadcast loops over rows of ``d``
-    elements; and blocks small enough to stay in cache, summed straight into ``out``."""
-    k, d = C.shape
-    rows = max(1, min(_CHUNK, _DIFF_ELEMENTS // (k * d)))
-    tiled = np.tile(C.reshape(-1), min(rows, X.shape[0])).reshape(-1, k, d)
-    for start in range(0, X.shape[0], rows):
-        block = X[start : start + rows]
-        diff = np.repeat(block, k, axis=0).reshape(len(block), k, d)
-        diff -= tiled[: len(block)]
-        np.einsum("pcd,pcd->pc", diff, diff, out=out[start : start + len(block)])
 
 
 def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
@@ -114,7 +96,7 @@ def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
 def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels of the non-empty clusters and their members' means (:func:`cluster_means`)."""
     inside = np.flatnonzero(labels >= 0)
-    order = inside[np.argsort(_small_keys(labels[inside]), kind="stable")]
+    order = inside[np.argsort(small_keys(labels[inside]), kind="stable")]
     # np.take: the rows X[order] holds (a copy either way), several times faster than indexing for a 2-d array.
     members, sorted_labels = np.take(X, order, axis=0), labels[order]
     starts = np.flatnonzero(np.diff(sorted_labels)) + 1
@@ -124,19 +106,6 @@ def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nda
             filled.append(sorted_labels[lo])
             means.append(members[lo:hi].sum(axis=0) / (hi - lo))
     return np.array(filled, dtype=np.intp), (np.array(means) if means else np.zeros((0, *X.shape[1:]), dtype=X.dtype))
-
-
-def _small_keys(keys: np.ndarray) -> np.ndarray:
-    """Non-negative integer ``keys`` as the smallest unsigned dtype that holds them (up to 16 bits), for which a
-    stable ``argsort`` is a radix sort: the same order of equal keys, so the same permutation, as the keys'
-    own dtype gives, without the comparison sort."""
-    if keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0:
-        return keys
-    top = int(keys.max())
-    for small in (np.uint8, np.uint16):
-        if top <= np.iinfo(small).max:
-            return keys.astype(small)
-    return keys
 
 
 def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None = None) -> float:
@@ -160,35 +129,6 @@ def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"],
     with ``exact``, a point with more than one such candidate goes to the smallest exact cost among them (the
     lowest index among exactly equal ones): a near tie is decided, only an exact tie is a tie."""
     return assign_within_biased(D, None, E, exact)
-
-
-#: Entries of an ``n x k`` matrix that a pass of :func:`assign_within_biased` holds per temporary (512 KiB: in cache).
-_WITHIN_ENTRIES = 2**16
-
-
-def assign_within_biased(V: Float[np.ndarray, "n k"], bias: Float[np.ndarray, " k"] | None,
-                         E: Float[np.ndarray, "n k"], exact: ExactCosts | None = None) -> Int[np.ndarray, " n"]:
-    """:func:`assign_within` of ``D = V + bias`` (``bias`` ``None``: ``D = V``), block by block of points: the
-    decision of a point reads its own row alone, so each block decides as the whole matrix would, with the same
-    numbers (``V + bias`` is added per block, as the whole sum would be), and its temporaries stay in cache."""
-    n, k = V.shape
-    chosen = np.empty(n, dtype=np.intp)
-    rows = max(1, _WITHIN_ENTRIES // max(1, k))
-    index = np.arange(min(rows, n))
-    several: list[tuple[int, np.ndarray]] = []  # (point, its candidates) where more than one
-    for start in range(0, n, rows):
-        D = V[start : start + rows] if bias is None else V[start : start + rows] + bias
-        here, Eb = index[: len(D)], E[start : start + rows]
-        best = np.argmin(D, axis=1)
-        candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
-        chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
-        if exact is not None:
-            several.extend((start + int(i), candidate[i]) for i in np.flatnonzero(row_counts(candidate) > 1))
-    for i, row in several:
-        columns = np.flatnonzero(row)
-        costs = exact(i, columns)
-        chosen[i] = columns[costs.index(min(costs))]
-    return chosen
 
 
 def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"] | None = None) -> float:
@@ -291,29 +231,7 @@ def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     R = np.asarray(R, dtype=np.float64)
     if R.ndim != 2 or not R.flags.c_contiguous or R.shape[1] == 0 or R.shape[1] >= 2**24:
         return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
-    # Block by block, without a reduction per row where a row is one-hot or zero: its sum is 1 or 0 in any order,
-    # and its argmax is where its 1 is. Any other row gets the sum and argmax above, of its own (contiguous) row,
-    # which reduce a row alike wherever it lies: the same labels (tests/unit/test_verify_fast.py).
-    out = np.empty(len(R), dtype=np.intp)
-    rows = max(1, _WITHIN_ENTRIES // R.shape[1])
-    for start in range(0, len(R), rows):
-        block = R[start : start + rows]
-        is_one = block == 1.0
-        ones, zeros = row_counts(is_one), row_counts(block == 0.0)
-        out[start : start + len(block)] = np.where(ones == 1, is_one.argmax(axis=1), -1)
-        other = np.flatnonzero((ones > 1) | (ones + zeros != block.shape[1]))
-        if other.size:
-            rest = block[other]
-            out[start + other] = np.where(rest.sum(axis=1) > ASSIGNED_MASS, rest.argmax(axis=1), -1)
-    return out
-
-
-def row_counts(B: np.ndarray) -> np.ndarray:
-    """``B.sum(axis=1)`` of a 2-d boolean array of fewer than 2**24 columns (as float32, exact there), by one
-    matrix-vector product where numpy's sum would reduce each row on its own."""
-    if B.shape[1] >= 2**24:
-        return B.sum(axis=1)
-    return B.view(np.uint8).astype(np.float32) @ np.ones(B.shape[1], dtype=np.float32)
+    return one_hot_labels(R, ASSIGNED_MASS)
 
 
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:

@@ -16,11 +16,12 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify.checks import (
-    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_rows, circuit_window, make_reference,
-    max_stiffness, tie_window_at,
+    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
+    tie_window_at,
 )
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
+from analysis.verify.windows import circuit_rows
 from circuits.reference import Reference, Trace
 
 #: ``centroids -> per-entry rounding window`` of the squared distances to them (user units).

@@ -1,9 +1,9 @@
 """The verification's faster forms (issue 31, a million points) against the forms they replace, bit for bit.
 
-Each rewritten function of :mod:`circuits.reference`, :mod:`circuits.memo`, :mod:`analysis.verify.checks` and
-:mod:`analysis.verify.steps` is held here to the code it replaced, copied below as it was (``old_*``): the same
-numbers compared as their bytes (``-0.0`` against ``0.0`` and NaN payloads included), the same labels, the same
-mismatches and ties. The problems are generated to reach the corners: exact ties (points on a small integer grid,
+Each rewritten function of :mod:`circuits.reference` (and :mod:`circuits.blockwise`), :mod:`circuits.memo`,
+:mod:`analysis.verify.checks` (and :mod:`analysis.verify.windows`) and :mod:`analysis.verify.steps` is held here to
+the code it replaced, copied below as it was (``old_*``): the same numbers compared as their bytes (``-0.0`` against
+``0.0`` and NaN payloads included), the same labels, the same mismatches and ties. The problems are generated to reach the corners: exact ties (points on a small integer grid,
 duplicated points, centroids on points), near ties a few ulps apart, empty clusters, float32 input, centroids that
 are not C-contiguous (as a block's decoded input is), infinite and NaN distances, and blocks that end mid-problem
 (the block sizes are made small by ``small_blocks``).
@@ -16,11 +16,11 @@ import math
 import numpy as np
 import pytest
 
-from analysis.verify import checks, steps
+from analysis.verify import checks, steps, windows
 from analysis.verify.checks import At, TieRule, check_costs
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie
-from circuits import memo, reference
+from circuits import blockwise, memo, reference
 from circuits.onehot import one_hot
 from circuits.reference import Costs, Reference
 
@@ -161,9 +161,9 @@ def same_bits(a, b) -> bool:
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of a few rows, so that small problems end blocks mid-problem as a million points do."""
-    monkeypatch.setattr(reference, "_DIFF_ELEMENTS", 7 * 3)
-    monkeypatch.setattr(reference, "_WITHIN_ENTRIES", 13)
-    monkeypatch.setattr(checks, "_FUSED_ENTRIES", 11)
+    monkeypatch.setattr(blockwise, "_DIFF_ELEMENTS", 7 * 3)
+    monkeypatch.setattr(blockwise, "_WITHIN_ENTRIES", 13)
+    monkeypatch.setattr(windows, "_FUSED_ENTRIES", 11)
     monkeypatch.setattr(memo, "_COMPARE_ELEMENTS", 5)
     monkeypatch.setattr(steps, "_ROWS", 6)
 
@@ -255,8 +255,8 @@ def test_circuit_rows_on_demand_are_the_windows_entries():
     window = checks.circuit_window(circuit, encoded, 0)
     C = C0 + 0.5
     for C in (C, np.asfortranarray(C), encoded.C0[0]):
-        full, lazy = window(C), checks.circuit_rows(window, C)
-        assert isinstance(lazy, checks.RowsOnDemand)
+        full, lazy = window(C), windows.circuit_rows(window, C)
+        assert isinstance(lazy, windows.RowsOnDemand)
         for i in (0, 7, 49, 7):
             for j in range(3):
                 assert lazy[i, j].tobytes() == full[i, j].tobytes()
@@ -273,8 +273,8 @@ def test_two_nearest_is_the_stable_argsort(small_blocks, kind, n, d, k):
     nan[n // 2, k // 2] = np.nan
     cases.append(nan)
     for M in cases:
-        assert same_bits(checks._two_nearest(M), np.argsort(M, axis=1, kind="stable")[:, :2])
-    assert same_bits(checks._two_nearest(D[:, :1]), np.argsort(D[:, :1], axis=1, kind="stable")[:, :2])
+        assert same_bits(windows.two_nearest(M), np.argsort(M, axis=1, kind="stable")[:, :2])
+    assert same_bits(windows.two_nearest(D[:, :1]), np.argsort(D[:, :1], axis=1, kind="stable")[:, :2])
 
 
 # --- assignment ---------------------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_check_costs_finds_the_same_mismatches_and_ties(small_blocks, kind, n, d
                 rule = TieRule(0.0, 1.0, E, tie_break, E_circuit, exact)
                 new = check_costs(cost, got, margins, at, rule, expected)
                 assert new == old_check_costs(cost, got, margins, at, rule, expected)
-                lazy = TieRule(0.0, 1.0, E, tie_break, checks.RowsOnDemand(lambda rows: E_circuit[rows]), exact)
+                lazy = TieRule(0.0, 1.0, E, tie_break, windows.RowsOnDemand(lambda rows: E_circuit[rows]), exact)
                 assert check_costs(cost, got, margins, at, lazy, expected) == new
     # Without E (cosine costs): the bias window, as before.
     rule = TieRule(1e-9, 2.0, None, 0.0, None, None)

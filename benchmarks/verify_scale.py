@@ -4,13 +4,15 @@
     python benchmarks/make_scale_data.py --n 1000000 --out /tmp/scale6
     python benchmarks/verify_scale.py /tmp/scale6/X.npy /tmp/scale6/C0.npy [--iterations T]
 
-Run it with ``PYTHONPATH`` set to two checkouts one after the other to compare them (``profile_scale.py`` gives
-where the time goes, with the profiler's own overhead on every call).
+To compare two checkouts, run it with ``PYTHONPATH`` set to each in turn: the code under ``PYTHONPATH`` is timed
+(without it, this file's own checkout). ``profile_scale.py`` gives where the time goes, with the profiler's own
+overhead on every call.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -50,5 +52,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    if not os.environ.get("PYTHONPATH"):
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     main()

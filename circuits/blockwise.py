@@ -58,7 +58,7 @@ def assign_within_biased(V: np.ndarray, bias: np.ndarray | None,
     chosen = np.empty(n, dtype=np.intp)
     rows = max(1, _WITHIN_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))
-    several: list[tuple[int, np.ndarray]] = []  # (point, its candidates) where more than one
+    several: list[tuple[int, np.ndarray]] = []  # (point, a copy of its candidates: a view pins its block)
     for start in range(0, n, rows):
         D = V[start : start + rows] if bias is None else V[start : start + rows] + bias
         here, Eb = index[: len(D)], E[start : start + rows]
@@ -66,7 +66,7 @@ def assign_within_biased(V: np.ndarray, bias: np.ndarray | None,
         candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
         chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
         if exact is not None:
-            several.extend((start + int(i), candidate[i]) for i in np.flatnonzero(row_counts(candidate) > 1))
+            several.extend((start + int(i), candidate[i].copy()) for i in np.flatnonzero(row_counts(candidate) > 1))
     for i, row in several:
         columns = np.flatnonzero(row)
         costs = exact(i, columns)

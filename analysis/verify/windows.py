@@ -134,14 +134,14 @@ def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: Exac
     n, k = V.shape
     rows = max(1, _FUSED_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))
-    several: dict[int, np.ndarray] = {}
+    several: dict[int, np.ndarray] = {}  # copies: a view would keep its whole block alive (and the heap fragmented)
     for start in range(0, n, rows):
         Vb, Eb, e = V[start : start + rows], E[start : start + rows], exp_col[start : start + rows]
         here = index[: len(Vb)]
         near = np.abs(Vb - Vb[here, e][:, None]) <= Eb + Eb[here, e][:, None]
         for i in np.flatnonzero(row_counts(near) > 1):
             point = start + int(i)
-            several[point] = near[i] if exact is None else exact_row(point, near[i], int(e[i]), exact)
+            several[point] = near[i].copy() if exact is None else exact_row(point, near[i], int(e[i]), exact)
 
     def row_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         window = E[i] + E[i, exp_col[i]]

@@ -127,10 +127,10 @@ def exact_row(i: int, near: np.ndarray, exp_col: int, exact: ExactCosts) -> np.n
 def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: ExactCosts | None):
     """:func:`analysis.verify.checks.check_costs`' windows for distance costs without its ``n x k`` matrices: the
     window of point ``i`` and column ``j`` is ``E_ij + E_i,exp``, near is ``|V_ij - V_i,exp| <= window`` and within
-    is near, narrowed by ``exact`` (:func:`exact_row`) where more than one column is near. Made block by block of points (each row
-    reads its own alone: the same numbers as the whole matrices, in cache); kept are the rows where more than one
-    column is within, as ``{point: within row}`` in point order, and ``row_of(i) -> (window, near, within)`` of one
-    point, made again by the same operations for the few points a caller asks about."""
+    is near, narrowed by ``exact`` (:func:`exact_row`) where more than one column is near. Made block by block of
+    points (each row reads its own alone: the same numbers as the whole matrices, in cache); kept are the rows where
+    more than one column is within, as ``{point: within row}`` in point order, and ``row_of(i) -> (window, near,
+    within)`` of one point, made again by the same operations for the few points a caller asks about."""
     n, k = V.shape
     rows = max(1, _FUSED_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))

@@ -16,8 +16,8 @@ import numpy as np
 T = TypeVar("T")
 
 
-#: The memo of :func:`memoised_distances` while one is active: ``points`` ((shape, bytes) of the float64 point sets
-#: seen), ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
+#: The memo of :func:`memoised_distances` while one is active: ``points`` ((shape, read-only copy) of the float64
+#: point sets seen), ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
 _DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
 #: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
 _MEMO_SERIALS = itertools.count()
@@ -105,23 +105,40 @@ def _memo_points(memo: dict, X: np.ndarray, add: bool, budget: int = MEMO_BYTES)
     """Index of the memo's copy of ``X`` (equal values), adding one if ``add`` and it fits within ``budget``
     bytes (:data:`MEMO_BYTES` unless distances of ``X`` are to be kept); ``None`` if none.
 
-    The copies are kept as bytes: a copy with ``X``'s exact bytes is looked for first (one ``memcmp`` each, where
-    ``np.array_equal`` allocates and compares elementwise; equal bytes are the same input, so the same distances,
-    NaN included). Only then by value (``-0.0 == 0.0``), as before: a set is added only when no earlier one
+    The copies are kept as read-only float64 arrays: a copy with ``X``'s exact bytes is looked for first (equal
+    bytes are the same input, so the same distances, NaN included; compared block by block, :func:`_same_bytes`,
+    without copying ``X``). Only then by value (``-0.0 == 0.0``), as before: a set is added only when no earlier one
     equals it by value, so the first match by bytes is the first match by value."""
-    raw = X.tobytes()
     shape = X.shape
     for i, (P_shape, P) in enumerate(memo["points"]):
-        if P_shape == shape and P == raw:
+        if P_shape == shape and _same_bytes(P, X):
             return i
     for i, (P_shape, P) in enumerate(memo["points"]):
-        if P_shape == shape and np.array_equal(np.frombuffer(P, dtype=np.float64).reshape(shape), X):
+        if P_shape == shape and np.array_equal(P, X):
             return i
     if not add or memo["bytes"] + X.nbytes > budget:
         return None
-    memo["points"].append((shape, raw))
-    memo["bytes"] += X.nbytes
+    P = np.array(X, dtype=np.float64, order="C", copy=True)
+    P.flags.writeable = False
+    memo["points"].append((shape, P))
+    memo["bytes"] += P.nbytes
     return len(memo["points"]) - 1
+
+
+#: Elements compared at once by :func:`_same_bytes` (512 KiB of each operand: in cache, and an early exit).
+_COMPARE_ELEMENTS = 2**16
+
+
+def _same_bytes(P: np.ndarray, X: np.ndarray) -> bool:
+    """Whether ``X`` holds exactly the bytes of the memo's copy ``P`` (what ``X.tobytes() == P.tobytes()`` says):
+    for a C-contiguous ``X`` of ``P``'s dtype, compared as 8-byte integers block by block, without a copy of ``X``."""
+    if X.dtype != P.dtype or X.shape != P.shape:
+        return X.tobytes() == P.tobytes()
+    if not X.flags.c_contiguous or X.dtype.itemsize != 8:
+        return X.tobytes() == P.tobytes()
+    a, b = P.reshape(-1).view(np.int64), X.reshape(-1).view(np.int64)
+    return all((a[start : start + _COMPARE_ELEMENTS] == b[start : start + _COMPARE_ELEMENTS]).all()
+               for start in range(0, len(a), _COMPARE_ELEMENTS))
 
 
 def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable[[T], int] = lambda _: 0) -> T:
@@ -143,7 +160,7 @@ def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable
     nbytes = size(result)
     # Within MEMO_BYTES beside the points and distance matrices (which have their own room, distances_budget): at a
     # million points those would otherwise crowd out every cluster mean, each then computed twice.
-    held = sum(D.nbytes for D in memo["distances"].values()) + sum(len(P) for _, P in memo["points"])
+    held = sum(D.nbytes for D in memo["distances"].values()) + sum(P.nbytes for _, P in memo["points"])
     if memo["bytes"] - held + nbytes <= MEMO_BYTES:
         memo["entries"][full] = result
         memo["bytes"] += nbytes

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from jaxtyping import Float, Int
 
+from circuits.blockwise import (  # noqa: F401 (assign_within_biased, row_counts: part of this module's interface)
+    assign_within_biased, contiguous_sq_distances, one_hot_labels, row_counts, small_keys,
+)
 from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
 
 # The memo lives in circuits.memo; its entry points are part of this module's interface too.
@@ -57,11 +60,14 @@ def sq_distances(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"]) -> Fl
             if kept is not None:
                 return kept
     out = np.empty((X.shape[0], C.shape[0]))
-    for start in range(0, X.shape[0], _CHUNK):
-        diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
-        # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
-        # makes, without its pattern parsing (called once per (X, C) pair checked).
-        out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
+    if X.flags.c_contiguous and C.flags.c_contiguous and C.size:
+        contiguous_sq_distances(X, C, out, _CHUNK)
+    else:
+        for start in range(0, X.shape[0], _CHUNK):
+            diff = X[start : start + _CHUNK, None, :] - C[None, :, :]
+            # np.einsum directly: the call einops' ``einsum(diff, diff, "point centroid dim, ... -> point centroid")``
+            # makes, without its pattern parsing (called once per (X, C) pair checked).
+            out[start : start + _CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)
     if key is not None:
         keep_distances(memo, key, out, distances_budget(X, C.shape[0]))
     return out
@@ -90,8 +96,9 @@ def cluster_means(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"],
 def _filled_means(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The labels of the non-empty clusters and their members' means (:func:`cluster_means`)."""
     inside = np.flatnonzero(labels >= 0)
-    order = inside[np.argsort(labels[inside], kind="stable")]
-    members, sorted_labels = X[order], labels[order]
+    order = inside[np.argsort(small_keys(labels[inside]), kind="stable")]
+    # np.take: the rows X[order] holds (a copy either way), several times faster than indexing for a 2-d array.
+    members, sorted_labels = np.take(X, order, axis=0), labels[order]
     starts = np.flatnonzero(np.diff(sorted_labels)) + 1
     filled, means = [], []
     for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(order)]):
@@ -121,16 +128,7 @@ def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"],
     """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc);
     with ``exact``, a point with more than one such candidate goes to the smallest exact cost among them (the
     lowest index among exactly equal ones): a near tie is decided, only an exact tie is a tie."""
-    rows = np.arange(D.shape[0])
-    best = np.argmin(D, axis=1)
-    candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
-    chosen = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
-    if exact is not None:
-        for i in np.flatnonzero(candidate.sum(axis=1) > 1):
-            columns = np.flatnonzero(candidate[i])
-            costs = exact(int(i), columns)
-            chosen[i] = columns[costs.index(min(costs))]
-    return chosen
+    return assign_within_biased(D, None, E, exact)
 
 
 def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"] | None = None) -> float:
@@ -231,7 +229,9 @@ ASSIGNED_MASS = 0.5
 def labels_of(R: Float[np.ndarray, "n k"]) -> Int[np.ndarray, " n"]:
     """Argmax of each row, or -1 for a row that is (essentially) empty: an outlier or an unassigned point."""
     R = np.asarray(R, dtype=np.float64)
-    return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
+    if R.ndim != 2 or not R.flags.c_contiguous or R.shape[1] == 0 or R.shape[1] >= 2**24:
+        return np.where(R.sum(axis=1) > ASSIGNED_MASS, R.argmax(axis=1), -1)
+    return one_hot_labels(R, ASSIGNED_MASS)
 
 
 def unit_rows(A: Float[np.ndarray, "m d"], what: str = "rows") -> Float[np.ndarray, "m d"]:
@@ -314,14 +314,29 @@ class Reference:
         return Costs(sq_distances(X, C), np.arange(k), self.tie_break * np.arange(k, dtype=np.float64))
 
     def assign(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Float[np.ndarray, "n k"]:
+        return one_hot(self._chosen_labels(X, C, t), C.shape[0])
+
+    def _chosen_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Int[np.ndarray, " n"]:
+        """The label of the cost column each point chooses (what :meth:`assign` makes one-hot rows of)."""
         cost = self.costs(X, C, t)
         E = self.cost_uncertainty(cost, C)
         if E is None:
             chosen = np.argmin(cost.values + cost.bias, axis=1)
         else:
             exact = None if self.exact_costs is None else self.exact_costs(X, C, cost)
-            chosen = assign_within(cost.values + cost.bias, E, exact)
-        return one_hot(cost.labels[chosen], C.shape[0])
+            chosen = assign_within_biased(cost.values, cost.bias, E, exact)
+        return cost.labels[chosen]
+
+    def _assigned_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> np.ndarray | None:
+        """``labels_of(self.assign(X, C, t))`` without the ``n x k`` matrix, where :meth:`assign` is this class's
+        (one-hot rows of :meth:`_chosen_labels`, whose ``labels_of`` are those labels, ``-1`` for any below 0);
+        ``None`` where a subclass assigns otherwise, or a label lies beyond the ``k`` columns."""
+        if type(self).assign is not Reference.assign:
+            return None
+        chosen = np.asarray(self._chosen_labels(X, C, t))
+        if chosen.dtype.kind not in "iu" or (chosen.size and int(chosen.max()) >= C.shape[0]):
+            return None
+        return np.where(chosen >= 0, chosen, -1).astype(np.intp, copy=False)
 
     def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:
         """``E`` for every cost column: the tie window on the centroid columns (distance costs), 0 on any other
@@ -378,13 +393,27 @@ class Reference:
         X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
-            R = self.assign(X, C, t)
-            # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
-            labels = labels_of(R) if self.hard else None
-            resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
-            objs.append(self.objective(X, C, R))
+            labels = self._assigned_labels(X, C, t) if self.hard else None
+            if labels is not None:
+                # This class's one-hot assignment, held as its labels: the matrix is made only for an objective or
+                # update a subclass defines on it (Lloyd's own read its labels_of, which are these labels).
+                R = None
+                resps.append(labels)
+            else:
+                R = self.assign(X, C, t)
+                # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
+                labels = labels_of(R) if self.hard else None
+                resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
+            if R is None and type(self).objective is Reference.objective:
+                objs.append(objective(X, C, labels))
+            else:
+                R = one_hot(labels, C.shape[0]) if R is None else R
+                objs.append(self.objective(X, C, R))
             if t < iterations:
-                C = self.update(X, R, C, t + 1)
+                if R is None and type(self).update is Reference.update:
+                    C = cluster_means(X, labels, C)
+                else:
+                    C = self.update(X, one_hot(labels, C.shape[0]) if R is None else R, C, t + 1)
                 cents.append(C.copy())
             del R
         k = C.shape[0]

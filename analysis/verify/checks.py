@@ -26,50 +26,20 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
+from analysis.verify.windows import (
+    RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty, exact_row, two_nearest,
+)
 from circuits import memo, reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import Costs, ExactCosts, assign_within
+from circuits.reference import Costs, ExactCosts, assign_within_biased
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 
 #: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
 FLOOR_FACTOR = 100.0
 
 Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
-def distance_uncertainty(X: np.ndarray, C: np.ndarray, D: np.ndarray, offset: np.ndarray,
-                         u: float = UNIT_ROUNDOFF, x_norms: np.ndarray | None = None) -> np.ndarray:
-    """``E_ij``: how far float64 in the user's units can place ``D_ij`` from the exact squared distance.
-
-    The representation of points and centroids in the user's units (a decoded centroid ``s c + mu`` is rounded
-    relative to its magnitude and the offset ``mu``): ``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``, plus the
-    rounding of ``D_ij`` itself, ``(d + 2) u D_ij``. Two distances closer than ``E_ij1 + E_ij2`` cannot be ordered
-    by anyone computing in float64 in these units: the window in which exact arithmetic decides. ``u`` is the unit
-    roundoff of the circuit's dtype.
-    ``x_norms``: ``np.linalg.norm(X, axis=1)`` if the caller holds it (a window evaluates many ``C`` for one ``X``).
-    """
-    d = X.shape[1]
-    mu = float(np.linalg.norm(offset))
-    if x_norms is None:
-        x_norms = np.linalg.norm(X, axis=1)
-    represent = 8 * u * np.sqrt(d * D) * (x_norms[:, None] + np.linalg.norm(C, axis=1)[None, :] + 2 * mu)
-    return represent + (d + 2) * UNIT_ROUNDOFF * D
-
-
-def circuit_uncertainty(X: np.ndarray, C: np.ndarray, offset: np.ndarray, scale: float, gamma: float,
-                        tie_break: float, ux: np.ndarray | None = None) -> np.ndarray:
-    """How far the circuit's own score may be from the exact one, in squared user units: ``gamma m_ij s^2`` with
-    ``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in the encoder's unit coordinates (:mod:`circuits.sharpness`). Beyond
-    :func:`distance_uncertainty`, this is what the circuit's encoding cannot resolve: an error inside it is named
-    as a resolution failure of the circuit, never called a tie. ``ux``: the points' unit norms
-    (``np.linalg.norm((X - offset) / scale, axis=1)``) if the caller holds them."""
-    if ux is None:
-        ux = np.linalg.norm((X - offset) / scale, axis=1)
-    uc = np.linalg.norm((C - offset) / scale, axis=1)
-    m = 2 * ux[:, None] * uc[None, :] + uc[None, :] ** 2 + tie_break * np.arange(C.shape[0])[None, :]
-    return gamma * scale**2 * m
 
 
 def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
@@ -124,6 +94,11 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
         # check) ask for the same centroids.
         return _kept(seen, C, (), lambda: evaluate(C))
 
+    if coarse is None:
+        # Rows of points on their own (each row of circuit_uncertainty reads its point alone): what a check that
+        # reads a few entries asks for (circuit_rows), without the n x k matrix.
+        window.rows = lambda C, points: circuit_uncertainty(X[points], C, offset, s, gamma, circ.sharpness.tie_break,
+                                                            ux[points])
     return window
 
 
@@ -210,7 +185,7 @@ class TieRule:
     bias_scale: float = 1.0
     E: np.ndarray | None = None
     tie_break_abs: float = 0.0
-    E_circuit: np.ndarray | None = None
+    E_circuit: np.ndarray | RowsOnDemand | None = None
     #: Exact costs (:func:`analysis.verify.nearest.exact_costs`) deciding costs within ``E``: then only an exact
     #: tie is a tie, and a label unlike the exact decision is an error with cause ``"near-tie"``.
     exact: ExactCosts | None = None
@@ -232,30 +207,31 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
     col_of = {int(label): c for c, label in enumerate(labels)}
     exact = rule.exact if E is not None else None
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within(V + cost.bias, E, exact)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within_biased(V, cost.bias, E, exact)
         expected = labels[exp_col]
     else:
         exp_col = _columns(labels, col_of, expected)
-    rows = np.arange(len(V))
     if E is None:
+        rows = np.arange(len(V))
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
+        near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
+        within = near if exact is None else _exact_ties(near, exp_col, exact)
+        tied = {int(i): within[i] for i in np.flatnonzero(within.sum(axis=1) > 1)}
+        row_of = lambda i: (window[i], near[i], within[i])  # noqa: E731
     else:
-        window = E + E[rows, exp_col][:, None]
-    near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
-    within = near if exact is None else _exact_ties(near, exp_col, exact)
-    ties = [
-        Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]), float(margins[i]))
-        for i in np.flatnonzero(within.sum(axis=1) > 1)
-    ]
+        tied, row_of = distance_ties(V, E, exp_col, exact)
+    ties = [Tie(i, layer, iteration, [int(labels[c]) for c in np.flatnonzero(row)], int(got[i]), float(margins[i]))
+            for i, row in tied.items()]
     mismatches = []
     for i in np.flatnonzero(np.asarray(expected) != got):
         e, g = int(expected[i]), int(got[i])
         g_col = col_of.get(g)
         gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
-        kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
-        w = float(window[i, g_col]) if g_col is not None else 0.0
+        window_i, near_i, within_i = row_of(int(i))
+        kind = MismatchKind.TIE if g_col is not None and within_i[g_col] else MismatchKind.ERROR
+        w = float(window_i[g_col]) if g_col is not None else 0.0
         cause = ""
-        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near[i, g_col]:
+        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near_i[g_col]:
             cause = NEAR_TIE
             got_cost, exp_cost = exact(int(i), np.array([g_col, exp_col[i]]))
             gap = float(got_cost - exp_cost)  # the exact gap: float64's own may be 0 or of either sign
@@ -273,10 +249,7 @@ def _exact_ties(near: np.ndarray, exp_col: np.ndarray, exact: ExactCosts) -> np.
     equals the expected column's: only those tie."""
     within = near.copy()
     for i in np.flatnonzero(near.sum(axis=1) > 1):
-        columns = np.flatnonzero(near[i])
-        costs = exact(int(i), columns)
-        own = costs[int(np.flatnonzero(columns == exp_col[i])[0])]
-        within[i, columns] = [c == own for c in costs]
+        within[i] = exact_row(int(i), near[i], int(exp_col[i]), exact)
     return within
 
 
@@ -296,10 +269,10 @@ def tie_window_at(C: np.ndarray, X: np.ndarray, window: Window) -> float:
     window is its largest along the reference run (:meth:`analysis.verify.problem.Problem.widen_tie_window`)."""
     if C.shape[0] < 2:
         return 0.0
-    rows = np.arange(len(X))
     D = reference.sq_distances(X, C)
     E = window(C, D)
-    two = np.argsort(D, axis=1, kind="stable")[:, :2]
+    two = two_nearest(D)
+    rows = np.arange(len(X))
     return float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max())
 
 

@@ -21,6 +21,7 @@ from analysis.verify.checks import (
 )
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
+from analysis.verify.windows import circuit_rows
 from circuits.reference import Reference, Trace
 
 #: ``centroids -> per-entry rounding window`` of the squared distances to them (user units).
@@ -151,8 +152,9 @@ class Problem:
             E = E.copy()
             E[:, : C.shape[0]] += self.coarse(C)
         exact = exact_costs(self.X, C, cost) if at.check == Check.TRAJECTORY and E is not None else None
+        # check_costs reads the circuit's own rounding at its mismatches alone: their rows are made as read.
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
-                       self.own_rounding(C) if self.own_rounding is not None else None, exact)
+                       circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None, exact)
         return check_costs(cost, got, margins, at, rule, expected)
 
 

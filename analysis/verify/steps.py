@@ -44,7 +44,7 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
     # The step's ties are its decoded input's window, not the data's: the trajectory check lists the exact ties.
     mismatches, tied = p.check_hard(C_in, labels, margins, At(lc.layer, t, Check.STEP), lc.pre)
     found.mismatches.extend(mismatches)
-    a_err = float(np.abs(Y - one_hot(labels, Y.shape[1])).max())
+    a_err = _one_hot_error(Y, labels)
     found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
     # The iteration record's objective (centroids after t updates, the assignment to them), while this block's
     # distances are the memo's latest: where the block reads the update block's output directly, its input is them.
@@ -53,6 +53,27 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
     if p.check_resolution:
         found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
                                                      p.own_rounding(C_in), lc.layer, t))
+
+
+#: Rows of ``Y`` compared at once by :func:`_one_hot_error` (its temporaries stay in cache).
+_ROWS = 4096
+
+
+def _one_hot_error(Y: np.ndarray, labels: np.ndarray) -> float:
+    """``float(np.abs(Y - one_hot(labels, Y.shape[1])).max())``, block by block of rows, without the one-hot
+    matrix: a zero of it leaves ``|y|`` (``y - 0.0`` is ``y``), a one gives ``|y - 1|``, both in float64 as the
+    difference with the float64 matrix is; the largest of the blocks' largest is the whole's (NaN included)."""
+    if len(Y) == 0 or Y.ndim != 2:
+        return float(np.abs(Y - one_hot(labels, Y.shape[1])).max())
+    labels = np.asarray(labels)
+    largest = []
+    for start in range(0, len(Y), _ROWS):
+        block = np.abs(np.asarray(Y[start : start + _ROWS], dtype=np.float64))
+        own = labels[start : start + _ROWS]
+        rows = np.flatnonzero(own >= 0)
+        block[rows, own[rows]] = np.abs(np.asarray(Y[start + rows, own[rows]], dtype=np.float64) - 1.0)
+        largest.append(block.max())
+    return float(np.max(largest))
 
 
 def _check_soft_assign(p: Problem, lc, t: int, margins: np.ndarray, found: Findings) -> None:

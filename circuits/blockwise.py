@@ -1,0 +1,104 @@
+"""Block-by-block forms of the reference's ``n x k`` computations (:mod:`circuits.reference`), each the same numbers
+bit for bit as the whole-matrix form it replaced (tests/unit/test_verify_fast.py holds each to that form): a row of
+points is decided on its own, so blocks of rows small enough to stay in cache give what the whole matrix gives, a
+few times faster at a million points."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+#: Elements of the differences :func:`contiguous_sq_distances` holds at once (1 MiB: they stay in cache).
+_DIFF_ELEMENTS = 2**17
+
+
+def contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray, max_rows: int) -> None:
+    """:func:`circuits.reference.sq_distances` of C-contiguous ``X`` and ``C`` into ``out``: the same differences,
+    laid out as the broadcast ``X[:, None, :] - C[None, :, :]`` lays them out (C order, the coordinate innermost),
+    summed by the same ``einsum``, so the same numbers bit for bit. What differs
+    is how the differences are made: each point's row repeated ``k`` times (a copy of whole rows) minus the centroids
+    tiled once per call, one subtraction over contiguous memory, where the broadcast loops over rows of ``d``
+    elements; and blocks small enough to stay in cache (at most ``max_rows`` points), summed straight into ``out``."""
+    k, d = C.shape
+    rows = max(1, min(max_rows, _DIFF_ELEMENTS // (k * d)))
+    tiled = np.tile(C.reshape(-1), min(rows, X.shape[0])).reshape(-1, k, d)
+    for start in range(0, X.shape[0], rows):
+        block = X[start : start + rows]
+        diff = np.repeat(block, k, axis=0).reshape(len(block), k, d)
+        diff -= tiled[: len(block)]
+        np.einsum("pcd,pcd->pc", diff, diff, out=out[start : start + len(block)])
+
+
+def small_keys(keys: np.ndarray) -> np.ndarray:
+    """Non-negative integer ``keys`` as the smallest unsigned dtype that holds them (up to 16 bits), for which a
+    stable ``argsort`` is a radix sort: the same order of equal keys, so the same permutation, as the keys'
+    own dtype gives, without the comparison sort."""
+    if keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0:
+        return keys
+    top = int(keys.max())
+    for small in (np.uint8, np.uint16):
+        if top <= np.iinfo(small).max:
+            return keys.astype(small)
+    return keys
+
+
+#: Entries of an ``n x k`` matrix that a pass of :func:`assign_within_biased` holds per temporary (512 KiB: in cache).
+_WITHIN_ENTRIES = 2**16
+
+
+def assign_within_biased(V: np.ndarray, bias: np.ndarray | None,
+                         E: np.ndarray, exact: Callable[[int, np.ndarray], list] | None = None) -> np.ndarray:
+    """:func:`circuits.reference.assign_within` of ``D = V + bias`` (``bias`` ``None``: ``D = V``), block by block
+    of points: the decision of a point reads its own row alone, so each block decides as the whole matrix would, with
+    the same numbers (``V + bias`` is added per block, as the whole sum would be), and its temporaries stay in
+    cache."""
+    n, k = V.shape
+    chosen = np.empty(n, dtype=np.intp)
+    rows = max(1, _WITHIN_ENTRIES // max(1, k))
+    index = np.arange(min(rows, n))
+    several: list[tuple[int, np.ndarray]] = []  # (point, a copy of its candidates: a view pins its block)
+    for start in range(0, n, rows):
+        D = V[start : start + rows] if bias is None else V[start : start + rows] + bias
+        here, Eb = index[: len(D)], E[start : start + rows]
+        best = np.argmin(D, axis=1)
+        candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
+        chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
+        if exact is not None:
+            several.extend((start + int(i), candidate[i].copy()) for i in np.flatnonzero(row_counts(candidate) > 1))
+    for i, row in several:
+        columns = np.flatnonzero(row)
+        costs = exact(i, columns)
+        chosen[i] = columns[costs.index(min(costs))]
+    return chosen
+
+
+def one_hot_labels(R: np.ndarray, mass: float) -> np.ndarray:
+    """``np.where(R.sum(axis=1) > mass, R.argmax(axis=1), -1)`` of a C-contiguous float64 ``R`` (what
+    :func:`circuits.reference.labels_of` computes, ``mass`` its :data:`~circuits.reference.ASSIGNED_MASS` below 1).
+    Block by block, without a reduction per row where a row is one-hot or zero: its sum is 1 or 0 in any order, and
+    its argmax is where its 1 is. Any other row gets that sum and argmax, of its own (contiguous) row, which reduce a
+    row alike wherever it lies: the same labels."""
+    if not 0.0 <= mass < 1.0:  # a one-hot row would not count as assigned, or a zero row would
+        return np.where(R.sum(axis=1) > mass, R.argmax(axis=1), -1)
+    out = np.empty(len(R), dtype=np.intp)
+    rows = max(1, _WITHIN_ENTRIES // R.shape[1])
+    for start in range(0, len(R), rows):
+        block = R[start : start + rows]
+        is_one = block == 1.0
+        ones, zeros = row_counts(is_one), row_counts(block == 0.0)
+        out[start : start + len(block)] = np.where(ones == 1, is_one.argmax(axis=1), -1)
+        other = np.flatnonzero((ones > 1) | (ones + zeros != block.shape[1]))
+        if other.size:
+            rest = block[other]
+            out[start + other] = np.where(rest.sum(axis=1) > mass, rest.argmax(axis=1), -1)
+    return out
+
+
+def row_counts(B: np.ndarray) -> np.ndarray:
+    """``B.sum(axis=1)`` of a 2-d boolean array of fewer than 2**24 columns (as float32, exact there), by one
+    matrix-vector product where numpy's sum would reduce each row on its own."""
+    if B.shape[1] >= 2**24:
+        return B.sum(axis=1)
+    return B.view(np.uint8).astype(np.float32) @ np.ones(B.shape[1], dtype=np.float32)

@@ -4,7 +4,7 @@ The reference algorithm needs only the problem and the circuit's knobs, not the 
 run on the second core while the structured forward (one torch thread) runs on the first. It shares the caller's
 distance memo (:func:`circuits.reference.memoised_distances`, entered before it starts): the distances it computes
 are the ones the checks then find there. :func:`analysis.verify.verify_problem` takes its result in place of running
-the reference itself; the numbers are the same either way.
+the reference itself; the numbers are the same either way. The proven sharpness bound is started in the background as soon as the reference is done.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 
 from analysis.capture import Capture
 from analysis.verify.checks import make_reference
+from analysis.verify.procedure import sharpness_deferred
 
 
 class ReferenceRun:
@@ -24,18 +25,23 @@ class ReferenceRun:
     def __init__(self, circuit, encoded, b: int = 0):
         self.circuit, self.encoded, self.b = circuit, encoded, b
         self._value, self._error = None, None
+        # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
+        # stands for the run. The bound (a Deferred, or None) is started in the background once the reference is done.
+        self._problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
+        self.bound = sharpness_deferred(self._problem, b)
         context = contextvars.copy_context()  # the memo (a context variable's value) is shared, not copied
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="reference", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            # make_reference reads a capture's circuit and problem only: a capture of no layers stands for the run.
-            problem = Capture(self.circuit, self.encoded, [], np.zeros((self.encoded.batch, self.encoded.n, 0)))
-            ref = make_reference(problem, self.b)
+            ref = make_reference(self._problem, self.b)
             self._value = ref, ref.run(self.encoded.X[self.b], self.encoded.C0[self.b], self.circuit.iterations)
         except BaseException as exc:  # raised again by result(), in the verifying thread
             self._error = exc
+            return
+        if self.bound is not None:
+            self.bound.start()
 
     def result(self, cap, b: int):
         """``(reference, trace)`` once the thread is done, for ``cap``'s problem ``b`` (which must be the one it

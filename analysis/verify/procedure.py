@@ -105,13 +105,8 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
 def _verify(cap: Capture, b: int, prefetched=None) -> VerificationReport:
     """The stages in order: capture (:meth:`Problem.of`), per-block checks (:func:`check_blocks`), trajectory,
     certificate; then the report."""
-    from analysis.proof.bound.check import bound_inputs
-
     p = Problem.of(cap, b, prefetched)
-    # The proven finite-sharpness bound exists for Lloyd's, damped and trimmed circuits (None for the others). It
-    # plays no part in the verdict: its inputs are read now, the bound evaluated when the report is first read.
-    inputs = bound_inputs(cap, b)
-    sharpness_bound = Deferred(functools.partial(_evaluate_bound, *inputs)) if inputs is not None else None
+    sharpness_bound = prefetched.bound if prefetched is not None else sharpness_deferred(cap, b)
     if sharpness_bound is not None and p.enc.n >= BACKGROUND_BOUND_MIN_POINTS:
         sharpness_bound.start()
     found = Findings(notes=_variant_notes(p))
@@ -251,6 +246,16 @@ def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: f
         proven_bound=(Deferred(functools.partial(_iteration_bound, bound, t)) if bound is not None and t > 0
                       else None),
     )
+
+
+def sharpness_deferred(cap: Capture, b: int = 0) -> Deferred | None:
+    """The proven finite-sharpness bound of problem ``b`` (Lloyd's, damped and trimmed circuits; ``None`` for the
+    others), as a :class:`Deferred`. It plays no part in the verdict: its inputs are read now, the bound evaluated
+    when the report is first read (or in the background, :meth:`Deferred.start`)."""
+    from analysis.proof.bound.check import bound_inputs
+
+    inputs = bound_inputs(cap, b)
+    return Deferred(functools.partial(_evaluate_bound, *inputs)) if inputs is not None else None
 
 
 def _evaluate_bound(args: tuple, kwargs: dict):

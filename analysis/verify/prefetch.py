@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from analysis.capture import Capture
-from analysis.verify.checks import make_reference
+from analysis.verify.checks import by_distance, make_reference, tie_window_at
 from analysis.verify.procedure import sharpness_deferred
 
 
@@ -25,6 +25,8 @@ class ReferenceRun:
     def __init__(self, circuit, encoded, b: int = 0):
         self.circuit, self.encoded, self.b = circuit, encoded, b
         self._value, self._error = None, None
+        #: ``tie_window_at`` of each of the reference's iterates (distance costs; else ``None``).
+        self.tie_windows: list[float] | None = None
         # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
         # stands for the run. The bound (a Deferred, or None) is started in the background once the reference is done.
         self._problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
@@ -36,7 +38,12 @@ class ReferenceRun:
     def _run(self) -> None:
         try:
             ref = make_reference(self._problem, self.b)
-            self._value = ref, ref.run(self.encoded.X[self.b], self.encoded.C0[self.b], self.circuit.iterations)
+            X = self.encoded.X[self.b]
+            trace = ref.run(X, self.encoded.C0[self.b], self.circuit.iterations)
+            if ref.hard and by_distance(self.circuit):
+                # The tie window at each iterate of the reference run: a function of the run alone.
+                self.tie_windows = [tie_window_at(C, X, ref.tie_window) for C in trace.centroids]
+            self._value = ref, trace
         except BaseException as exc:  # raised again by result(), in the verifying thread
             self._error = exc
             return

@@ -49,6 +49,8 @@ class Problem:
     distance: bool
     own_rounding: Rounding | None
     coarse: Rounding | None
+    #: The tie window at each reference iterate, computed beside the prefetched reference run (else made here).
+    tie_windows: list[float] | None = None
 
     @classmethod
     def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
@@ -79,14 +81,16 @@ class Problem:
             tol_W=1e3 * tol.eps + 16 * (d + 3) * tol.eps * member * math.sqrt(enc.n),
             own_rounding=circuit_window(circ, enc, b) if distance else None,
             coarse=circuit_input_window(circ, enc, b) if distance else None,
+            tie_windows=prefetched.tie_windows if prefetched is not None else None,
         )
 
     def widen_tie_window(self, t: int) -> None:
         """Widen ``tol.tie_window`` by the window of the reference's centroids after ``t`` iterations (distance costs;
         once per ``t``: the trajectory stage calls it as it checks iterate ``t``)."""
         if self.distance:
-            self.tol.tie_window = max(self.tol.tie_window, tie_window_at(self.trace.centroids[t], self.X,
-                                                                         self.ref.tie_window))
+            window = (self.tie_windows[t] if self.tie_windows is not None
+                      else tie_window_at(self.trace.centroids[t], self.X, self.ref.tie_window))
+            self.tol.tie_window = max(self.tol.tie_window, window)
 
     @property
     def circ(self):

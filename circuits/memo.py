@@ -30,7 +30,7 @@ MEMO_BYTES = 64 * 2**20
 #: points): at a million points one ``n x k`` matrix alone exceeds :data:`MEMO_BYTES`, and a verification asks for
 #: the distances to each centroid set several times in a row (reference step, tie window, objective, checks).
 #: Two suffice for that: at n = 10^6, k = 10, T = 10 (``cluster --json``, docs/performance.md) two against four gave
-#: the same output in as much CPU time (34.0-36.0 s against 38.9-36.8 s) and a peak 0.3 GB lower.
+#: the same output in as much CPU time (34.6-35.9 s against 36.8-38.9 s) and a peak 0.3 GB lower.
 DISTANCES_KEPT = 2
 
 

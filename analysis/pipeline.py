@@ -6,6 +6,7 @@ the same way.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -269,12 +270,10 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device)
     if lean is None:
         lean = encoded.n >= LEAN_MIN_POINTS
-    if not (lean and circuit.spec.input_map is None):
-        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
-        return RunResult(circuit, encoded, cap, verify_problem(cap, 0), resolution)
-    # At scale the reference runs on the second core while the circuit runs (one torch thread), sharing the memo
-    # of distances that the verification then reads.
-    with reference.memoised_distances():
-        prefetched = ReferenceRun(circuit, encoded)
+    # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread), sharing
+    # the memo of distances that the verification then reads.
+    prefetch = lean and circuit.spec.input_map is None
+    with reference.memoised_distances() if prefetch else contextlib.nullcontext():
+        prefetched = ReferenceRun(circuit, encoded) if prefetch else None
         cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
         return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)

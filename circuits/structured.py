@@ -186,7 +186,7 @@ def _key_map_signature(attn, ln1, plan: AttentionPlan) -> tuple:
     """What a head's keys are a function of: its key map's restricted weights and bias (by value), its input norm and
     its qk-norm; equal signatures give equal keys for equal residuals. Only a hint rests on it (every grouping is
     checked), so two heads whose keys differ merely share a candidate that fails its check."""
-    if plan.k is None or not isinstance(ln1, torch.nn.Identity) or attn.cfg.use_qk_norm:
+    if not isinstance(ln1, torch.nn.Identity) or attn.cfg.use_qk_norm:
         return ("module", id(attn))
     k = plan.k
     inputs = (k.inputs.start, k.inputs.stop) if isinstance(k.inputs, slice) else tuple(k.inputs.tolist())

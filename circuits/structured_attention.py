@@ -142,16 +142,22 @@ def grouped_attention(attn, xT: Float[Tensor, "d_model pos"], score_hook=None, p
     else:
         per_group = torch.softmax(scores_T, dim=0)
         total = counts @ per_group
-    # softmax over the groups weighs each group once; dividing by the count-weighted total gives each *key* its
-    # dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats to a few ulp).
-    pattern_T = per_group.div_(total)
-    if _any_nan(total):
-        # As TransformerLens: a row with no finite score has no pattern.
-        pattern_T = torch.where(torch.isnan(pattern_T), torch.zeros_like(pattern_T), pattern_T)
+    pattern_T = _key_weights(per_group, total)
     # Project per query group, then spread to positions: one gather instead of a (rows x pos) product.
     out_groups = plan.out.apply(value_sums @ pattern_T)
     out = out_groups if qg.is_identity else out_groups[:, qg.inverse]
     return out, GroupedAttention(qg, kg, scores_T.T, pattern_T.T)
+
+
+def _key_weights(per_group: Float[Tensor, "mk mq"], total: Float[Tensor, " mq"]) -> Float[Tensor, "mk mq"]:
+    """Each key's softmax weight from the softmax over key groups (``per_group``, divided in place) and each query's
+    count-weighted total. The softmax over the groups weighs each group once; dividing by the count-weighted total
+    gives each *key* its dense weight exp(s - max) / sum_keys exp(s' - max) (in real arithmetic exactly; in floats
+    to a few ulp). As TransformerLens: a query with no finite score has no pattern (0, not NaN)."""
+    pattern = per_group.div_(total)
+    if _any_nan(total):
+        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    return pattern
 
 
 #: Positions one pass of :func:`chunked_block` works on: a chunk's residual rows and every temporary made from them
@@ -181,7 +187,7 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
     Applies without a score hook, attention sinks or qk-norm (those run unchunked); ``None`` where the keys do not
     compress to at most ``pair_budget`` groups.
     """
-    if attn.cfg.use_qk_norm or attn.cfg.use_attention_sinks or plan.k is None:
+    if attn.cfg.use_qk_norm or attn.cfg.use_attention_sinks:
         return None
     pos, device = xT.shape[1], xT.device
     spans = [slice(start, min(pos, start + STREAM_CHUNK)) for start in range(0, pos, STREAM_CHUNK)]
@@ -227,11 +233,7 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
         if attn.attn_scale != 1.0:  # x / 1.0 is x, bit for bit
             scores.div_(attn.attn_scale)
         per_group = torch.softmax(scores, dim=0)
-        total = counts @ per_group
-        pattern = per_group.div_(total)  # each key's dense weight (see grouped_attention)
-        if _any_nan(total):  # as TransformerLens: a row with no finite score has no pattern
-            pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-        return scores, pattern
+        return scores, _key_weights(per_group, counts @ per_group)
 
     if query_rows is not None:
         scores_T, pattern_T = attend(query_rows)

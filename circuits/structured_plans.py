@@ -105,10 +105,7 @@ class RestrictedMap:
             # index_select: the same rows as xT[inputs], without advanced indexing's dispatch (a few us a call).
             inputs = self.inputs
             read = xT[inputs] if isinstance(inputs, slice) else xT.index_select(0, inputs)
-            if out is None:
-                out = self.W_T @ read
-            else:
-                torch.matmul(self.W_T, read, out=out) if out.is_contiguous() else out.copy_(self.W_T @ read)
+            out = self.W_T @ read if out is None else out.copy_(self.W_T @ read)
         if self.b is not None:
             out.add_(self.b)
         return out
@@ -185,9 +182,9 @@ class AttentionPlan:
     qkv: RestrictedMap
     d_head: int
     out: RestrictedMap
-    q: RestrictedMap | None = None
-    k: RestrictedMap | None = None
-    v: RestrictedMap | None = None
+    q: RestrictedMap
+    k: RestrictedMap
+    v: RestrictedMap
 
     @classmethod
     def of(cls, attn) -> "AttentionPlan":

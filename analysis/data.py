@@ -260,9 +260,24 @@ def validate_problem(X: np.ndarray, k: int) -> None:
     check_spread(X, "data")
     if k < 1:
         raise ProblemError(f"must be at least 1, got {k}", "k")
-    distinct = len(np.unique(X, axis=0))
-    if k > distinct:
-        raise ProblemError(f"{k} exceeds the number of distinct points ({distinct})", "k")
+    if k > _distinct_rows_at_least(X, k):
+        raise ProblemError(f"{k} exceeds the number of distinct points ({len(np.unique(X, axis=0))})", "k")
+
+
+#: Rows whose distinct count :func:`_distinct_rows_at_least` reads first: ``np.unique(X, axis=0)`` sorts every row
+#: (0.7 s at a million points), where the first rows nearly always hold k distinct ones already.
+_DISTINCT_PREFIX = 4096
+
+
+def _distinct_rows_at_least(X: np.ndarray, k: int) -> int:
+    """The number of distinct rows of ``X`` where that is below ``k``; otherwise some count of at least ``k``
+    (the distinct rows of a prefix, if those reach ``k``): what the check against ``k`` needs, without sorting
+    every row of a large ``X``."""
+    if len(X) > _DISTINCT_PREFIX:
+        in_prefix = len(np.unique(X[:_DISTINCT_PREFIX], axis=0))
+        if in_prefix >= k:
+            return in_prefix
+    return len(np.unique(X, axis=0))
 
 
 def resolve_init(init: str, X: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, str]:

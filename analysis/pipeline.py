@@ -77,7 +77,7 @@ class RunResult:
         return {
             "variant": self.circuit.variant,
             "path": self.capture.path,
-            "device": str(self.encoded.resid.device),
+            "device": str(self.encoded.device),
             "k": self.encoded.k,
             "iterations": self.circuit.iterations,
             "labels": [int(v) for v in self.labels],

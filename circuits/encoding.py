@@ -149,6 +149,12 @@ class EncodedBatch:
         return self.resid
 
     @property
+    def device(self) -> torch.device:
+        """Where ``resid`` lives (or, released, will be made again), read without making it again."""
+        released = self.__dict__.get("_released")
+        return released[1] if released is not None else self.resid.device
+
+    @property
     def batch(self) -> int:
         return self.X.shape[0]
 

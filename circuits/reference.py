@@ -36,11 +36,9 @@ from circuits.blockwise import (  # noqa: F401 (assign_within_biased, row_counts
 )
 from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
 
-# The memo lives in circuits.memo; its entry points are part of this module's interface too.
-from circuits.memo import (  # noqa: F401
+from circuits.memo import (  # noqa: F401 (the memo lives in circuits.memo; its entry points are this module's too)
     _DISTANCE_MEMO, _memo_points, distances_budget, keep_distances, lookup_distances, memoised, memoised_array_key,
-    memoised_distances,
-)
+    memoised_distances)
 
 #: Rows of points processed at once, to bound memory at n * k * d.
 _CHUNK = 8192
@@ -389,7 +387,10 @@ class Reference:
         return objective(X, C, labels_of(R))
 
     # -- the iteration ------------------------------------------------------------------------------------
-    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> Trace:
+    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+            each: Callable[[int, np.ndarray, np.ndarray], None] | None = None) -> Trace:
+        """The iterates from ``C0``; ``each(t, C, labels)`` is called right after each hard assignment held as labels,
+        while the distances to ``C`` are the memo's latest (what it computes from them is not computed again)."""
         X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
@@ -404,6 +405,8 @@ class Reference:
                 # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
                 labels = labels_of(R) if self.hard else None
                 resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
+            if each is not None and labels is not None and resps[-1] is labels:
+                each(t, C, labels)
             if R is None and type(self).objective is Reference.objective:
                 objs.append(objective(X, C, labels))
             else:

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
               f" variant {problem.variant}, {count(problem.iterations, 'iteration')},"
               f" beta={result.circuit.sharpness.beta:g},"
               f" {result.capture.path} path" + (f" ({result.capture.path_note})" if result.capture.path_note else "")
-              + f", device {result.encoded.resid.device}")
+              + f", device {result.encoded.device}")
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
             print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"

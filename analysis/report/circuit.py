@@ -233,7 +233,7 @@ def _problem_facts(run, source: str, problem, seed: int | None, variant) -> list
         Fact("initial centroids", init),
         Fact("variant", circ.variant + (f": {variant.algorithm}" if variant else "")),
         Fact("checked against", str(getattr(rep, "reference", "Lloyd's k-means (circuits.reference.lloyd)"))),
-        Fact("device", str(enc.resid.device), "where torch ran the circuit"),
+        Fact("device", str(enc.device), "where torch ran the circuit"),
     ]
 
 

@@ -27,7 +27,7 @@ from analysis.capture import Capture
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
 from analysis.verify.windows import (
-    RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty, exact_row, two_nearest,
+    RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty, exact_row, ties_of, two_nearest,
 )
 from circuits import memo, reference
 from circuits.blocks import ASSIGN
@@ -57,6 +57,10 @@ def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Win
         compute = lambda: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)  # noqa: E731
         return compute() if D_key is None else _kept(seen, C, (D_key,), compute)
 
+    # Rows of points on their own, given their distances (each row of distance_uncertainty reads its point alone):
+    # the same entries bit for bit, for a check that reads a few points' rows.
+    window.rows = lambda C, points, D_rows: distance_uncertainty(X[points], C, D_rows, offset, UNIT_ROUNDOFF,
+                                                                 x_norms[points])
     return window
 
 
@@ -183,7 +187,7 @@ class TieRule:
 
     rounding: float
     bias_scale: float = 1.0
-    E: np.ndarray | None = None
+    E: np.ndarray | RowsOnDemand | None = None  # RowsOnDemand: with check_costs' near rows
     tie_break_abs: float = 0.0
     E_circuit: np.ndarray | RowsOnDemand | None = None
     #: Exact costs (:func:`analysis.verify.nearest.exact_costs`) deciding costs within ``E``: then only an exact
@@ -192,8 +196,12 @@ class TieRule:
 
 
 def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule: TieRule,
-                expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
+                expected: np.ndarray | None = None,
+                near: dict[int, np.ndarray] | None = None) -> tuple[list[Mismatch], list[Tie]]:
     """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
+    ``near``: :func:`~analysis.verify.windows.near_rows` of these costs, ``rule.E`` and ``expected``, computed
+    before (then ``cost.values`` and ``rule.E`` are read only at the points a mismatch names, and may be
+    :class:`~analysis.verify.windows.RowsOnDemand`).
 
     With a per-entry uncertainty ``rule.E`` (distance costs) two columns tie for a point when their costs differ
     by at most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break
@@ -219,7 +227,7 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         tied = {int(i): within[i] for i in np.flatnonzero(within.sum(axis=1) > 1)}
         row_of = lambda i: (window[i], near[i], within[i])  # noqa: E731
     else:
-        tied, row_of = distance_ties(V, E, exp_col, exact)
+        tied, row_of = distance_ties(V, E, exp_col, exact) if near is None else ties_of(near, V, E, exp_col)
     ties = [Tie(i, layer, iteration, [int(labels[c]) for c in np.flatnonzero(row)], int(got[i]), float(margins[i]))
             for i, row in tied.items()]
     mismatches = []

@@ -17,6 +17,7 @@ import numpy as np
 from analysis.capture import Capture
 from analysis.verify.checks import by_distance, make_reference, tie_window_at
 from analysis.verify.procedure import sharpness_deferred
+from analysis.verify.trajectory_rows import reference_near
 
 
 class ReferenceRun:
@@ -27,6 +28,9 @@ class ReferenceRun:
         self._value, self._error = None, None
         #: ``tie_window_at`` of each of the reference's iterates (distance costs; else ``None``).
         self.tie_windows: list[float] | None = None
+        #: The trajectory check's near rows at each iterate (:func:`analysis.verify.trajectory_rows.reference_near`;
+        #: distance costs, else ``None``).
+        self.trajectory_near: list | None = None
         # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
         # stands for the run. The bound (a Deferred, or None) is started in the background once the reference is done.
         self._problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
@@ -39,10 +43,22 @@ class ReferenceRun:
         try:
             ref = make_reference(self._problem, self.b)
             X = self.encoded.X[self.b]
-            trace = ref.run(X, self.encoded.C0[self.b], self.circuit.iterations)
-            if ref.hard and by_distance(self.circuit):
-                # The tie window at each iterate of the reference run: a function of the run alone.
-                self.tie_windows = [tie_window_at(C, X, ref.tie_window) for C in trace.centroids]
+            windows, near = {}, {}
+
+            def each(t: int, C: np.ndarray, labels: np.ndarray) -> None:
+                # At each iterate, while its distances are the memo's latest: the tie window and the trajectory
+                # check's near rows, functions of the run alone.
+                windows[t] = tie_window_at(C, X, ref.tie_window)
+                near[t] = reference_near(ref, X, C, t, labels)
+
+            distance = ref.hard and by_distance(self.circuit)
+            trace = ref.run(X, self.encoded.C0[self.b], self.circuit.iterations, each if distance else None)
+            if distance:
+                T = len(trace.centroids)
+                self.tie_windows = [windows[t] if t in windows else tie_window_at(trace.centroids[t], X,
+                                                                                  ref.tie_window)
+                                    for t in range(T)]
+                self.trajectory_near = [near.get(t) for t in range(T)]
             self._value = ref, trace
         except BaseException as exc:  # raised again by result(), in the verifying thread
             self._error = exc

@@ -19,6 +19,7 @@ from analysis.verify.checks import (
     At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
     tie_window_at,
 )
+from analysis.verify import trajectory_rows
 from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
 from analysis.verify.windows import circuit_rows
@@ -51,6 +52,9 @@ class Problem:
     coarse: Rounding | None
     #: The tie window at each reference iterate, computed beside the prefetched reference run (else made here).
     tie_windows: list[float] | None = None
+    #: The trajectory check's near rows at each reference iterate (:mod:`analysis.verify.trajectory_rows`),
+    #: computed beside the prefetched reference run; ``None`` (or an entry ``None``): computed in the check.
+    trajectory_near: list | None = None
 
     @classmethod
     def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
@@ -82,6 +86,7 @@ class Problem:
             own_rounding=circuit_window(circ, enc, b) if distance else None,
             coarse=circuit_input_window(circ, enc, b) if distance else None,
             tie_windows=prefetched.tie_windows if prefetched is not None else None,
+            trajectory_near=prefetched.trajectory_near if prefetched is not None else None,
         )
 
     def widen_tie_window(self, t: int) -> None:
@@ -148,6 +153,14 @@ class Problem:
         The trajectory check decides near ties exactly (the reference's centroids are its own float64 values, so
         exact Lloyd's is defined on them); the step-wise check does not: a block's decoded input carries the
         decoding's rounding, so a gap within the window there says nothing about the block."""
+        near = self._reference_near(C, got, at, expected)
+        if near is not None:
+            # The reference run's own near rows: the costs and windows are read at the mismatches alone.
+            cost, E = trajectory_rows.costs_on_demand(self.ref, self.X, C)
+            rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
+                           circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None,
+                           exact_costs(self.X, C, cost))
+            return check_costs(cost, got, margins, at, rule, expected, near)
         cost = self.ref.costs(self.X, C, at.iteration)
         E = self.ref.cost_uncertainty(cost, C)
         if at.check == Check.STEP and self.coarse is not None and E is not None:
@@ -160,6 +173,17 @@ class Problem:
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
                        circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None, exact)
         return check_costs(cost, got, margins, at, rule, expected)
+
+    def _reference_near(self, C: np.ndarray, got: np.ndarray, at: At, expected) -> dict | None:
+        """The prefetched near rows for a trajectory check of iterate ``at.iteration`` (at the reference's own
+        centroids and labels, with few enough mismatches to read row by row), else ``None``."""
+        t = at.iteration
+        if (at.check != Check.TRAJECTORY or expected is None or self.trajectory_near is None
+                or t >= len(self.trajectory_near) or self.trajectory_near[t] is None
+                or not trajectory_rows.applies(self.ref, C) or not np.array_equal(C, self.trace.centroids[t])
+                or np.count_nonzero(np.asarray(expected) != got) > trajectory_rows.MOST_ROWS):
+            return None
+        return self.trajectory_near[t]
 
 
 @dataclass

@@ -98,8 +98,9 @@ class RowsOnDemand:
         self._rows = rows
         self._made: dict[int, np.ndarray] = {}
 
-    def __getitem__(self, index: tuple[int, int]):
-        i, j = index
+    def __getitem__(self, index: tuple[int, int] | int):
+        """Entry ``[i, j]``, or with one index the row ``[i]``."""
+        i, j = index if isinstance(index, tuple) else (index, slice(None))
         row = self._made.get(int(i))
         if row is None:
             row = self._made[int(i)] = self._rows(np.array([int(i)]))[0]
@@ -131,6 +132,25 @@ def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: Exac
     points (each row reads its own alone: the same numbers as the whole matrices, in cache); kept are the rows where
     more than one column is within, as ``{point: within row}`` in point order, and ``row_of(i) -> (window, near,
     within)`` of one point, made again by the same operations for the few points a caller asks about."""
+    return ties_of(near_rows(V, E, exp_col, exact), V, E, exp_col)
+
+
+def ties_of(several: dict[int, np.ndarray], V, E, exp_col: np.ndarray):
+    """:func:`distance_ties`' result from :func:`near_rows`' (computed earlier, or elsewhere: the reference's own
+    trajectory, :mod:`analysis.verify.prefetch`); ``V`` and ``E`` are read a row at a time, for the points a caller
+    asks about (a :class:`RowsOnDemand` serves)."""
+
+    def row_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        window = E[i] + E[i, exp_col[i]]
+        near = np.abs(V[i] - V[i, exp_col[i]]) <= window
+        return window, near, several.get(i, near)
+
+    return {i: row for i, row in several.items() if row.sum() > 1}, row_of
+
+
+def near_rows(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: ExactCosts | None) -> dict[int, np.ndarray]:
+    """The rows of :func:`distance_ties` where more than one column is near, as ``{point: within row}`` (``near``
+    narrowed by ``exact``): the part of the check that reads every row."""
     n, k = V.shape
     rows = max(1, _FUSED_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))
@@ -142,13 +162,7 @@ def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: Exac
         for i in np.flatnonzero(row_counts(near) > 1):
             point = start + int(i)
             several[point] = near[i].copy() if exact is None else exact_row(point, near[i], int(e[i]), exact)
-
-    def row_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        window = E[i] + E[i, exp_col[i]]
-        near = np.abs(V[i] - V[i, exp_col[i]]) <= window
-        return window, near, several.get(i, near)
-
-    return {i: row for i, row in several.items() if row.sum() > 1}, row_of
+    return several
 
 
 def two_nearest(D: np.ndarray) -> np.ndarray:

@@ -1,0 +1,71 @@
+"""The trajectory check's reading of every point, done where the reference runs.
+
+The trajectory check holds the circuit's labels at iterate ``t`` to the reference's own labels there, at the
+reference's centroids: which columns lie within the tie window of the expected one is a function of the reference
+run alone (:func:`~analysis.verify.windows.near_rows`), and the circuit's labels are read only at the points where
+they differ. So a prefetched reference run (:mod:`analysis.verify.prefetch`) computes those rows at each iterate,
+while its distances are the memo's latest, and the check reads the distances and windows of its mismatches alone,
+row by row (:func:`costs_on_demand`), without the ``n x k`` matrices made again: the same numbers bit for bit (each
+row of the distances, the window and the near test reads its own point alone).
+
+Only for Lloyd's costs (the squared distances, one column per centroid) with the float64 resolution window, which
+every hard distance reference but the trimmed one has; any other reference is checked as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.verify.nearest import exact_costs
+from analysis.verify.windows import RowsOnDemand, near_rows
+from circuits.reference import Costs, Reference
+
+#: Beyond this many mismatches at an iterate, the check makes the whole matrices after all (a trajectory that went
+#: another way differs at many points; a row made on its own costs more than its share of the whole matrix).
+MOST_ROWS = 256
+
+
+def applies(ref: Reference, C: np.ndarray) -> bool:
+    """Whether ``ref``'s costs to centroids ``C`` can be made row by row: Lloyd's costs and uncertainty, a window
+    that makes rows on their own, C-contiguous float64 centroids (whose distances the rows repeat bit for bit)."""
+    return (type(ref).costs is Reference.costs and type(ref).cost_uncertainty is Reference.cost_uncertainty
+            and getattr(ref.tie_window, "rows", None) is not None and isinstance(C, np.ndarray)
+            and C.dtype == np.float64 and C.flags.c_contiguous)
+
+
+def reference_near(ref: Reference, X: np.ndarray, C: np.ndarray, t: int,
+                   labels: np.ndarray) -> dict[int, np.ndarray] | None:
+    """:func:`~analysis.verify.windows.near_rows` of the trajectory check at the reference's iterate ``t`` (centroids
+    ``C``, its labels ``labels``), as :meth:`analysis.verify.problem.Problem.check_hard` would compute them; ``None``
+    where :func:`applies` does not hold."""
+    if not applies(ref, C) or (labels.size and int(labels.min()) < 0):
+        return None
+    cost = ref.costs(X, C, t)
+    E = ref.cost_uncertainty(cost, C)
+    if E is None:
+        return None
+    # cost.labels is arange(k) (Reference.costs): each label is its own column.
+    return near_rows(cost.values, E, np.asarray(labels, dtype=np.int64), exact_costs(X, C, cost))
+
+
+@dataclass
+class RowCosts(Costs):
+    """:class:`~circuits.reference.Costs` whose values are made a point's row at a time, when read."""
+
+    values: RowsOnDemand  # type: ignore[assignment]
+
+
+def costs_on_demand(ref: Reference, X: np.ndarray, C: np.ndarray) -> tuple[RowCosts, RowsOnDemand]:
+    """``ref.costs(X, C, t)`` and ``ref.cost_uncertainty`` of them, each made a point's row at a time when read."""
+    k = C.shape[0]
+
+    def distances(points: np.ndarray) -> np.ndarray:
+        # sq_distances' differences for these points (C-contiguous C: laid out as its whole matrix's are), without
+        # entering them in the memo.
+        diff = X[points, None, :] - C[None, :, :]
+        return np.einsum("pcd,pcd->pc", diff, diff)
+
+    cost = RowCosts(RowsOnDemand(distances), np.arange(k), ref.tie_break * np.arange(k, dtype=np.float64))
+    return cost, RowsOnDemand(lambda points: ref.tie_window.rows(C, points, distances(points)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -210,3 +210,13 @@ class Findings:
     #: The record of ``t = 0`` (initial centroids) and the largest centroid tolerance the trajectory was held to.
     initial: object = None
     centroid_limit: float = 0.0
+
+    def merge(self, other: Findings) -> None:
+        """Add what ``other`` found after what this holds: its lists extend these, its per-block entries join
+        these (the trajectory's ``initial`` and ``centroid_limit`` are not a block's)."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif isinstance(mine, dict):
+                mine.update(theirs)

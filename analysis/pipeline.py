@@ -267,9 +267,10 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
                                              device=str(device))
     scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
-    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device)
     if lean is None:
-        lean = encoded.n >= LEAN_MIN_POINTS
+        lean = X.shape[0] >= LEAN_MIN_POINTS
+    encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
+                     feature_major=lean and path != "dense")
     # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread), sharing
     # the memo of distances that the verification then reads.
     prefetch = lean and circuit.spec.input_map is None

@@ -109,6 +109,9 @@ class EncodedBatch:
     _made: tuple[weakref.ref, int] | None = field(default=None, init=False, repr=False, compare=False)
     #: ``(dtype, device)`` of a released ``resid``, which the next read of ``resid`` makes again.
     _released: tuple[torch.dtype, torch.device] | None = field(default=None, init=False, repr=False, compare=False)
+    #: :func:`encode` laid ``resid`` out feature-major (``feature_major=True``): each problem's ``resid[b].T`` is
+    #: contiguous, and a lean capture that released it runs its forward on that memory in place (no copy).
+    _forward_owned: bool = field(default=False, init=False, repr=False, compare=False)
 
     def as_encoded(self) -> bool:
         """Whether ``resid`` is (or, released, will be made again as) what :func:`encode` makes of ``X``, ``C0`` and
@@ -172,7 +175,8 @@ class EncodedBatch:
 
 
 def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype = torch.float64,
-           scaling: UnitScaling | None = None, device: str | torch.device = "cpu") -> EncodedBatch:
+           scaling: UnitScaling | None = None, device: str | torch.device = "cpu",
+           feature_major: bool = False) -> EncodedBatch:
     """Residual input for points ``X`` (n, d) or (batch, n, d) and initial centroids ``C0`` (k, d) or (batch, k, d)."""
     X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
     if X.shape[0] != C0.shape[0]:
@@ -184,7 +188,9 @@ def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.d
     batch, n, _ = X.shape
     seq = SequenceLayout(n, layout.k)
     scaling = scaling if scaling is not None else fit_unit_scaling(X, C0)
-    resid = np.zeros((batch, seq.n_tokens, layout.d_model))
+    # Feature-major: the same (batch, pos, d_model) array, as a view of (batch, d_model, pos) memory.
+    resid = (np.zeros((batch, layout.d_model, seq.n_tokens)).transpose(0, 2, 1) if feature_major
+             else np.zeros((batch, seq.n_tokens, layout.d_model)))
     resid[:, :, layout["ONE"]] = 1.0
     resid[:, seq.bos, layout["IS_BOS"]] = 1.0
     resid[:, seq.points, layout["IS_POINT"]] = 1.0
@@ -195,6 +201,7 @@ def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.d
     tensor = torch.as_tensor(resid, dtype=dtype, device=device)
     encoded = EncodedBatch(tensor, layout, seq, scaling, X, C0)
     encoded._made = (weakref.ref(tensor), tensor._version)
+    encoded._forward_owned = feature_major and all(r.T.is_contiguous() for r in tensor)
     return encoded
 
 

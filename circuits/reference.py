@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from circuits.blockwise import (  # noqa: F401 (assign_within_biased, row_counts: part of this module's interface)
     assign_within_biased, contiguous_sq_distances, one_hot_labels, row_counts, small_keys,
 )
-from circuits.onehot import OneHotStack, one_hot  # noqa: F401 (part of this module's interface)
+from circuits.onehot import OneHotStack, one_hot, stack_rows  # noqa: F401 (part of this module's interface)
 
 from circuits.memo import (  # noqa: F401 (the memo lives in circuits.memo; its entry points are this module's too)
     _DISTANCE_MEMO, _memo_points, distances_budget, keep_distances, lookup_distances, memoised, memoised_array_key,
@@ -388,13 +388,13 @@ class Reference:
 
     # -- the iteration ------------------------------------------------------------------------------------
     def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-            each: Callable[[int, np.ndarray, np.ndarray], None] | None = None) -> Trace:
-        """The iterates from ``C0``; ``each(t, C, labels)`` is called right after each hard assignment held as labels,
-        while the distances to ``C`` are the memo's latest (what it computes from them is not computed again)."""
+            labels_at: Callable[[int, np.ndarray], np.ndarray | None] | None = None) -> Trace:
+        """The iterates from ``C0``. ``labels_at(t, C)``: what ``self._assigned_labels(X, C, t)`` gives, computed by
+        the caller (a verifier reads more from the same distances, as it computes them)."""
         X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
-            labels = self._assigned_labels(X, C, t) if self.hard else None
+            labels = (self._assigned_labels(X, C, t) if labels_at is None else labels_at(t, C)) if self.hard else None
             if labels is not None:
                 # This class's one-hot assignment, held as its labels: the matrix is made only for an objective or
                 # update a subclass defines on it (Lloyd's own read its labels_of, which are these labels).
@@ -405,8 +405,6 @@ class Reference:
                 # A hard assignment that is exactly one-hot is kept as its labels (checked, not assumed).
                 labels = labels_of(R) if self.hard else None
                 resps.append(labels if labels is not None and np.array_equal(one_hot(labels, C.shape[0]), R) else R)
-            if each is not None and labels is not None and resps[-1] is labels:
-                each(t, C, labels)
             if R is None and type(self).objective is Reference.objective:
                 objs.append(objective(X, C, labels))
             else:
@@ -421,7 +419,7 @@ class Reference:
             del R
         k = C.shape[0]
         if all(r.ndim == 1 for r in resps):
-            responsibilities = OneHotStack(np.stack(resps), k)
+            responsibilities = OneHotStack(stack_rows(resps), k)
         else:
             responsibilities = np.stack([one_hot(r, k) if r.ndim == 1 else r for r in resps])
         return Trace(np.stack(cents), responsibilities, np.array(objs))

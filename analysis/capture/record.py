@@ -298,8 +298,12 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         # The forward runs on its own feature-major copy; the encoding's is let go (made again, bit for bit, if
         # a later reader asks for it: the sharpness bound's inputs, a dense fallback). Held twice, the residual
         # stream was 0.47 GB of the peak at a million points.
-        resid = OwnedStreams(feature_major_copies(resid))
-        encoded.release_resid()
+        owned = encoded._forward_owned
+        if owned and encoded.release_resid():
+            resid = OwnedStreams([r.T for r in resid])
+        else:
+            resid = OwnedStreams(feature_major_copies(resid))
+            encoded.release_resid()
     entries: dict[str, torch.Tensor] = {}
 
     def take(layer: int, record) -> None:

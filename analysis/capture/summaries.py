@@ -204,6 +204,10 @@ def _assign_certificate_rows(S: np.ndarray, counts: np.ndarray, rows: slice, row
         part = slice(a - start, a - start + block.shape[0])
         margin[part] = top - np.where(ties > 0, top, below)
         leak[part] = ties
+    if not leak.any():
+        # No query has another key at its top score (the usual case): one read-only zero stands for them all,
+        # instead of an n-sized array per assign layer.
+        leak = np.broadcast_to(np.zeros((), dtype=np.float64), leak.shape)
     return margin, leak
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from analysis.capture import Capture
 from analysis.verify.checks import by_distance, make_reference, tie_window_at
 from analysis.verify.procedure import sharpness_deferred
-from analysis.verify.trajectory_rows import reference_near
+from analysis.verify.trajectory_rows import fused_assignment, reference_near
+from circuits.reference import Reference
 
 
 class ReferenceRun:
@@ -45,14 +46,24 @@ class ReferenceRun:
             X = self.encoded.X[self.b]
             windows, near = {}, {}
 
-            def each(t: int, C: np.ndarray, labels: np.ndarray) -> None:
-                # At each iterate, while its distances are the memo's latest: the tie window and the trajectory
-                # check's near rows, functions of the run alone.
-                windows[t] = tie_window_at(C, X, ref.tie_window)
-                near[t] = reference_near(ref, X, C, t, labels)
+            def labels_at(t: int, C: np.ndarray) -> np.ndarray | None:
+                # At each iterate, from the distances the assignment reads: the tie window and the trajectory
+                # check's near rows, functions of the run alone (block by block where fused_assignment applies;
+                # else while the distances are the memo's latest).
+                fused = fused_assignment(ref, X, C, t) if type(ref)._assigned_labels is Reference._assigned_labels \
+                    else None
+                if fused is not None:
+                    labels, window, near[t] = fused
+                    windows[t] = window if window is not None else tie_window_at(C, X, ref.tie_window)
+                    return labels
+                labels = ref._assigned_labels(X, C, t)
+                if labels is not None:
+                    windows[t] = tie_window_at(C, X, ref.tie_window)
+                    near[t] = reference_near(ref, X, C, t, labels)
+                return labels
 
             distance = ref.hard and by_distance(self.circuit)
-            trace = ref.run(X, self.encoded.C0[self.b], self.circuit.iterations, each if distance else None)
+            trace = ref.run(X, self.encoded.C0[self.b], self.circuit.iterations, labels_at if distance else None)
             if distance:
                 T = len(trace.centroids)
                 self.tie_windows = [windows[t] if t in windows else tie_window_at(trace.centroids[t], X,

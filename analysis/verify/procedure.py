@@ -263,7 +263,7 @@ def _evaluate_bound(args: tuple, kwargs: dict):
     its bound was read can carry it)."""
     from analysis.proof.bound import sharpness_bound
 
-    return sharpness_bound(*args, **kwargs)[0]
+    return sharpness_bound(*args, **kwargs, trajectory_labels=False)[0]
 
 
 def _iteration_bound(bound: Deferred, t: int) -> float:

@@ -19,7 +19,8 @@ from analysis.verify.checks import (
 from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
-from circuits.reference import Reference, one_hot, sq_distances
+from circuits.onehot import OneHotStack
+from circuits.reference import Reference, objective, one_hot, sq_distances
 
 
 #: From this many points on, the blocks are checked two at a time, in two threads (numpy's work releases the
@@ -59,16 +60,26 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
     if not p.hard:
         _check_soft_assign(p, lc, t, margins, found)
         return
-    C_in, Y, labels = lc.pre.centroids[p.b], lc.post.assignments[p.b], lc.post.labels[p.b]
+    C_in, labels = lc.pre.centroids[p.b], lc.post.labels[p.b]
+    # A Y held as labels (a lean capture's OneHotStack) is read as them: its n x k one-hot matrix is not made.
+    held = lc.post.assignments.labels[p.b] if isinstance(lc.post.assignments, OneHotStack) else None
+    Y = lc.post.assignments[p.b] if held is None else None
+    dense_Y = lambda: Y if Y is not None else one_hot(held, C_in.shape[0])  # noqa: E731
     # The step's ties are its decoded input's window, not the data's: the trajectory check lists the exact ties.
     mismatches, tied = p.check_hard(C_in, labels, margins, At(lc.layer, t, Check.STEP), lc.pre)
     found.mismatches.extend(mismatches)
-    a_err = _one_hot_error(Y, labels)
+    if held is not None and np.array_equal(held, labels):
+        a_err = 0.0  # Y is one_hot(labels) itself
+    else:
+        a_err = _one_hot_error(dense_Y(), labels)
     found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
     # The iteration record's objective (centroids after t updates, the assignment to them), while this block's
     # distances are the memo's latest: where the block reads the update block's output directly, its input is them.
     if lc.pre is p.cap.layers[p.circ.centroid_layers[t]].post:
-        found.objective_circuit[t] = p.ref.objective(p.X, C_in, Y)
+        if held is not None and type(p.ref).objective is Reference.objective:
+            found.objective_circuit[t] = objective(p.X, C_in, held)  # labels_of(one_hot(held)) is held
+        else:
+            found.objective_circuit[t] = p.ref.objective(p.X, C_in, dense_Y())
     if p.check_resolution:
         found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
                                                      p.own_rounding(C_in), lc.layer, t))

@@ -42,6 +42,18 @@ def test_chunked_assign_layers_give_the_unchunked_bound_bit_for_bit(monkeypatch,
     assert uncertain_seen  # the uncertified path was compared too
 
 
+def test_a_bound_without_the_trajectorys_labels_is_the_same_bound():
+    """trajectory_labels=False (the verification's background bound) keeps no labels and changes nothing else."""
+    for X, C0, sink, tie_break in _problems():
+        args = (X, C0, 5)
+        kwargs = dict(beta=1e4, beta_update=200.0, mask=10.0, tie_break=tie_break, sink=sink)
+        bound, traj = sharpness.sharpness_bound(*args, **kwargs)
+        lean_bound, lean_traj = sharpness.sharpness_bound(*args, **kwargs, trajectory_labels=False)
+        assert lean_traj.labels == [] and traj.labels
+        assert pickle.dumps((lean_bound, lean_traj.centroids, lean_traj.certified)) == pickle.dumps(
+            (bound, traj.centroids, traj.certified))
+
+
 @pytest.mark.parametrize("variant", ["lloyd", "damped", "trimmed"])
 @pytest.mark.parametrize("lean", [False, True])
 def test_bound_inputs_from_the_encoding_are_the_streams_slots(variant, lean):

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_iris
@@ -90,3 +91,82 @@ def test_rows_on_demand_are_the_whole_matrices_rows(n, d, k, seed):
         assert cost.values[i].tobytes() == D[i].tobytes()
         assert E[i].tobytes() == whole[i].tobytes()
         assert cost.values[i, i % C.shape[0]] == D[i, i % C.shape[0]]
+
+
+def _reference_for(X, C):
+    from analysis.capture import capture
+    from analysis.pipeline import lloyd_scaling
+    from circuits.build import build_lloyd_circuit
+    from circuits.encoding import encode
+
+    circuit = build_lloyd_circuit(X.shape[1], C.shape[0], 1)
+    encoded = encode(circuit.layout, X, C, scaling=lloyd_scaling(X, C))
+    return make_reference(capture(circuit, encoded, path="structured", lean=True), 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**31 - 1), st.booleans(),
+       st.sampled_from([1, 7, 2**16]))
+def test_fused_assignment_is_the_whole_matrices_bit_for_bit(n, d, k, seed, grid, entries):
+    """fused_assignment's labels, tie window and near rows, block by block (blocks of one point to all of them),
+    against _assigned_labels, tie_window_at and reference_near on the whole matrices. ``grid``: integer points
+    with exact ties and points one ulp off a bisector, decided in exact arithmetic."""
+    from analysis.verify.checks import tie_window_at
+
+    rng = np.random.default_rng(seed)
+    k = min(k, n)
+    if grid:
+        X = rng.integers(-3, 4, size=(n, d)).astype(np.float64)
+        X[: n // 3, 0] = np.nextafter(X[: n // 3, 0], np.inf)
+        C = X[rng.choice(n, size=k, replace=False)].copy()
+        C[:, 0] += rng.integers(-1, 2, size=k) * 0.5
+    else:
+        X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-2, 3, size=(n, 1))
+        C = X[rng.choice(n, size=k, replace=False)] + rng.normal(size=(k, d)) * 1e-3
+    ref = _reference_for(X, C)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trajectory_rows, "_FUSED_ENTRIES", entries)
+        labels, window, near = trajectory_rows.fused_assignment(ref, X, C, 0)
+    whole = ref._assigned_labels(X, C, 0)
+    assert labels.dtype == whole.dtype and np.array_equal(labels, whole)
+    if k >= 2:
+        assert window == tie_window_at(C, X, ref.tie_window)
+    else:
+        assert window is None
+    expected = trajectory_rows.reference_near(ref, X, C, 0, whole)
+    assert list(near) == list(expected)
+    assert all(np.array_equal(near[i], expected[i]) for i in expected)
+
+
+def test_a_feature_major_encoding_is_the_same_stream_run_in_place():
+    """encode(feature_major=True): the same values as the default encoding, laid out so that each problem's
+    transpose is contiguous; a lean capture runs on that memory (no copy) and the released encoding is made again,
+    equal to the original; the capture is the one of the default encoding."""
+    from analysis.capture import capture
+    from analysis.pipeline import lloyd_scaling
+    from circuits.build import build_lloyd_circuit
+    from circuits.encoding import encode
+
+    X, C0 = corner_problem(n=60)
+    circuit = build_lloyd_circuit(2, 3, 3)
+    scaling = lloyd_scaling(X, C0)
+    plain = encode(circuit.layout, X, C0, scaling=scaling)
+    fm = encode(circuit.layout, X, C0, scaling=scaling, feature_major=True)
+    assert torch.equal(fm.resid, plain.resid) and fm.resid[0].T.is_contiguous() and fm._forward_owned
+    assert not plain._forward_owned
+    before = fm.resid.clone()
+    pointer = fm.resid.untyped_storage().data_ptr()
+    handed = []
+    from circuits import structured
+
+    real = structured.structured_forward
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(structured, "structured_forward", lambda model, resid, *a, **kw: handed.append(
+            [s.untyped_storage().data_ptr() for s in resid._streams]) or real(model, resid, *a, **kw))
+        lean = capture(circuit, fm, path="structured", lean=True)
+    assert handed == [[pointer]]  # the forward ran on the encoding's own memory
+    assert "resid" not in fm.__dict__  # released
+    assert torch.equal(fm.resid, before)  # made again, as it was
+    full = capture(circuit, plain, path="structured", lean=True)
+    for a, b in zip(lean.layers, full.layers):
+        assert np.array_equal(a.post.labels, b.post.labels) and a.post.centroids.tobytes() == b.post.centroids.tobytes()

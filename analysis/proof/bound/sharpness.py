@@ -152,14 +152,15 @@ class _Margins:
 
 def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, beta: float,
                     beta_update: float, mask: float, tie_break: float, scale: float = 1.0, *, eta: float = 1.0,
-                    sink: float | None = None, update_sink: float | None = None,
+                    sink: float | None = None, update_sink: float | None = None, trajectory_labels: bool = True,
                     ) -> tuple[SharpnessBound, HardTrajectory]:
     """The bound for unit-scaled points ``X`` and initial centroids ``C0`` (as the circuit receives them).
 
     Lloyd's circuit by default; ``eta`` the damped variant's step (updates after the first); ``sink`` the assign
     heads' attention-sink logit and ``update_sink`` the update heads' (trimmed). Outliers get label -1. (The
     parameters are the circuit's knobs one by one, as :func:`analysis.proof.bound.bound_for_capture` and the tests
-    pass them.)
+    pass them.) ``trajectory_labels=False``: the trajectory's labels are not kept (its ``labels`` is empty), for a
+    caller that reads the bound alone (an ``n``-sized array per iteration: 88 MB at a million points, T = 10).
     """
     X = np.asarray(X, dtype=np.float64)
     state = _State(np.asarray(C0, dtype=np.float64).copy(), np.zeros(len(C0)), np.zeros(len(C0)))
@@ -178,7 +179,8 @@ def sharpness_bound(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], i
             certified = False
             notes.append(f"iteration {it}: the float reference cannot certify the nearest centroid of"
                          f" {uncertain} point(s) (margins below rounding); bounds are inf from here")
-        traj.labels.append(np.where(a == len(state.C), -1, a))
+        if trajectory_labels:
+            traj.labels.append(np.where(a == len(state.C), -1, a))
         traj.certified.append(certified)
         if not certified:
             layers.extend(_uncertified(it, iterations, n))

@@ -77,6 +77,9 @@ class Recording:
     on_record: Callable[[int, LayerRecord], None] | None = None
     pre: bool = True
     mid: bool = False
+    #: False: a chunked head whose queries do not compress (an assign head's points) keeps its scores but not its
+    #: position-sized pattern (``GroupedAttention.pattern`` is ``None``), for a caller that reads only the scores.
+    patterns: bool = True
 
 
 #: Every record, returned.
@@ -234,7 +237,8 @@ def _structured_forward(model, resid, score_hooks: dict, recording: Recording, p
                 # False: this head's queries did not compress last time (an assign head's point queries differ).
                 query_hint = hints.get((key_map, b, "queries"))
                 grouped = chunked_block(attn, ln1, ln2, attn_plan, mlp_plan, xT, hints.get((key_map, b)),
-                                        pair_budget, query_hint or None, query_hint is not False)
+                                        pair_budget, query_hint or None, query_hint is not False,
+                                        keep_pattern=recording.patterns)
             if grouped is not None:
                 post = xT
             else:

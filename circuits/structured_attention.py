@@ -39,7 +39,7 @@ class GroupedAttention:
     queries: Groups
     keys: Groups
     scores: Float[Tensor, "mq mk"]
-    pattern: Float[Tensor, "mq mk"]
+    pattern: Float[Tensor, "mq mk"] | None  # None: not kept (chunked_block's keep_pattern)
 
     def block(self, q_positions: Tensor | slice, k_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
         """Dense scores and pattern of the block (query positions x key positions)."""
@@ -167,7 +167,7 @@ STREAM_CHUNK = 4096
 
 def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Float[Tensor, "d_model pos"],
                   hint: Groups | None = None, pair_budget: int = PAIR_BUDGET, query_hint: Groups | None = None,
-                  group_queries: bool = True) -> GroupedAttention | None:
+                  group_queries: bool = True, keep_pattern: bool = True) -> GroupedAttention | None:
     """A whole block (attention, then MLP) applied to ``xT`` in place, chunk by chunk of positions; ``None`` (and
     ``xT`` untouched) where it does not apply, and the caller runs :func:`grouped_attention` instead.
 
@@ -185,7 +185,8 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
     order as :func:`grouped_attention`.
 
     Applies without a score hook, attention sinks or qk-norm (those run unchunked); ``None`` where the keys do not
-    compress to at most ``pair_budget`` groups.
+    compress to at most ``pair_budget`` groups. ``keep_pattern=False``: where the queries do not compress, the
+    returned pattern is ``None`` (the position-sized copy is not made; the scores are kept).
     """
     if attn.cfg.use_qk_norm or attn.cfg.use_attention_sinks:
         return None
@@ -239,16 +240,20 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
         scores_T, pattern_T = attend(query_rows)
         out_groups = plan.out.apply(value_sums @ pattern_T)
     else:
-        scores_T, pattern_T = xT.new_empty(keys.size, pos), xT.new_empty(keys.size, pos)
+        scores_T = xT.new_empty(keys.size, pos)
+        pattern_T = xT.new_empty(keys.size, pos) if keep_pattern else None
     for cols in spans:
         part = xT[:, cols]  # a view: written through
         if query_rows is not None:
             out = out_groups.index_select(1, queries.inverse[cols])
         else:
-            scores_T[:, cols], pattern_T[:, cols] = scores, pattern = attend(plan.q.apply(_feature_major(ln1, part)))
+            scores, pattern = attend(plan.q.apply(_feature_major(ln1, part)))
+            scores_T[:, cols] = scores
+            if pattern_T is not None:
+                pattern_T[:, cols] = pattern
             out = plan.out.apply(value_sums @ pattern)
         _add_rows(part, plan.out.rows, out)
         _add_rows(part, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, part)))
-    return GroupedAttention(queries, keys, scores_T.T, pattern_T.T)
+    return GroupedAttention(queries, keys, scores_T.T, None if pattern_T is None else pattern_T.T)
 
 

@@ -330,7 +330,12 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         if on_layer is not None:
             on_layer(layer)
 
-    logits, _ = structured_forward(model, resid, circuit.score_hooks, Recording(take, pre=keep_cache))
+    # A lean capture of heads without a sink or a swapped update reads the scores alone of an assign head (its
+    # queries, the points, do not compress: assign_certificate_grouped) and nothing of an update head's.
+    scores_only = (lean and not with_sink and circuit.spec.sink_logit is None
+                   and not circuit.spec.swapped_update_normalisation)
+    logits, _ = structured_forward(model, resid, circuit.score_hooks,
+                                   Recording(take, pre=keep_cache, patterns=not scores_only))
     cache = None
     if keep_cache:
         from circuits.tl import ActivationCache

@@ -20,7 +20,7 @@ from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.onehot import OneHotStack
-from circuits.reference import Reference, objective, one_hot, sq_distances
+from circuits.reference import Reference, cluster_means, objective, one_hot, sq_distances
 
 
 #: From this many points on, the blocks are checked two at a time, in two threads (numpy's work releases the
@@ -135,14 +135,25 @@ def _check_update(p: Problem, lc, found: Findings) -> None:
     if u == 0:
         # The first update commits the initial centroids from C_stage.
         expected_c = p.C0
-        W = np.zeros((p.C0.shape[0], p.enc.n + 1))
-        W[:, -1] = 1.0
+        W = None
+        if p.spec.swapped_update_normalisation:  # only then read (k x n: 80 MB at a million points)
+            W = np.zeros((p.C0.shape[0], p.enc.n + 1))
+            W[:, -1] = 1.0
     else:
-        R_in, C_in = lc.pre.assignments[b], lc.pre.centroids[b]
-        expected_c = p.ref.update(p.X, R_in, C_in, u)
+        C_in = lc.pre.centroids[b]
+        if isinstance(lc.pre.assignments, OneHotStack) and type(p.ref).update is Reference.update:
+            # Lloyd's update reads labels_of(R), which for R = one_hot(labels) are the labels: no n x k matrix.
+            R_in = None
+            expected_c = cluster_means(p.X, lc.pre.assignments.labels[b], C_in)
+        else:
+            R_in = lc.pre.assignments[b]
+            expected_c = p.ref.update(p.X, R_in, C_in, u)
         # Read only for a swapped normalisation; Lloyd's own weights (which never raise) are skipped otherwise.
-        W = p.ref.update_weights(p.X, R_in, C_in, u) if (
-            p.spec.swapped_update_normalisation or type(p.ref).update_weights is not Reference.update_weights) else None
+        if p.spec.swapped_update_normalisation or type(p.ref).update_weights is not Reference.update_weights:
+            R_in = lc.pre.assignments[b] if R_in is None else R_in
+            W = p.ref.update_weights(p.X, R_in, C_in, u)
+        else:
+            W = None
     err = float(np.abs(lc.post.centroids[b] - expected_c).max())
     found.step_centroid_error[u] = err
     if err > tol.centroid:

@@ -84,6 +84,45 @@ def test_chunked_capture_matches_the_dense_forward(monkeypatch):
         np.testing.assert_allclose(la.post.centroids, lb.post.centroids, rtol=0, atol=1e-12 * scale)
 
 
+def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch):
+    """Recording(patterns=False), as a lean capture asks: each assign head (points as queries) hands back its scores
+    and no pattern, an update head both; the streams, scores and the lean capture are what keeping every pattern
+    gives, bit for bit. (300 points: more distinct point queries than PAIR_BUDGET, so they are not grouped.)"""
+    X, C0 = corner_problem(n=300)
+    circuit = get_variant("lloyd").build(2, 3, 3)
+    runs = {}
+    for patterns in (True, False):
+        records = []
+        # pre=False: blocks run in place, chunked (each record's stream is copied as it comes: the next block
+        # overwrites it).
+        structured.structured_forward(
+            circuit.runnable, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)).resid,
+            circuit.score_hooks, structured.Recording(
+                lambda layer, record: records.append((record.resid_post.clone(), record.attention)), pre=False,
+                patterns=patterns))
+        runs[patterns] = records
+    for (post_kept, kept), (post_lean, lean) in zip(runs[True], runs[False], strict=True):
+        assert torch.equal(post_kept, post_lean)
+        (g_kept,), (g_lean,) = kept, lean
+        assert torch.equal(g_kept.scores, g_lean.scores)
+        if g_kept.queries.is_identity:
+            assert g_lean.pattern is None  # an assign head's position-sized pattern
+        else:
+            assert torch.equal(g_kept.pattern, g_lean.pattern)
+    assert any(g.pattern is None for _, groups in runs[False] for g in groups)
+    spy = []
+    real = structured.structured_forward
+    monkeypatch.setattr(structured, "structured_forward",
+                        lambda *a, **kw: spy.append(a[3].patterns) or real(*a, **kw))
+    lean = capture(circuit, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)), path="structured", lean=True)
+    assert spy == [False]
+    monkeypatch.setattr(structured, "structured_forward",
+                        lambda model, resid, hooks, recording: real(model, resid, hooks, structured.Recording(
+                            recording.on_record, recording.pre, recording.mid, True)))
+    kept = capture(circuit, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)), path="structured", lean=True)
+    _assert_close_captures(lean, kept, rtol=0)
+
+
 def test_a_hash_collision_falls_back_to_the_exact_grouping(monkeypatch):
     """A hash that sends every key and query to one value (all collide): each chunked block finds the check failing
     and returns None, the unchunked block groups exactly, and the run is the usual one."""

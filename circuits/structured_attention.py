@@ -39,7 +39,9 @@ class GroupedAttention:
     queries: Groups
     keys: Groups
     scores: Float[Tensor, "mq mk"]
-    pattern: Float[Tensor, "mq mk"] | None  # None: not kept (chunked_block's keep_pattern)
+    pattern: Float[Tensor, "mq mk"] | None  # None: not kept (chunked_block's keep_pattern; see pattern_of)
+    #: The positions per pass of the chunked block that made these scores without keeping the pattern (0 otherwise).
+    chunk: int = 0
 
     def block(self, q_positions: Tensor | slice, k_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
         """Dense scores and pattern of the block (query positions x key positions)."""
@@ -50,6 +52,23 @@ class GroupedAttention:
     def rows(self, q_positions: Tensor | slice) -> tuple[Tensor, Tensor]:
         """Dense score and pattern rows of the query ``positions`` over every key position."""
         return self.block(q_positions, slice(None))
+
+
+def pattern_of(g: GroupedAttention) -> Float[Tensor, "mq mk"]:
+    """``g.pattern``; where :func:`chunked_block` kept only the scores, the pattern made again from them as the block
+    made it: a pass of ``g.chunk`` positions at a time, each pass's scores a contiguous (key groups x positions)
+    tensor as the block's were, softmax over the key groups and :func:`_key_weights`. The same operations on the
+    same values, so the same numbers bit for bit (a reader that needs the pattern after all: a near tie in the
+    lean assign certificate)."""
+    if g.pattern is not None:
+        return g.pattern
+    scores_T = g.scores.T
+    counts = g.keys.weights(scores_T.dtype)
+    pattern_T = torch.empty_like(scores_T)
+    for start in range(0, scores_T.shape[1], g.chunk):
+        per_group = torch.softmax(scores_T[:, start : start + g.chunk].contiguous(), dim=0)
+        pattern_T[:, start : start + g.chunk] = _key_weights(per_group, counts @ per_group)
+    return pattern_T.T
 
 
 @dataclass
@@ -254,6 +273,8 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
             out = plan.out.apply(value_sums @ pattern)
         _add_rows(part, plan.out.rows, out)
         _add_rows(part, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, part)))
-    return GroupedAttention(queries, keys, scores_T.T, None if pattern_T is None else pattern_T.T)
+    if pattern_T is None:
+        return GroupedAttention(queries, keys, scores_T.T, None, chunk=STREAM_CHUNK)
+    return GroupedAttention(queries, keys, scores_T.T, pattern_T.T)
 
 

@@ -17,6 +17,7 @@ from jaxtyping import Float, Int
 
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.encoding import EncodedBatch
+from circuits.structured_attention import pattern_of
 
 
 @dataclass
@@ -108,7 +109,7 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
     seq = encoded.sequence
     fields = {name: [] for name in ("scores", "pattern", "chosen", "margin", "leak_bound", "leak_observed", "sink_mass")}
     for g in groups:
-        S_t, P_t = g.scores.cpu(), g.pattern.cpu()
+        S_t, P_t = g.scores.cpu(), pattern_of(g).cpu()
         S, P = S_t.numpy(), P_t.numpy()
         counts_t = g.keys.weights(S_t.dtype).cpu()  # converted once per grouping (the forward used it too)
         counts, rep = counts_t.numpy(), g.keys.arrays()[0]

@@ -84,19 +84,25 @@ def test_chunked_capture_matches_the_dense_forward(monkeypatch):
         np.testing.assert_allclose(la.post.centroids, lb.post.centroids, rtol=0, atol=1e-12 * scale)
 
 
-def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
     """Recording(patterns=False), as a lean capture asks: each assign head (points as queries) hands back its scores
-    and no pattern, an update head both; the streams, scores and the lean capture are what keeping every pattern
-    gives, bit for bit. (300 points: more distinct point queries than PAIR_BUDGET, so they are not grouped.)"""
+    and no pattern, an update head both; the streams, scores, the pattern made again from the scores (pattern_of)
+    and the lean capture are what keeping every pattern gives, bit for bit, also where the lean certificate's
+    shortcut does not hold (a score gap exp does not round to 0: forced here) and its fallback reads the pattern
+    made again. (300 points: more distinct point queries than PAIR_BUDGET, so they are not grouped.)"""
+    from analysis.capture import summaries
+
     X, C0 = corner_problem(n=300)
-    circuit = get_variant("lloyd").build(2, 3, 3)
+    monkeypatch.setattr(structured_attention, "STREAM_CHUNK", 64)  # several passes, the last partial
+    circuit = get_variant("lloyd").build(2, 3, 3, dtype=dtype)
     runs = {}
     for patterns in (True, False):
         records = []
         # pre=False: blocks run in place, chunked (each record's stream is copied as it comes: the next block
         # overwrites it).
         structured.structured_forward(
-            circuit.runnable, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)).resid,
+            circuit.runnable, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)).resid,
             circuit.score_hooks, structured.Recording(
                 lambda layer, record: records.append((record.resid_post.clone(), record.attention)), pre=False,
                 patterns=patterns))
@@ -107,6 +113,7 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch):
         assert torch.equal(g_kept.scores, g_lean.scores)
         if g_kept.queries.is_identity:
             assert g_lean.pattern is None  # an assign head's position-sized pattern
+            assert torch.equal(structured_attention.pattern_of(g_lean), g_kept.pattern)
         else:
             assert torch.equal(g_kept.pattern, g_lean.pattern)
     assert any(g.pattern is None for _, groups in runs[False] for g in groups)
@@ -114,12 +121,19 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch):
     real = structured.structured_forward
     monkeypatch.setattr(structured, "structured_forward",
                         lambda *a, **kw: spy.append(a[3].patterns) or real(*a, **kw))
-    lean = capture(circuit, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)), path="structured", lean=True)
+    remade = []
+    monkeypatch.setattr(summaries, "EXP_ZERO_BELOW", -np.inf)  # no gap passes the shortcut: the fallback for all
+    monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append(g.pattern is None) or
+                        structured_attention.pattern_of(g))
+    lean = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
+                   path="structured", lean=True)
     assert spy == [False]
+    assert remade and all(remade)  # the fallback made each assign head's pattern again
     monkeypatch.setattr(structured, "structured_forward",
                         lambda model, resid, hooks, recording: real(model, resid, hooks, structured.Recording(
                             recording.on_record, recording.pre, recording.mid, True)))
-    kept = capture(circuit, encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0)), path="structured", lean=True)
+    kept = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
+                   path="structured", lean=True)
     _assert_close_captures(lean, kept, rtol=0)
 
 

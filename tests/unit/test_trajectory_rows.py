@@ -66,7 +66,7 @@ def test_many_mismatches_make_the_whole_matrices(monkeypatch):
     assert _report(result.report) == _report(verify_problem(result.capture, 0))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.integers(2, 40), st.integers(1, 6), st.integers(1, 5), st.integers(0, 2**31 - 1))
 def test_rows_on_demand_are_the_whole_matrices_rows(n, d, k, seed):
     """costs_on_demand's distance and window rows, each point's alone, against sq_distances and the window of the
@@ -104,7 +104,7 @@ def _reference_for(X, C):
     return make_reference(capture(circuit, encoded, path="structured", lean=True), 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.integers(1, 60), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**31 - 1), st.booleans(),
        st.sampled_from([1, 7, 2**16]))
 def test_fused_assignment_is_the_whole_matrices_bit_for_bit(n, d, k, seed, grid, entries):

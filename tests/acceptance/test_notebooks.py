@@ -55,8 +55,9 @@ def kernel(tmp_path_factory):
 
 
 def execute(nb, kernel_name: str):
+    # shutdown_kernel="immediate": the outputs are in by then, and a graceful shutdown waited 2.4 s a notebook.
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, startup_timeout=120, kernel_name=kernel_name,
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}}, shutdown_kernel="immediate")
     client.execute()
     return nb
 

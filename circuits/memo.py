@@ -6,6 +6,7 @@ values alone, so a memoised run gives the very numbers an unmemoised one does.""
 from __future__ import annotations
 
 import itertools
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from collections.abc import Callable, Iterator
@@ -19,6 +20,10 @@ T = TypeVar("T")
 #: The memo of :func:`memoised_distances` while one is active: ``points`` ((shape, read-only copy) of the float64
 #: point sets seen), ``entries`` ((index of the points, C's shape, C's bytes) -> the distances), ``bytes`` held.
 _DISTANCE_MEMO: ContextVar[dict | None] = ContextVar("sq_distance_memo", default=None)
+#: Held while a memo's dicts are read and changed: the memo is shared by threads (the prefetched reference run, the
+#: step checks two at a time), and an eviction's "oldest key" must still be there when it is popped. Computations
+#: run outside it.
+_LOCK = threading.RLock()
 #: Each memo's number, never reused (a key of :func:`memoised_array_key` names its memo).
 _MEMO_SERIALS = itertools.count()
 #: Each kept distance matrix's number, never reused (part of its :func:`memoised_array_key`).
@@ -75,10 +80,11 @@ def memoised_array_key(D: np.ndarray) -> tuple | None:
 
 def lookup_distances(memo: dict, key: tuple) -> np.ndarray | None:
     """The kept distances of ``key`` (marked most recently used), or ``None``."""
-    found = memo["distances"].pop(key, None)
-    if found is not None:
-        memo["distances"][key] = found
-    return found
+    with _LOCK:
+        found = memo["distances"].pop(key, None)
+        if found is not None:
+            memo["distances"][key] = found
+        return found
 
 
 def distances_budget(X: np.ndarray, k: int) -> int:
@@ -90,17 +96,20 @@ def distances_budget(X: np.ndarray, k: int) -> int:
 def keep_distances(memo: dict, key: tuple, D: np.ndarray, budget: int) -> None:
     """Keep ``D`` (made read-only) under ``key``, dropping the least recently used distances while the memo would
     exceed ``budget`` bytes (:func:`distances_budget`)."""
-    while memo["distances"] and memo["bytes"] + D.nbytes > budget:
-        old = memo["distances"].pop(next(iter(memo["distances"])))
-        del memo["ids"][id(old)]
-        memo["bytes"] -= old.nbytes
-    if memo["bytes"] + D.nbytes > budget:
-        return
-    D.flags.writeable = False
-    memo["distances"][key] = D
-    # The array itself is kept with its number: its id is only looked up while it is alive.
-    memo["ids"][id(D)] = (next(_ENTRY_SERIALS), D)
-    memo["bytes"] += D.nbytes
+    with _LOCK:
+        if key in memo["distances"]:  # another thread kept the same values meanwhile
+            return
+        while memo["distances"] and memo["bytes"] + D.nbytes > budget:
+            old = memo["distances"].pop(next(iter(memo["distances"])))
+            del memo["ids"][id(old)]
+            memo["bytes"] -= old.nbytes
+        if memo["bytes"] + D.nbytes > budget:
+            return
+        D.flags.writeable = False
+        memo["distances"][key] = D
+        # The array itself is kept with its number: its id is only looked up while it is alive.
+        memo["ids"][id(D)] = (next(_ENTRY_SERIALS), D)
+        memo["bytes"] += D.nbytes
 
 
 def _memo_points(memo: dict, X: np.ndarray, add: bool, budget: int = MEMO_BYTES) -> int | None:
@@ -111,6 +120,11 @@ def _memo_points(memo: dict, X: np.ndarray, add: bool, budget: int = MEMO_BYTES)
     bytes are the same input, so the same distances, NaN included; compared block by block, :func:`_same_bytes`,
     without copying ``X``). Only then by value (``-0.0 == 0.0``), as before: a set is added only when no earlier one
     equals it by value, so the first match by bytes is the first match by value."""
+    with _LOCK:
+        return _memo_points_locked(memo, X, add, budget)
+
+
+def _memo_points_locked(memo: dict, X: np.ndarray, add: bool, budget: int) -> int | None:
     shape = X.shape
     for i, (P_shape, P) in enumerate(memo["points"]):
         if P_shape == shape and _same_bytes(P, X):
@@ -156,14 +170,18 @@ def memoised(X: np.ndarray, key: tuple, compute: Callable[[], T], size: Callable
     if i is None:
         return compute()
     full = (key[0], i, *key[1:])
-    if full in memo["entries"]:
-        return memo["entries"][full]
+    with _LOCK:
+        if full in memo["entries"]:
+            return memo["entries"][full]
     result = compute()
     nbytes = size(result)
-    # Within MEMO_BYTES beside the points and distance matrices (which have their own room, distances_budget): at a
-    # million points those would otherwise crowd out every cluster mean, each then computed twice.
-    held = sum(D.nbytes for D in memo["distances"].values()) + sum(P.nbytes for _, P in memo["points"])
-    if memo["bytes"] - held + nbytes <= MEMO_BYTES:
-        memo["entries"][full] = result
-        memo["bytes"] += nbytes
+    with _LOCK:
+        if full in memo["entries"]:  # computed by another thread meanwhile: the same values
+            return memo["entries"][full]
+        # Within MEMO_BYTES beside the points and distance matrices (which have their own room, distances_budget): at
+        # a million points those would otherwise crowd out every cluster mean, each then computed twice.
+        held = sum(D.nbytes for D in memo["distances"].values()) + sum(P.nbytes for _, P in memo["points"])
+        if memo["bytes"] - held + nbytes <= MEMO_BYTES:
+            memo["entries"][full] = result
+            memo["bytes"] += nbytes
     return result

@@ -17,6 +17,7 @@ while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,6 +107,8 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
     return window
 
 
+#: Held while :func:`_kept` changes a ``seen`` dict.
+_KEPT_LOCK = threading.Lock()
 #: At most this many windows are kept per problem (:func:`_kept`); the oldest are dropped first.
 WINDOWS_KEPT = 64
 
@@ -118,13 +121,16 @@ def _kept(seen: dict, C: np.ndarray, extra: tuple, compute: Callable[[], np.ndar
     if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
         return compute()
     key = (C.dtype.str, C.shape, C.tobytes(), *extra)
-    if key not in seen:
+    window = seen.get(key)
+    if window is None:
         window = compute()
         limit = WINDOWS_KEPT if window.nbytes * WINDOWS_KEPT <= memo.MEMO_BYTES else memo.DISTANCES_KEPT
-        while len(seen) >= limit:
-            seen.pop(next(iter(seen)))
-        seen[key] = window
-    return seen[key].copy()
+        # Threads share ``seen`` (the step checks two at a time): the oldest key must still be there when popped.
+        with _KEPT_LOCK:
+            while len(seen) >= limit:
+                seen.pop(next(iter(seen)))
+            seen[key] = window
+    return window.copy()
 
 
 def unresolved_decisions(D: np.ndarray, got: np.ndarray, tie_break_abs: float, E_circuit: np.ndarray, layer: int,

@@ -147,8 +147,11 @@ class EncodedBatch:
         if name != "resid" or released is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         dtype, device = released
-        made = encode(self.layout, self.X, self.C0, dtype=dtype, scaling=self.scaling, device=device)
+        # Laid out as it was (a feature-major stream is made feature-major again, still the forward's to run on).
+        made = encode(self.layout, self.X, self.C0, dtype=dtype, scaling=self.scaling, device=device,
+                      feature_major=self._forward_owned)
         self.resid, self._made, self._released = made.resid, made._made, None
+        self._forward_owned = made._forward_owned
         return self.resid
 
     @property

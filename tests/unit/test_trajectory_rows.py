@@ -167,6 +167,7 @@ def test_a_feature_major_encoding_is_the_same_stream_run_in_place():
     assert handed == [[pointer]]  # the forward ran on the encoding's own memory
     assert "resid" not in fm.__dict__  # released
     assert torch.equal(fm.resid, before)  # made again, as it was
+    assert fm.resid[0].T.is_contiguous() and fm._forward_owned  # laid out as it was: a second lean run may own it
     full = capture(circuit, plain, path="structured", lean=True)
     for a, b in zip(lean.layers, full.layers):
         assert np.array_equal(a.post.labels, b.post.labels) and a.post.centroids.tobytes() == b.post.centroids.tobytes()

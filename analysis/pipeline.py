@@ -97,6 +97,10 @@ class RunResult:
                 "leak_bound": rep["final_leak_bound"],
             },
             "n_ties": rep["n_ties"],
+            # Every tie of the report: at the data's precision for a distance reference, each with its exact gaps
+            # above the nearest centroid and the bounds they are within (docs/exactness.md).
+            "ties": [{key: tie[key] for key in ("point", "iteration", "candidates", "chosen", "nearest", "gaps",
+                                                 "bounds")} for tie in rep["ties"]],
             "n_errors": rep["n_errors"],
             "variant_params": rep["variant_params"],
             "reference": rep["reference"],

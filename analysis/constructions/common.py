@@ -136,25 +136,18 @@ CANDIDATE_LABELS = {"lloyd": "Lloyd step", "swap": "swap step", "learned": "lear
 
 def exact_lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int
                 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Lloyd's algorithm with every assignment the exact nearest centroid (rational arithmetic on the float64
-    values where float64 cannot order two squared distances, :mod:`analysis.verify.nearest`; the lowest index on
-    exact ties; an empty cluster keeps its centroid): the one Lloyd's reference the constructions are compared
-    with. Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``), the objectives at each ``t`` and how
-    many assignments float64's argmin (:func:`circuits.reference.assign`) would have made otherwise."""
-    from analysis.verify.nearest import exact_nearest, misassigned
+    """Lloyd's algorithm in exact arithmetic at the data's precision (the reference Lloyd's circuit is held to:
+    :mod:`analysis.verify.fast.certified`): the one Lloyd's reference the constructions are compared with.
+    Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``, then the exact means correctly rounded), the
+    objectives at each ``t`` (of the nearest centroid, in float64) and how many assignments float64's argmin
+    (:func:`circuits.reference.assign`) would have made otherwise."""
+    from analysis.verify.fast.certified import certified_run
 
-    X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
-    cents, objs, decided = [C], [reference.objective(X, C)], 0
-    for _ in range(iterations):
-        labels = reference.assign(X, C)
-        wrong = misassigned(X, C, labels)
-        for i in wrong:
-            labels[i] = exact_nearest(X[i], C)
-        decided += len(wrong)
-        C = reference.update(X, labels, C)
-        cents.append(C)
-        objs.append(reference.objective(X, C))
-    return np.stack(cents), np.array(objs), decided
+    X = np.asarray(X, dtype=np.float64)
+    run = certified_run(reference.Reference(), X, np.asarray(C0, dtype=np.float64), iterations)
+    cents = run.trace.centroids
+    decided = sum(int((reference.assign(X, cents[t]) != run.trace.assignments[t]).sum()) for t in range(iterations))
+    return cents, np.array([reference.objective(X, C) for C in cents]), decided
 
 
 def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:

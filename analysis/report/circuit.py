@@ -303,10 +303,12 @@ def _certificate_facts(rep) -> list[Fact]:
         Fact("largest update leak bound", bound_text(max(update_leaks)) if update_leaks else swapped),
         Fact("hard attention everywhere", str(rep.hard_attention)),
         Fact("final label agreement", f"{rep.final_label_agreement:.2%}"),
-        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} exact ties "
-                              f"({len(rep.tie_mismatches)} resolved unlike the reference)"),
+        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} ties"
+                              + (" at the data's precision" if rep.ties and all(t.bounds for t in rep.ties) else "")
+                              + f" ({len(rep.tie_mismatches)} resolved unlike the reference)"),
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
-             "in data units (squared for the tie window), derived from the dtype's eps"),
+             "in data units (squared for the tie window: the widest bound of a tie at the data's precision, for"
+             " Lloyd's and the other distance references), derived from the run"),
     ]
 
 

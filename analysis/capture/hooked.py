@@ -6,7 +6,8 @@ pattern is the block's own function of those scores. A hook on ``hook_pattern`` 
 scores still certify a one-hot softmax while the pattern that ran is empty. So, for a capture read from a user's
 ``ActivationCache`` (:func:`analysis.pipeline.capture_from_cache`), each block is run again on its cached input with
 its cached scores put back in place of its own, and the pattern the block then makes (its permanent hooks, such as a
-variant's normalisation, included) is compared with the cached one, row by row. Where a query row differs, the
+variant's normalisation, included) is compared with the cached one, row by row (a pattern that is the softmax of its
+cached scores, bit for bit, is what the certificate speaks of, and needs no re-run). Where a query row differs, the
 certificate of that row is no longer the scores' alone: its leak bound becomes at least the row's own distance from
 the hard pattern (``sum |p - hard|``, 1 or more for an emptied row), so "hard attention everywhere" and "largest leak
 bound" state what ran. The margins stay the scores' (they are what the scores say); the capture records which
@@ -65,6 +66,8 @@ def certify_hooked_patterns(cap, cache) -> dict[int, int]:
         if not isinstance(att, (AssignAttention, UpdateAttention)):
             continue
         cached = cache[hook_names.pattern(lc.layer)]
+        if torch.equal(torch.softmax(cache[hook_names.attn_scores(lc.layer)], dim=-1), cached):
+            continue  # the softmax of its scores, bit for bit: what the certificate speaks of
         rows = replaced_rows(cached, own_pattern(circuit, cache, lc.layer)).cpu().numpy()
         queries = seq.points if isinstance(att, AssignAttention) else seq.centroids
         rows = rows[:, queries]

@@ -178,3 +178,18 @@ def test_the_trajectory_scatter_rings_the_points_that_differ_from_lloyds(mlp_zer
         rings = [tr for tr, shown in zip(view.figure.data, visible) if shown and tr.name == "differs from the reference"]
         assert len(rings) == (1 if differ else 0) and (not differ or len(rings[0].x) == len(differ)), t
     assert {2, 3} <= set(view.data["mismatches"])
+
+
+@pytest.mark.parametrize("variant", ["soft", "sparse", "trimmed"])
+def test_an_unaltered_variant_cache_keeps_its_certificate(variant):
+    """A variant's own normalisation (a permanent hook) is the block's own pattern, not a replaced one: read back
+    from its cache, the run's certificate is the captured run's, leak bound by leak bound."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(60, n_features=2, centers=3, random_state=1)
+    run = run_problem(X, X[[0, 20, 40]], iterations=3, variant=variant, path="dense")
+    again = as_run((cached(run), run.encoded))
+    assert again.capture.hooked_patterns == {} and again.report.verified == run.report.verified
+    for mine, theirs in zip(again.capture.layers, run.capture.layers):
+        if mine.attention is not None and mine.attention.leak_bound is not None:
+            np.testing.assert_array_equal(mine.attention.leak_bound, theirs.attention.leak_bound)

@@ -259,15 +259,8 @@ def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray
 
 
 def circuit_converged(cap: Capture, b: int = 0) -> bool:
-    """Whether the circuit's last step changed no centroid. For a hard assignment, an assignment that repeats its
-    predecessor makes the next centroids the same means (equal up to the update's float64 rounding), and every later
-    step repeats it; for a soft one, whose argmax labels can repeat while its centroids still move, ``C`` after
-    ``T`` updates must equal ``C`` after ``T - 1``."""
-    T = cap.circuit.iterations
-    centroids = [cap.centroids(t)[b] for t in range(T + 1)]
-    if not _hard(cap, b):
-        return T >= 1 and np.array_equal(centroids[T], centroids[T - 1])
-    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+    """Whether the circuit reached a state that it then kept to its last iteration (:func:`circuit_n_iter`)."""
+    return _settled_at(cap, b) is not None
 
 
 def _hard(cap: Capture, b: int) -> bool:
@@ -277,12 +270,31 @@ def _hard(cap: Capture, b: int) -> bool:
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:
     """Iterations until the circuit's state stops changing: for hard assignments counted like scikit-learn's
     ``n_iter_`` (labels repeat, or centroids stand still); for soft ones, centroids standing still (their labels
-    are only a readout)."""
+    are only a readout); ``T`` where it never does."""
+    settled = _settled_at(cap, b)
+    return cap.circuit.iterations if settled is None else settled
+
+
+def _settled_at(cap: Capture, b: int) -> int | None:
+    """The first ``t`` at which the stopping rule holds (above) *and* the captured run bears it out: every later
+    assignment equals the one at ``t - 1`` and every later centroid the one at ``t`` (the centroids at ``t - 1``
+    may differ from those at ``t`` by the update's float64 rounding; the next update of the same mean gives them
+    exactly). Lloyd's repeats a state once an assignment repeats; a run altered by hooks need not, so the rule alone
+    would call a run converged whose own table shows it still moving."""
     T = cap.circuit.iterations
     centroids = [cap.centroids(t)[b] for t in range(T + 1)]
-    if not _hard(cap, b):
-        return next((t for t in range(1, T + 1) if np.array_equal(centroids[t], centroids[t - 1])), T)
-    return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+    labels = [cap.assignments(t)[b] for t in range(T + 1)]
+    hard = _hard(cap, b)
+    for t in range(1, T + 1):
+        if hard:
+            rule = (t >= 2 and np.array_equal(labels[t - 1], labels[t - 2])) or np.array_equal(centroids[t],
+                                                                                               centroids[t - 1])
+            kept = all(np.array_equal(labels[u], labels[t - 1]) for u in range(t, T + 1))
+        else:
+            rule, kept = np.array_equal(centroids[t], centroids[t - 1]), True
+        if rule and kept and all(np.array_equal(centroids[u], centroids[t]) for u in range(t + 1, T + 1)):
+            return t
+    return None
 
 
 def assign_certificate(att, spec, b: int) -> tuple[np.ndarray, np.ndarray]:

@@ -43,10 +43,11 @@ _READ_PAGE = """(function () {
   var texts = [];
   while (walker.nextNode()) { var s = walker.currentNode.nodeValue.trim(); if (s) { texts.push(s); } }
   var badge = document.getElementById("verdict");
-  var table = document.querySelector('[data-view="verification_table"]');
-  var cells = table && table.data && table.data[0].cells ? table.data[0].cells.values : null;
+  var table = document.querySelector('table[data-view="verification_table"]');
+  var cells = table ? Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) {
+    return tr.cells[0].textContent; }) : null;
   return {texts: texts, badge: badge ? {text: badge.textContent, kind: badge.getAttribute("data-kind"),
-          verified: badge.getAttribute("data-verified")} : null, first_column: cells ? cells[0] : null,
+          verified: badge.getAttribute("data-verified")} : null, first_column: cells,
           done: window.kmeansReport ? window.kmeansReport.done : null};
 })()"""
 

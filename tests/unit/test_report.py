@@ -26,7 +26,7 @@ from conftest import run_circuit
 
 DEFAULT_KEYS = ["trajectories", "assign", "update", "residual", "weights", "verification"]
 DEFAULT_VIEWS = ["centroid_trajectories", "assign_attention", "update_attention", "residual_norms", "residual_tokens",
-                 "qk_circuit", "ov_circuit", "verification_table", "objective", "ties"]
+                 "qk_circuit", "ov_circuit", "objective", "ties"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,9 @@ def test_default_sections_in_order_with_every_view(iris_report):
     # The layout table sits in the residual section, one row per subspace.
     table = next(i for i in iris_report.section("residual").items if isinstance(i, R.Table))
     assert [row[0] for row in table.rows] == list(iris_report_layout_names())
+    # The verification table is an HTML table of every t = 0 .. T (a plotly table scrolled its last rows away).
+    table = next(i for i in iris_report.section("verification").items if isinstance(i, R.Table))
+    assert table.name == "verification_table" and [row[0] for row in table.rows] == [0, 1, 2, 3]
 
 
 def iris_report_layout_names():
@@ -123,6 +126,8 @@ def test_html_embeds_plotly_once_and_every_figure(iris_report, iris_html):
     assert "<script src" not in iris_html and "<link" not in iris_html
     blocks = figure_blocks(iris_html)
     assert list(blocks) == DEFAULT_VIEWS
+    table = re.search(r'<table class="data" data-view="verification_table">(.*?)</table>', iris_html, re.S).group(1)
+    assert re.findall(r"<tr><td>(\d+)</td>", table) == ["0", "1", "2", "3"]
     for view, spec in blocks.items():
         assert spec["data"], view
         assert "template" not in spec["layout"], "one shared template, not one per figure"

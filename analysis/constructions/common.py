@@ -170,8 +170,8 @@ def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]
     run's, which name the steps where the state differs), and where a candidate the circuit did not keep differs
     from the reference's by more than 1e-9 relative: named,
     since the verdict holds only the kept candidate to the reference. On iris (k = 3, seed 0) the circuit's Lloyd's
-    candidates send two near ties (float64 gaps 0 and 3.6e-16) to the lower index by its tie-break, where the
-    reference's float64 comparison, and exact arithmetic, order them the other way."""
+    candidates send two ties at the data's precision (float64 gaps 4.9e-32 and 3.6e-16) to the lower index by its
+    tie-break, where the reference's float64 comparison orders them the other way."""
     out = []
     for rec in per_iteration:
         named = f"step {rec['iteration']}: the circuit kept"
@@ -235,13 +235,14 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
     notes = [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
              " tie-break) at every step: the same candidate kept and every centroid coordinate within"
              f" {CENTROID_TOLERANCE:g} of its column's spread plus {MAGNITUDE_ULPS} float64 epsilons of its"
-             " magnitude; objective_lloyd is Lloyd's from the same initial centroids (circuits/reference.py's rule:"
-             " the nearest centroid, the lowest index on exact ties, an empty cluster keeps its centroid; decided in"
-             " rational arithmetic where float64 cannot order two distances), at t = the step's index"]
+             " magnitude; objective_lloyd is Lloyd's from the same initial centroids in exact arithmetic at the data's"
+             " precision (circuits/precision.py: the nearest centroid, the lowest index on a tie the data cannot"
+             " decide, exact means, an empty cluster keeps its centroid), at t = the step's index"]
     notes.extend(chain_notes(per_iteration, names, checked.problems))
     if decided:
-        notes.append(f"Lloyd's: {decided} assignment(s) were decided in rational arithmetic, where float64's"
-                     " argmin (what the construction's own Lloyd's chain uses) orders them otherwise")
+        notes.append(f"Lloyd's: {decided} assignment(s) differ from float64's argmin (what the construction's own"
+                     " Lloyd's chain uses): ties at the data's precision sent to the lower index, or comparisons"
+                     " exact arithmetic decides otherwise")
     return {
         "variant": f"construction:{name}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),

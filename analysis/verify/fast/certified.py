@@ -29,7 +29,7 @@ from analysis.verify.fast.exact_sums import Split, cluster_sums
 from circuits import precision
 from circuits.blockwise import row_counts
 from circuits.onehot import OneHotStack, one_hot, stack_rows
-from circuits.reference import Reference, Trace, objective
+from circuits.reference import Reference, Trace, own_sq_distances
 
 #: float64's unit roundoff.
 UNIT = 2.0**-53
@@ -154,13 +154,13 @@ def certified_run(ref: Reference, X: np.ndarray, C0: np.ndarray, iterations: int
     run = CertifiedRun(ref, _columns(ref, X, state.values), X)
     labels_by_t, centroids, objectives = [], [], []
     for t in range(iterations + 1):
-        labels, decided, ties = _assign(run, state, t, point_norms, labels_by_t, filtered)
+        labels, decided, ties, objective = _assign(run, state, t, point_norms, labels_by_t, filtered)
         labels_by_t.append(labels)
         run.states.append(state)
         run.decided.append(decided)
         run.ties.append(ties)
         centroids.append(state.values.copy())
-        objectives.append(objective(X, state.values, labels))
+        objectives.append(objective)
         if t < iterations:
             state = _update(ref, X, split, state, labels, t, k)
     run.trace = Trace(np.stack(centroids), OneHotStack(stack_rows(labels_by_t), k), np.array(objectives))
@@ -184,32 +184,34 @@ def _columns(ref: Reference, X: np.ndarray, C: np.ndarray) -> precision.Columns:
 
 
 def _assign(run: CertifiedRun, state: Centroids, t: int, point_norms: np.ndarray, labels_by_t: list,
-            filtered: bool) -> tuple[np.ndarray, dict, list[precision.Tie]]:
+            filtered: bool) -> tuple[np.ndarray, dict, list[precision.Tie], float]:
     """The assignment at ``t``: the float64 filter block by block, then the exact decision of every point it
-    leaves with more than one column."""
+    leaves with more than one column; and the objective of the assignment (:func:`circuits.reference.objective`,
+    from the block's own distances: the same numbers)."""
     ref, X, columns = run.ref, run.X, run.columns
     col_labels = np.array(columns.labels)
     centroid_cols = np.flatnonzero(col_labels >= 0)
     labels = np.empty(len(X), dtype=np.intp)
+    own = np.zeros(len(X))  # each point's squared distance to the centroid it goes to
     several: list[tuple[int, np.ndarray]] = []
-    d = X.shape[1]
+    rho = state.rounding[col_labels[centroid_cols]]
+    reach_c = rho + state.move_norms[col_labels[centroid_cols]]
+    rounding = (X.shape[1] + 3) * UNIT
     for start in range(0, len(X), BLOCK):
         block = X[start : start + BLOCK]
         cost = ref.costs(block, state.values, t)
-        values = cost.values + cost.bias
-        E = 2 * UNIT * np.abs(values)
-        W = np.zeros_like(values)
-        D = cost.values[:, centroid_cols]
-        rho = state.rounding[col_labels[centroid_cols]]
-        theta = state.move_norms[col_labels[centroid_cols]]
-        root = np.sqrt(D) * SLACK
-        E[:, centroid_cols] += (d + 3) * UNIT * D + 2 * SLACK * root * rho + 4 * rho**2
-        reach = point_norms[start : start + len(block), None] + theta
-        W[:, centroid_cols] = SLACK * (2 * (root + rho) * reach + 2 * reach**2)
-        upper = (values + E).min(axis=1) + W.max(axis=1)
-        candidate = values - E - W <= upper[:, None]
-        labels[start : start + len(block)] = col_labels[np.argmin(values, axis=1)]
-        rows = np.flatnonzero(row_counts(candidate) > 1) if filtered else np.arange(len(block))
+        values = cost.values + cost.bias if cost.bias.any() else cost.values
+        F = _bound(cost.values[:, centroid_cols], point_norms[start : start + len(block)], reach_c, rho, rounding)
+        if len(centroid_cols) < values.shape[1]:  # a threshold column: exact, so only its bias's rounding
+            F = _full(values, centroid_cols, F)
+        F += 2 * UNIT * np.abs(values)
+        upper = (values + F).min(axis=1) + F.max(axis=1)
+        candidate = values - F <= upper[:, None]
+        first = np.argmin(values, axis=1)
+        labels[start : start + len(block)] = col_labels[first]
+        here = np.arange(len(block))
+        own[start : start + len(block)] = np.where(col_labels[first] >= 0, cost.values[here, first], 0.0)
+        rows = np.flatnonzero(row_counts(candidate) > 1) if filtered else here
         several.extend((start + int(i), np.flatnonzero(candidate[i])) for i in rows)
     decided, ties = {}, []
     for i, cols in several:
@@ -221,7 +223,43 @@ def _assign(run: CertifiedRun, state: Centroids, t: int, point_norms: np.ndarray
         decided[i] = (nearest, tied)
         if len(tied) > 1:
             ties.append(precision.tie_of(i, t, nearest, tied, bounds, costs, columns))
-    return labels, decided, ties
+    changed = [i for i, _ in several]
+    if changed:  # the few points decided exactly: their own distance, as the objective computes it
+        own[changed] = _own_distances(X[changed], state.values, labels[changed])
+    inside = labels >= 0
+    return labels, decided, ties, float(own.sum() if inside.all() else own[inside].sum())
+
+
+def _bound(D: np.ndarray, eta: np.ndarray, reach: np.ndarray, rho: np.ndarray, rounding: float) -> np.ndarray:
+    """``F >= E + W^`` of every centroid column (module docstring), from the squared distances ``D`` of a block,
+    its points' half-ulp norms ``eta``, and per centroid ``reach = rho + theta`` (rounding and move norms): with
+    ``q = eta + reach`` and ``s = sqrt(D)``, ``F = SLACK^2 ((d + 3) u D + 2 q (s + q) + 4 rho^2)`` bounds the
+    distance's rounding ``(d + 3) u D + 2 s rho + 4 rho^2`` (each slack factor kept) plus the tie share ``2 (s +
+    rho) r + 2 r^2`` with ``r = eta + theta``, in one pass per term."""
+    q = eta[:, None] + reach[None, :]
+    F = np.sqrt(D)
+    F += q
+    F *= q
+    F *= 2.0
+    F += rounding * D
+    F += 4 * rho**2
+    F *= SLACK * SLACK
+    return F
+
+
+def _full(values: np.ndarray, columns: np.ndarray, F: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(values)
+    out[:, columns] = F
+    return out
+
+
+def _own_distances(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each point's squared distance to its own centroid, as :func:`circuits.reference.objective` computes it."""
+    inside = labels >= 0
+    out = np.zeros(len(X))
+    if inside.any():
+        out[inside] = own_sq_distances(X[inside], C, labels[inside])
+    return out
 
 
 def _point(run: CertifiedRun, state: Centroids, i: int, labels_by_t: list) -> tuple:

@@ -6,7 +6,6 @@ the same way.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -189,15 +188,8 @@ def as_run(obj) -> RunResult:
 
 
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
-    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best.
-
-    A function of the values of ``X`` and ``C0``: a fit asks for the same one twice (choosing the sharpness, then
-    encoding), so within :func:`circuits.reference.memoised_distances` it is computed once
-    (:func:`circuits.reference.memoised`) and handed out as a copy."""
-    C0 = np.asarray(C0)
-    kept = reference.memoised(X, ("lloyd_scaling", C0.dtype.str, C0.shape, C0.tobytes()),
-                              lambda: fit_unit_scaling(X, C0, centre="median"))
-    return UnitScaling(kept.offset.copy(), kept.scale.copy())
+    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best."""
+    return fit_unit_scaling(X, np.asarray(C0), centre="median")
 
 
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
@@ -280,10 +272,8 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
         lean = X.shape[0] >= LEAN_MIN_POINTS
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
                      feature_major=lean and path != "dense")
-    # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread), sharing
-    # the memo of distances that the verification then reads.
+    # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread).
     prefetch = lean and circuit.spec.input_map is None
-    with reference.memoised_distances() if prefetch else contextlib.nullcontext():
-        prefetched = ReferenceRun(circuit, encoded) if prefetch else None
-        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
-        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)
+    prefetched = ReferenceRun(circuit, encoded) if prefetch else None
+    cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
+    return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)

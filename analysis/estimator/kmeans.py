@@ -178,10 +178,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
         inits = self._inits(X)
-        # Choosing the knobs, the runs and their verification share what is computed from the same values (the
-        # median scaling, distances, cluster means: circuits.reference.memoised_distances).
-        with reference.memoised_distances():
-            C0, result, t, labels, centres, inertia = self._best_run(X, inits)
+        C0, result, t, labels, centres, inertia = self._best_run(X, inits)
         self.circuit_ = result.circuit
         self.capture_ = result.capture
         self.report_ = result.report
@@ -283,10 +280,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).
             scale = float(fit_unit_scaling(X, centres).scale[0])
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
-        with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
-            sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
-            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
-            return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
+        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
+        circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
+        return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""

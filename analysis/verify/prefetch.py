@@ -9,7 +9,6 @@ the reference itself; the numbers are the same either way. The proven sharpness 
 
 from __future__ import annotations
 
-import contextvars
 import threading
 
 import numpy as np
@@ -31,8 +30,7 @@ class ReferenceRun:
         # stands for the run. The bound (a Deferred, or None) is started in the background once the reference is done.
         self._problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
         self.bound = sharpness_deferred(self._problem, b)
-        context = contextvars.copy_context()  # the memo (a context variable's value) is shared, not copied
-        self._thread = threading.Thread(target=context.run, args=(self._run,), name="reference", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="reference", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

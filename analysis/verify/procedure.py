@@ -55,7 +55,6 @@ from analysis.verify.report import (
 from analysis.verify.steps import check_blocks
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import memoised_distances
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
@@ -68,8 +67,7 @@ def verify_problem(cap: Capture, b: int = 0, prefetched=None) -> VerificationRep
     problem, started before the circuit ran (:class:`analysis.verify.prefetch.ReferenceRun`), taken instead of
     running it here."""
     try:
-        with memoised_distances():  # the reference run, tie windows and checks share their distances
-            return _verify(cap, b, prefetched)
+        return _verify(cap, b, prefetched)
     except DegenerateUpdate as exc:
         return _undefined_reference(cap, b, exc)
 

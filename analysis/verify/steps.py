@@ -19,7 +19,8 @@ from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.onehot import OneHotStack
-from circuits.reference import Reference, cluster_means, objective, one_hot, sq_distances
+from analysis.verify.fast import blocks
+from circuits.reference import cluster_means, labels_of, one_hot
 
 
 #: From this many points on, the blocks are checked two at a time, in two threads (numpy's work releases the
@@ -72,15 +73,12 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
     else:
         a_err = _one_hot_error(dense_Y(), labels)
     found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
-    # The iteration record's objective (centroids after t updates, the assignment to them), while this block's
-    # distances are the memo's latest: where the block reads the update block's output directly, its input is them.
+    # The iteration record's objective (centroids after t updates, the assignment to them): where the block reads
+    # the update block's output directly, its input is them.
     if lc.pre is p.cap.layers[p.circ.centroid_layers[t]].post:
-        if held is not None and type(p.ref).objective is Reference.objective:
-            found.objective_circuit[t] = objective(p.X, C_in, held)  # labels_of(one_hot(held)) is held
-        else:
-            found.objective_circuit[t] = p.ref.objective(p.X, C_in, dense_Y())
+        found.objective_circuit[t] = p.objective(C_in, held if held is not None else labels_of(dense_Y()), dense_Y)
     if p.check_resolution:
-        found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
+        found.unresolved.extend(unresolved_decisions(blocks.sq_distances(p.X, C_in), labels, p.tie_break_abs,
                                                      p.own_rounding(C_in), lc.layer, t))
 
 
@@ -140,15 +138,15 @@ def _check_update(p: Problem, lc, found: Findings) -> None:
             W[:, -1] = 1.0
     else:
         C_in = lc.pre.centroids[b]
-        if isinstance(lc.pre.assignments, OneHotStack) and type(p.ref).update is Reference.update:
-            # Lloyd's update reads labels_of(R), which for R = one_hot(labels) are the labels: no n x k matrix.
+        if isinstance(lc.pre.assignments, OneHotStack) and p.ref.mean_update:
+            # A mean update reads labels_of(R), which for R = one_hot(labels) are the labels: no n x k matrix.
             R_in = None
             expected_c = cluster_means(p.X, lc.pre.assignments.labels[b], C_in)
         else:
             R_in = lc.pre.assignments[b]
             expected_c = p.ref.update(p.X, R_in, C_in, u)
-        # Read only for a swapped normalisation; Lloyd's own weights (which never raise) are skipped otherwise.
-        if p.spec.swapped_update_normalisation or type(p.ref).update_weights is not Reference.update_weights:
+        # Read only for a swapped normalisation, or an update whose weights can fail (a mean's never do).
+        if p.spec.swapped_update_normalisation or not p.ref.mean_update:
             R_in = lc.pre.assignments[b] if R_in is None else R_in
             W = p.ref.update_weights(p.X, R_in, C_in, u)
         else:

@@ -18,7 +18,6 @@ from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import build_lloyd_circuit
 from circuits.encoding import encode
 from circuits.initialisation import initial_centroids
-from circuits.reference import memoised_distances
 
 pytestmark = pytest.mark.fast
 
@@ -53,16 +52,14 @@ def test_blocks_checked_two_at_a_time_find_the_same_in_the_same_order(monkeypatc
     """float32: step-wise errors and unresolved decisions; faulty updates: a failure at each update layer. The
     threads' findings, merged, are the oracle's, list order included; the reports agree too."""
     cap = _capture(dtype, faulty)
-    with memoised_distances():
-        p = Problem.of(cap, 0)
-        oracle = _one_after_another(p)
-        names = []
-        real = steps._check_block
-        monkeypatch.setattr(steps, "PARALLEL_MIN_POINTS", 0)
-        monkeypatch.setattr(steps, "_check_block",
-                            lambda *a: names.append(threading.current_thread().name) or real(*a))
-        found = Findings()
-        steps.check_blocks(p, found)
+    p = Problem.of(cap, 0)
+    oracle = _one_after_another(p)
+    names = []
+    real = steps._check_block
+    monkeypatch.setattr(steps, "PARALLEL_MIN_POINTS", 0)
+    monkeypatch.setattr(steps, "_check_block", lambda *a: names.append(threading.current_thread().name) or real(*a))
+    found = Findings()
+    steps.check_blocks(p, found)
     assert len(names) == len(cap.circuit.assignment_layers) + len(cap.circuit.centroid_layers)
     assert all(name.startswith("step-check") for name in names)  # the pool's threads ran them
     assert oracle.failures or oracle.mismatches  # something whose order can differ

@@ -13,7 +13,6 @@ from analysis.pipeline import lloyd_scaling, run_problem
 from analysis.verify import prefetch, verify_problem
 from analysis.verify.prefetch import ReferenceRun
 from circuits.encoding import encode
-from circuits.reference import memoised_distances
 from circuits.variants import get_variant
 from circuits.variants.references import DegenerateUpdate
 from tests.unit.test_lean_verify import corner_problem
@@ -52,8 +51,7 @@ def test_a_reference_error_is_raised_where_the_verification_would_meet_it(monkey
         raise DegenerateUpdate("members cancel")
 
     monkeypatch.setattr(prefetch, "make_reference", undefined)
-    with memoised_distances():
-        report = verify_problem(cap, 0, ReferenceRun(circuit, encoded))
+    report = verify_problem(cap, 0, ReferenceRun(circuit, encoded))
     assert not report.verified
     assert any("undefined" in failure for failure in report.failures)
 

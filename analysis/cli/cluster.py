@@ -7,8 +7,10 @@ import io
 import json
 
 from analysis.cli.output import check_out_dir, write_output_dir
+from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
+    KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
+    sharpness_from,
 )
 from analysis.errors import ProblemError
 from analysis.wording import count
@@ -37,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             " learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json;"
                             " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json,"
                             " report.html")
+    add_budgets(parser, KEPT)
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -91,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "checkpoint", None) is not None:
         return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
+    if out is not None:
+        check_kept(problem)
 
     from analysis.cli.progress import Stages
     from analysis.pipeline import DTYPES

@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from analysis.cli.exits import bad_input_message, message, report_internal_error
+from analysis.cli.limits import check_limits
 from analysis.cli.options import check_numbers, check_path_options
 from analysis.errors import ProblemError
 
@@ -74,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The subparser of ``command``."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
 def keep_freed_memory() -> None:
     """Ask glibc to keep freed memory in the heap instead of returning large blocks to the kernel.
 
@@ -100,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_numbers(parser, args)
+        sub = command_parser(parser, args.command)
+        check_numbers(sub, args)
+        check_limits(sub, args)
         check_path_options(args)
     except ProblemError as exc:
         print(f"kmeans-circuits {args.command}: error: {message(exc)}", file=sys.stderr)

@@ -17,11 +17,21 @@ from pathlib import Path
 import numpy as np
 
 from analysis import engine
+from analysis.cli.limits import Budget, add_budgets, limit
 from analysis.cli.output import check_path_length
 from analysis.data import (
     DATASETS, MAX_ITERATIONS, check_work, load_dataset, load_points, resolve_init, validate_problem,
 )
 from analysis.errors import ProblemError
+
+
+#: A run's work, and what a lean run keeps, grow as n (d + k) per layer: blobs of 10^6 points, d = 2, k = 5, 70
+#: iterations (5e8) took 187 s of CPU and a 3.0 GB peak (``cluster ... --json``, lean; docs/cli.md, "Limits").
+RUN = Budget("n x (d + k) x (--iterations + 1)", 500_000_000, "about 3 minutes of CPU and 3 GB",
+             "n, d: the data's")
+#: A run that draws a report (``report``, ``cluster --out``) keeps every layer's point x centroid scores and
+#: pattern, 16 bytes per point and centroid per layer, two layers an iteration.
+KEPT = Budget("n x k x (--iterations + 1)", 100_000_000, "with a report: the scores and patterns it keeps, about 3 GB")
 
 
 @dataclass
@@ -52,8 +62,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--dataset", metavar="NAME", help=f"bundled dataset: {', '.join(DATASETS)}")
     src.add_argument("--data", metavar="FILE", help=".csv (numeric, header optional) or .npy, one row per point")
     parser.add_argument("--k", type=int, required=True, help="number of clusters")
-    parser.add_argument("--iterations", type=int, default=10, metavar="T",
-                        help=f"Lloyd iterations, at most {MAX_ITERATIONS} (default 10)")
+    limit(parser.add_argument("--iterations", type=int, default=10, metavar="T", help="Lloyd iterations (default 10)"),
+          MAX_ITERATIONS, "2 T + 2 layers; Lloyd's usually converges in tens")
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")
@@ -69,6 +79,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     knobs.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                        help="float64 (exact) or float32 (an approximation, reported as such)")
     add_device_argument(parser)
+    add_budgets(parser, RUN)
 
 
 def add_path_argument(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +150,8 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
 
 def load_problem(args: argparse.Namespace) -> Problem:
     check_variant_arg(args.variant, args.iterations, args)
+    if args.dataset == "blobs":  # refused before the points are drawn
+        check_run(args.n, args.d, args)
     if args.dataset is not None:
         ds = load_dataset(args.dataset, n=args.n, d=args.d, centers=args.centers, seed=args.seed)
         X, y, source = ds.X, ds.y, args.dataset
@@ -146,10 +159,23 @@ def load_problem(args: argparse.Namespace) -> Problem:
         X, y, source = load_points(args.data), None, args.data
     validate_problem(X, args.k)
     check_work(args.iterations, X.shape[1], args.k)
+    check_run(X.shape[0], X.shape[1], args)
     if getattr(args, "construction", None) == "swap" and args.iterations < 1:
         raise ProblemError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+
+
+def check_run(n: int, d: int, args: argparse.Namespace) -> None:
+    """:data:`RUN` of ``n`` points in ``d`` dimensions."""
+    RUN.check({"n": n, "d": d, "--k": args.k, "--iterations": args.iterations},
+              total=n * (d + args.k) * (args.iterations + 1))
+
+
+def check_kept(problem: Problem) -> None:
+    """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern."""
+    KEPT.check({"n": problem.X.shape[0], "--k": problem.k, "--iterations": problem.iterations},
+               total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
 
 
 def check_checkpoint(path: str) -> dict:
@@ -235,13 +261,12 @@ INT_MAX = 2**63 - 1
 PATH_OPTIONS = ("data", "init", "checkpoint", "out")
 
 
-def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_numbers(sub: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject an integer option no array can hold and a float option that is NaN or infinite, for every command.
 
     Each command checks its own ranges; these two classes would otherwise reach numpy or torch first (an
     ``OverflowError`` or "Maximum allowed dimension exceeded" is a traceback, not a message).
     """
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     for action in sub._actions:
         value = getattr(args, action.dest, None)
         flag = action.option_strings[0] if action.option_strings else action.dest

@@ -28,6 +28,18 @@ DTYPE_NAMES = ("float32", "float64")
 SHARPNESS_FIELDS = ("beta", "growth", "beta_update", "self_weight", "sink", "tie_break")
 #: Sizes and counts above this are not a model anyone trained; they only make arithmetic on them overflow.
 MAX_COUNT = 2**31 - 1
+#: Adam's first-moment decay (``torch.optim.Adam``'s default, which the training loop keeps): Adam's first step moves
+#: a weight by ``lr / (1 - ADAM_BETA1)``, a number the model's dtype must hold (torch refuses it otherwise).
+ADAM_BETA1 = 0.9
+
+
+def max_lr(dtype: str) -> float:
+    """The largest learning rate whose first Adam step is a finite ``dtype`` number (``dtype``: a ``DTYPE_NAMES``)."""
+    import numpy as np
+
+    return float(np.finfo(dtype).max) * (1 - ADAM_BETA1)
+
+
 #: Seeds are numpy seeds (tasks) and torch seeds (random init): numpy takes [0, 2**32).
 SEED_LIMIT = 2**32
 

@@ -206,14 +206,16 @@ def test_a_failed_swap_puts_every_previous_file_back(tmp_path, monkeypatch):
     (out / "a.csv").write_text("old a")
     (out / "b.csv").write_text("old b")
     (out / "mine.txt").write_text("the user's")
-    real_rename = os.rename
+    from circuits import files
 
-    def failing_rename(src, dst):
-        if str(dst).endswith(os.sep + "c.csv"):
+    real_write = files._write
+
+    def failing_write(target, content):
+        if target.name == "c.csv":
             raise OSError(28, "No space left on device")
-        return real_rename(src, dst)
+        return real_write(target, content)
 
-    monkeypatch.setattr(_output.os, "rename", failing_rename)
+    monkeypatch.setattr(files, "_write", failing_write)
     with pytest.raises(ProblemError, match="No space left"):
         _output.write_output_dir(out, {"a.csv": "new a", "b.csv": "new b", "c.csv": "new c"})
     assert {p.name: p.read_text() for p in out.iterdir()} == {"a.csv": "old a", "b.csv": "old b", "mine.txt": "the user's"}

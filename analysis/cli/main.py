@@ -102,6 +102,19 @@ def keep_freed_memory() -> None:
         pass
 
 
+#: The exit status when stdout's reader has gone: a shell's for a process ended by SIGPIPE (128 + 13).
+BROKEN_PIPE = 141
+
+
+def _drop_stdout() -> None:
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a captured stdout): nothing to flush there
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -121,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout's reader has gone (`| head`): what is left to print has nowhere to go, which is no bug. Python
+        # would print another BrokenPipeError when it flushes stdout at exit; send that flush to /dev/null.
+        _drop_stdout()
+        return BROKEN_PIPE
     except Exception as exc:
         text = bad_input_message(exc)
         if text is None:

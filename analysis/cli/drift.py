@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.output import check_out_file, write_output_file
-from analysis.cli.options import check_checkpoint, parse_shapes, seed
+from analysis.cli.options import check_checkpoint, parse_shapes, seed, usable_results
 from analysis.data import MAX_ITERATIONS
 from analysis.errors import ProblemError
+from circuits.strict_json import dumps
 
 NAME = "drift"
 HELP = "report (self-contained HTML) how a trained checkpoint differs from the exact construction"
@@ -90,13 +90,14 @@ def run(args: argparse.Namespace) -> int:
             analyses.append(analyse(model, config, log, tasks=args.tasks, n=n, steps=args.steps, seed=args.seed,
                                     with_ablations=not args.no_ablations, shape=shape,
                                     stage=lambda name, lab=lab: stages.start(lab + name)))
+        docs = [{**({"d": s[0], "k": s[1]} if s else {}), **a.to_dict()} for s, a in zip(shapes, analyses)]
+        usable_results(docs, args.checkpoint)
         stages.start("report")
         shape_note = f" (d={shapes[0][0]}, k={shapes[0][1]})" if shapes[0] else ""
         html = drift_report(analyses[0], title=f"What training changed: {Path(args.checkpoint).name}{shape_note}").to_html()
     write_output_file(out, html)
     if args.json:
-        docs = [{**({"d": s[0], "k": s[1]} if s else {}), **a.to_dict()} for s, a in zip(shapes, analyses)]
-        print(json.dumps(docs[0] if len(docs) == 1 and not general else {"shapes": docs}))
+        print(dumps(docs[0] if len(docs) == 1 and not general else {"shapes": docs}))
     else:
         for shape, analysis in zip(shapes, analyses):
             if shape:
@@ -143,7 +144,7 @@ def run_learned(args: argparse.Namespace, out) -> int:
         html = learned_drift_report(drift).to_html()
     write_output_file(out, html)
     if args.json:
-        print(json.dumps(drift.to_dict()))
+        print(dumps(drift.to_dict()))
     else:
         print("\n".join(f"- {s}" for s in drift.summary))
         print(f"wrote {out}")

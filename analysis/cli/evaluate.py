@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,12 +11,14 @@ from analysis import engine
 from analysis.cli.exits import report_failures
 from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.options import (
-    add_device_argument, add_engine_arguments, check_checkpoint, parse_shapes, resolve_device, seed,
+    add_device_argument, add_engine_arguments, check_checkpoint, cpu_only, parse_shapes, resolve_device, seed,
+    usable_results,
 )
 from analysis.cli.progress import Cells
 from analysis.data import DATASETS, EVALUATION_BLOBS_N, MAX_ITERATIONS, load_dataset
 from analysis.errors import ProblemError
 from analysis.wording import count
+from circuits.strict_json import dumps
 
 NAME = "evaluate"
 HELP = "compare a trained checkpoint (or a general construction) with Lloyd's algorithm on held-out tasks and real data"
@@ -125,8 +126,7 @@ def validate(args: argparse.Namespace) -> Plan:
     if construction is not None:
         from analysis.constructions.common import CAPACITY
 
-        if args.device == "cuda":
-            raise ProblemError("--construction runs in float64 on the CPU: --device cuda does not apply")
+        cpu_only(args, "--construction (float64)")
         model = {"d": CAPACITY[0], "k": CAPACITY[1], "general": True}
     else:
         checkpoint = check_checkpoint(args.checkpoint)
@@ -259,7 +259,9 @@ def run_cells(args: argparse.Namespace, model, doc: dict, job: Job) -> int:
         doc["datasets"] = [r for r in outcome.results[len(cells):] if r is not None]
     if outcome.failures:
         doc["failed"] = [f.cell for f in outcome.failures]
-    print(json.dumps(doc) if args.json else job.text(doc))
+    if args.checkpoint is not None and "construction" not in doc:
+        usable_results(doc, args.checkpoint)
+    print(dumps(doc) if args.json else job.text(doc))
     return report_failures(outcome.failures)
 
 

@@ -16,7 +16,7 @@ import warnings
 
 from analysis.cli.exits import bad_input_message, message, report_internal_error
 from analysis.cli.limits import check_limits
-from analysis.cli.options import check_numbers, check_path_options
+from analysis.cli.options import check_device, check_numbers, check_path_options
 from analysis.errors import ProblemError
 
 #: The package whose modules are the commands (and the shared modules, which define no ``NAME``).
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         check_numbers(sub, args)
         check_limits(sub, args)
         check_path_options(args)
+        check_device(args)
     except ProblemError as exc:
         print(f"kmeans-circuits {args.command}: error: {message(exc)}", file=sys.stderr)
         return 2

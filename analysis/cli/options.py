@@ -178,6 +178,18 @@ def check_kept(problem: Problem) -> None:
                total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
 
 
+def usable_results(doc, checkpoint: str) -> None:
+    """A trained model's results, before they are printed or written: a NaN or infinite number in them means its
+    weights overflow on these inputs (a checkpoint is untrusted input: weights of 3e38 pass every check of the
+    file), so the checkpoint is unusable: bad input, exit 2, not a document of NaN."""
+    from circuits.strict_json import first_nonfinite
+
+    found = first_nonfinite(doc)
+    if found is not None:
+        raise ProblemError(f"--checkpoint {checkpoint}: an unusable checkpoint: the model's numbers overflow on these"
+                           f" inputs ({found[0]} is {found[1]}; its weights are too large for its dtype)")
+
+
 def check_checkpoint(path: str) -> dict:
     """The validated config of ``--checkpoint`` (its training log too), read before torch is imported."""
     from circuits.training.schema import CheckpointError, read_config, read_log
@@ -205,6 +217,20 @@ def resolve_device(name: str | None) -> str:
         return str(resolve(name))
     except ValueError:
         raise ProblemError(f"--device {name}: no CUDA device is available (use --device cpu)") from None
+
+
+def check_device(args: argparse.Namespace) -> None:
+    """Every command with ``--device``: an explicit device that is not there is bad input before any work (a run
+    that quietly took the CPU instead would answer another question than the one asked)."""
+    if getattr(args, "device", None) not in (None, "auto", "cpu"):
+        resolve_device(args.device)
+
+
+def cpu_only(args: argparse.Namespace, what: str) -> None:
+    """``what`` (a construction, a trained checkpoint, the numpy reference) runs on the CPU: ``--device cuda`` is
+    refused for it, also where CUDA is available, rather than ignored."""
+    if getattr(args, "device", None) == "cuda":
+        raise ProblemError(f"{what} runs on the CPU: --device cuda does not apply")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

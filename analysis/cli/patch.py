@@ -12,7 +12,6 @@ Exit codes as everywhere: 0 done and both unpatched runs verified, 1 an unpatche
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 
 from analysis.cli.limits import Budget, add_budgets
@@ -21,6 +20,7 @@ from analysis.cli.options import add_problem_arguments, load_problem, resolve_de
 from analysis.errors import ProblemError
 from analysis.wording import count
 from circuits.blocks import n_layers as schedule_length
+from circuits.strict_json import dumps
 
 NAME = "patch"
 HELP = "activation patching: corrupt the problem, patch clean activations back in, write heatmaps of what restores it"
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         write_output_dir(out, files)
     if args.json:
-        print(json.dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]],
+        print(dumps({**doc, "sweeps": [compact(s) for s in doc["sweeps"]],
                           "out": None if out is None else str(out)}))
     else:
         s = doc["summary"]
@@ -230,7 +230,7 @@ def _pages(args, problem, exp, patched: Patched) -> tuple[dict, dict, dict]:
                     "d": pair.d, "k": pair.k, "iterations": problem.iterations, "variant": problem.variant}
     doc = result_document(exp, results, check, read, problem_info)
     files = {
-        "patching.json": json.dumps(doc, indent=1) + "\n",
+        "patching.json": dumps(doc, indent=1) + "\n",
         "patching.html": patching_page(exp, results, check, read, problem_info),
     }
     if args.report:

@@ -9,12 +9,12 @@ bad input.
 from __future__ import annotations
 
 import argparse
-import json
 
 from analysis.cli.limits import limit
 from analysis.cli.options import variant_help
 from analysis.data import MAX_ITERATIONS
 from analysis.errors import ProblemError
+from circuits.strict_json import dumps
 
 #: The most random problems ``--examples`` runs: each is run in exact rational arithmetic, so the limit takes
 #: minutes (a billion would take years).
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         circuit = get_variant(args.variant).build(args.d, args.k, args.iterations, sharpness=sharpness)
         report = prove_circuit(circuit, examples=args.examples)
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(dumps(report.to_dict()))
     else:
         print(report.render())
     return 0 if report.ok else 1

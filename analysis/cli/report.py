@@ -7,7 +7,7 @@ import argparse
 from analysis.cli.output import check_out_file, write_output_file
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, add_path_argument, add_problem_arguments, check_kept, load_problem, run_circuit, sharpness_from,
+    KEPT, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit, sharpness_from,
 )
 from analysis.errors import ProblemError
 from analysis.wording import count
@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_points < 1:
         raise ProblemError(f"--max-points must be >= 1, got {args.max_points}")
     if args.construction is not None:
+        cpu_only(args, "--construction")
         return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
     check_kept(problem)

@@ -9,7 +9,7 @@ import math
 from analysis import engine
 from analysis.cli.exits import report_failures
 from analysis.cli.limits import Budget, add_budgets, limit
-from analysis.cli.options import add_device_argument, add_engine_arguments, resolve_device
+from analysis.cli.options import add_device_argument, add_engine_arguments, cpu_only, resolve_device
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.progress import Cells
 from analysis.data import MAX_ITERATIONS
@@ -120,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     engine.check(args.engine, args.address)
 
     runner = sweep.RUNNERS[args.runner]
-    if args.runner != "reference":  # the numpy reference runs on the CPU
+    if args.runner == "reference":
+        cpu_only(args, "--runner reference (numpy)")
+    else:
         runner = functools.partial(runner, device=resolve_device(args.device))
     cells = sum(1 for _ in grid.cells())
     with Cells(NAME, cells) as bar:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -15,6 +14,7 @@ from analysis.cli.output import check_out_dir
 from analysis.data import MAX_ITERATIONS
 from analysis.errors import ProblemError
 from analysis.wording import count
+from circuits.strict_json import dumps
 
 NAME = "train"
 HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
-        print(json.dumps(last))
+        print(dumps(last))
     else:
         from circuits.training.checkpoint import read_config
 

@@ -14,7 +14,6 @@ A save writes the whole folder into a temporary sibling and swaps it in one step
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from circuits.blocks import ASSIGN
 from circuits.files import write_folder_atomic
+from circuits.strict_json import dumps
 from circuits.training.construction import trainable_layout
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
 from circuits.training.schema import (  # noqa: F401  (read_config, read_log: this module is where callers look)
@@ -71,8 +71,8 @@ def save_checkpoint(folder: str | Path, model: RecurrentKMeans, config: dict, *,
         state.update({f"adam.{name}": t for name, t in optimizer_tensors(model, optimizer).items()})
         files[STATE] = tensors_writer(state, meta)
     if log is not None:
-        files[LOG] = "".join(json.dumps(r) + "\n" for r in log)
-    files[CONFIG] = json.dumps({"format": FORMAT, **config}, indent=1) + "\n"
+        files[LOG] = "".join(dumps(r) + "\n" for r in log)
+    files[CONFIG] = dumps({"format": FORMAT, **config}, indent=1) + "\n"
     # One step for the whole set: a save killed part-way leaves the previous checkpoint, never weights of one step
     # beside the config of another.
     write_folder_atomic(folder, files)

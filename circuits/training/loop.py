@@ -29,6 +29,7 @@ from circuits import reference
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.checkpoint import load_training_state, read_config, read_log, save_checkpoint
 from circuits.training.construction import InitSharpness
+from circuits.strict_json import nulled
 from circuits.training.schema import ADAM_BETA1, max_lr
 from circuits.training.general_tasks import general_tasks
 from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, soft_min_objective
@@ -238,7 +239,7 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     if not log:
         rec = {"step": 0, "loss": None, **validate(model), "drift": drift_from(model, initial),
                "knobs": model.knobs(), "wall_s": 0.0, "cpu_s": 0.0}
-        log.append(rec)
+        log.append(nulled(rec))  # a diverged validation's numbers are null in the log (strict JSON)
         last_val = rec["val_ratio"]
         if np.isfinite(rec[validate.select_by]):
             best, best_state = rec[validate.select_by], {n: t.clone() for n, t in model.state_dict().items()}
@@ -253,7 +254,7 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
                    "wall_s": elapsed_wall + time.perf_counter() - t_wall,
                    "cpu_s": elapsed_cpu + time.process_time() - t_cpu}
             running = []
-            log.append(rec)
+            log.append(nulled(rec))
             last_val = rec["val_ratio"]
             metric = rec[validate.select_by]
             if np.isfinite(metric) and (best is None or metric < best):

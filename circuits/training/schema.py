@@ -251,7 +251,8 @@ def _log_record(record, where: str) -> dict:
         raise CheckpointError(f"{where}: the record has no step")
     _integer(record["step"], f"{where}: step", 0)
     for name in ("val_ratio", "loss"):
-        # NaN is what a diverged validation writes (json.dumps writes NaN); anything but a number is not.
+        # null is what a diverged validation writes (NaN in logs written before strict JSON); anything but a number
+        # is not.
         value = record.get(name)
         if value is not None and type(value) not in (int, float):
             raise CheckpointError(f"{where}: {name} must be a number, got {json.dumps(value)[:40]}")
@@ -261,7 +262,8 @@ def _log_record(record, where: str) -> dict:
             raise CheckpointError(f"{where}: drift must map each block to its parts")
         for kind, parts in drift.items():
             for part, value in parts.items():
-                _number(value, f"{where}: drift.{kind}.{part}")
+                if value is not None:  # null: not finite (a diverged validation)
+                    _number(value, f"{where}: drift.{kind}.{part}")
         if drift:
             # The history plots each block's parts against the validation ratio of the same record.
             missing = [f"drift.{kind}.{part}" for kind in DRIFT_BLOCKS for part in DRIFT_PARTS
@@ -276,7 +278,7 @@ def _log_record(record, where: str) -> dict:
         if missing:
             raise CheckpointError(f"{where}: knobs is missing {', '.join(missing)}")
         for name, value in knobs.items():
-            if type(value) not in (int, float):
+            if value is not None and type(value) not in (int, float):
                 raise CheckpointError(f"{where}: knobs.{name} must be a number, got {json.dumps(value)[:40]}")
     return record
 

@@ -98,6 +98,7 @@ REFUSED = [
     (["sweep", "--full", "--grid", "tiny"], "--full is --grid full --runner structured: it cannot be combined with"
                                             " --grid tiny"),
     (["sweep", "--full", "--runner", "circuit"], "cannot be combined with --runner circuit"),
+    (["prove", "--d", 128, "--k", 2], "--d 128 is above its limit of 64"),
     (["drift", "--threads", 100000], "--threads 100000 is above its limit of"),
     (["train", "--threads", 100000], "--threads 100000 is above its limit of"),
     # Budgets: several options together.

@@ -2,9 +2,11 @@
 
 ``add_problem_arguments`` adds ``--dataset/--data``, ``--k``, ``--iterations``, ``--init``, ``--seed``,
 ``--variant``, the blobs options and the exactness knobs; ``load_problem`` turns them into validated arrays or
-raises :class:`~analysis.errors.ProblemError`. Also here: ``--device``, ``--engine/--address``, ``--shapes``, and
-the checks every command gets before it runs (:func:`check_numbers`, :func:`check_path_options`). Nothing here
-imports torch at import time.
+raises :class:`~analysis.errors.ProblemError`, within the budgets :data:`RUN` and :data:`KEPT`
+(:mod:`analysis.cli.limits`). Also here: ``--device``, ``--engine/--address``, ``--shapes``, the checks every
+command gets before it runs (:func:`check_numbers`, :func:`check_path_options`, :func:`check_device`), and
+:func:`usable_results`, which turns a trained model's non-finite results into bad input. Nothing here imports torch
+at import time.
 """
 
 from __future__ import annotations

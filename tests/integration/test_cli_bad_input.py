@@ -418,7 +418,7 @@ def test_the_longest_out_name_allowed_is_written(tmp_path, capsys):
     # Within int64, but more than memory holds: refused with the sizes, not left to numpy.
     (["cluster", "--dataset", "blobs", "--n", 2**62, "--k", 3], "n x (d + k) x (--iterations + 1) is"),
     (["cluster", "--dataset", "blobs", "--n", 30, "--centers", 2**62, "--k", 3], "blobs needs centers <= n"),
-    (["prove", "--d", 2, "--k", 2**62], "with d=2, k=4611686018427387904 is too large"),
+    (["prove", "--d", 2, "--k", 2**62], "--k 4611686018427387904 is above its limit of 64"),
     (["cluster", "--dataset", "iris", "--k", 3, "--beta", "nan"], "--beta must be a finite number, got nan"),
     (["patch", "--dataset", "iris", "--k", 3, "--corruption", "add-outlier", "--outlier-distance", "inf"],
      "--outlier-distance must be a finite number"),

@@ -1,6 +1,7 @@
-import dataclasses
 """build_report and the views take what a user has in hand: a run, a capture, a fitted estimator, or an
 ActivationCache with the encoding it ran on; each must give what the run itself gives."""
+
+import dataclasses
 
 import numpy as np
 import pytest

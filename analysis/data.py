@@ -18,6 +18,9 @@ from analysis.errors import ProblemError
 
 DATASETS = ("iris", "wine", "breast_cancer", "digits", "blobs")
 
+#: Points of the synthetic blobs that ``evaluate`` runs a model on (:mod:`analysis.evaluation.real`).
+EVALUATION_BLOBS_N = 1000
+
 #: The name this error had when it lived here (kept for one release: docs/extending.md and other packages use it).
 InputError = ProblemError
 
@@ -49,6 +52,8 @@ def load_dataset(name: str, n: int = 500, d: int = 2, centers: int = 3, seed: in
     if name == "blobs":
         if n < 1 or d < 1 or centers < 1:
             raise ProblemError(f"blobs needs n, d and centers >= 1, got n={n}, d={d}, centers={centers}")
+        if centers > n:  # a blob without a point; and a billion centres would be drawn for nothing
+            raise ProblemError(f"blobs needs centers <= n (a blob per point at most), got centers={centers}, n={n}")
         # The points and the blob centres, float64: beyond memory, numpy fails with a ValueError, not a message.
         need, have = (n + centers) * d * 8, physical_memory() or 2**63
         if need > have:

@@ -21,6 +21,8 @@ import sys
 import time
 import warnings
 
+from circuits import strict_json
+
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -83,7 +85,7 @@ def main() -> None:
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one(args.one, args.d, args.k, args.iterations)))
+        print(strict_json.dumps(one(args.one, args.d, args.k, args.iterations)))
         return
     print(f"dense HookedTransformer circuit vs scikit-learn Lloyd (d={args.d}, k={args.k}, T={args.iterations}, float64)")
     print(f"{'n':>6} {'circuit s':>10} {'+verify s':>10} {'sklearn s':>10} {'ratio':>8} {'peak MiB':>9} {'verified':>8} {'=sklearn':>8}")

@@ -31,6 +31,8 @@ import tempfile
 import time
 import warnings
 
+from circuits import strict_json
+
 NS = (10_000, 100_000, 1_000_000, 10_000_000)
 
 
@@ -179,10 +181,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.one is not None:
         verify = args.verify_max_n is None or args.one <= args.verify_max_n
-        print(json.dumps(one(args.one, args.d, args.k, args.iterations, args.device, verify, args.structured_threads)))
+        print(strict_json.dumps(one(args.one, args.d, args.k, args.iterations, args.device, verify, args.structured_threads)))
         return
     if args.train_only:
-        print(json.dumps(train_rate(args.device, args.train_steps)))
+        print(strict_json.dumps(train_rate(args.device, args.train_steps)))
         return
     import torch
 
@@ -223,7 +225,7 @@ def main() -> None:
                   f" steps/s over {args.train_steps} steps")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device, "device_name": name, "rows": rows, "train": train}, f, indent=1)
+            f.write(strict_json.dumps({"device": device, "device_name": name, "rows": rows, "train": train}, indent=1))
 
 
 if __name__ == "__main__":

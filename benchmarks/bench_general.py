@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from circuits import strict_json
+
 RUNS = {
     "synthetic_random": ["--init", "random", "--datasets", "none"],
     "synthetic_kmeanspp": ["--init", "k-means++", "--datasets", "none"],
@@ -91,7 +93,7 @@ def main() -> None:
     for name, extra in RUNS.items():
         print(f"{name} ...", file=sys.stderr, flush=True)
         docs[name], seconds[name] = evaluate(which, extra, args.tasks, args.inits, args.threads)
-        (out / f"{name}.json").write_text(json.dumps(docs[name], indent=1) + "\n")
+        (out / f"{name}.json").write_text(strict_json.dumps(docs[name], indent=1) + "\n")
     lines = shape_table(docs["synthetic_random"], "random init") + [""]
     lines += shape_table(docs["synthetic_kmeanspp"], "k-means++ init") + [""]
     lines += dataset_table(docs["datasets"]) + [""]

@@ -25,6 +25,8 @@ import sys
 import time
 import warnings
 
+from circuits import strict_json
+
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -88,7 +90,7 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one(int(args.one[0]), args.d, args.k, args.iterations, args.one[1])))
+        print(strict_json.dumps(one(int(args.one[0]), args.d, args.k, args.iterations, args.one[1])))
         return
     print(f"structured path vs dense HookedTransformer vs scikit-learn Lloyd (d={args.d}, k={args.k},"
           f" T={args.iterations}, float64); ratios against scikit-learn in the same subprocess")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 
 import torch
 
+from circuits import strict_json
 from circuits.training.construction import InitSharpness
 from circuits.training.loop import TrainConfig, Validator, lloyd_per_step
 from circuits.training.model import RecurrentKMeans
@@ -58,7 +58,7 @@ def main() -> None:
           f" (score {best['score']:.4f})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"grid": GRID, "rows": rows, "best": best}, f, indent=1)
+            f.write(strict_json.dumps({"grid": GRID, "rows": rows, "best": best}, indent=1))
 
 
 if __name__ == "__main__":

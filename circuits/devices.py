@@ -25,6 +25,9 @@ def resolve(device: str | torch.device | None) -> torch.device:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"unknown device {device!r}: expected cpu, cuda or auto") from exc
+    if device.type not in ("cpu", "cuda"):
+        # A device torch knows but the circuits do not run on: 'meta' holds no values, and others are untested.
+        raise ValueError(f"device {str(device)!r}: the circuits run on cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r}: no CUDA device is available (use cpu)")
     return device

@@ -137,6 +137,9 @@ def on_device(circuit: KMeansCircuit, encoded: EncodedBatch, device: str | torch
 #: The dense forward holds a few (n + k + 1)^2 float64 matrices per layer: beyond this many tokens (~6 GB) it
 #: is refused rather than left to exhaust memory.
 DENSE_MAX_TOKENS = 12_000
+#: ... and its time grows as tokens^2 x layers: 10,000 points and 10 iterations (1e8 x 22 = 2.2e9) take 26 s on 2
+#: cores (docs/performance.md), so beyond this (about 5 minutes) it is refused too.
+DENSE_MAX_WORK = 25_000_000_000
 
 
 class PathUnavailable(RuntimeError):
@@ -187,6 +190,12 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         raise PathUnavailable(
             f"{tokens} tokens are too many for the dense path (about {5 * 8 * tokens**2 / 2**30:.0f} GiB of attention"
             f" per layer; the limit is {DENSE_MAX_TOKENS})" + (f", and {note}" if note else ""))
+    layers = len(circuit.schedule)
+    if tokens**2 * layers > DENSE_MAX_WORK:
+        raise PathUnavailable(
+            f"{tokens} tokens over {layers} layers are too much work for the dense path (tokens^2 x layers ="
+            f" {tokens**2 * layers:.3g}, above its limit of {DENSE_MAX_WORK:.3g}, about 5 minutes on 2 cores; fewer"
+            " iterations or points)" + (f", and {note}" if note else ""))
     cap = _capture_dense(circuit, encoded, keep_cache, on_layer)
     cap.path_note = note
     return cap

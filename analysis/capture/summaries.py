@@ -271,7 +271,7 @@ def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
     for g in groups:
         queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].cpu().numpy()
         keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
-        for matrix, out in ((g.scores, scores), (g.pattern, pattern)):
+        for matrix, out in ((g.scores, scores), (pattern_of(g), pattern)):
             rows = matrix.cpu().numpy()[queries]
             if isinstance(keys, slice):
                 out.append(np.array(rows[:, keys], dtype=np.float64, order="C"))
@@ -340,7 +340,10 @@ def update_certificate_grouped(att: UpdateAttention, groups, labels_pre: Int[np.
     k = seq.k
     rows = []
     for b, g in enumerate(groups):
-        S, P = g.scores.cpu().numpy(), g.pattern.cpu().numpy()
+        # pattern_of: a lean block whose queries did not compress kept only its scores (chunked_block's
+        # keep_pattern), which an update head's queries do not after a float32 hash collision sent one layer to
+        # grouped_attention (it groups keys only); the pattern is made again from the scores, bit for bit.
+        S, P = g.scores.cpu().numpy(), pattern_of(g).cpu().numpy()
         queries = np.arange(seq.centroids.start, seq.centroids.stop) if g.queries.is_identity else \
             g.queries.inverse[seq.centroids].cpu().numpy()
         if g.keys.is_identity:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 
 from analysis.cli.output import check_out_dir, write_output_dir
+from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    Problem, add_path_argument, add_problem_arguments, check_checkpoint, load_problem, run_circuit, sharpness_from,
+    KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
+    cpu_only, sharpness_from, usable_results,
 )
 from analysis.errors import ProblemError
 from analysis.wording import count
+from circuits.strict_json import dumps
 
 NAME = "cluster"
 HELP = "cluster data with the k-means transformer and verify it against its reference algorithm"
@@ -37,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             " learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json;"
                             " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json,"
                             " report.html")
+    add_budgets(parser, KEPT)
 
 
 def csv_text(rows, header: list[str]) -> str:
@@ -55,7 +58,7 @@ def output_files(result, problem) -> dict[str, str]:
     return {
         "labels.csv": csv_text(([int(v)] for v in result.labels), ["label"]),
         "centroids.csv": csv_text(result.centroids.tolist(), [f"x{m}" for m in range(d)]),
-        "verification.json": json.dumps(verification, indent=1) + "\n",
+        "verification.json": dumps(verification, indent=1) + "\n",
     }
 
 
@@ -83,14 +86,14 @@ def run(args: argparse.Namespace) -> int:
                         CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES,
                         previous=OUT_FILES + CHECKPOINT_OUT_FILES)
     if construction is not None or getattr(args, "checkpoint", None) is not None:
-        if args.device == "cuda":
-            flag = "--checkpoint" if getattr(args, "checkpoint", None) is not None else "--construction"
-            raise ProblemError(f"{flag} runs on the CPU: --device cuda does not apply")
+        cpu_only(args, "--checkpoint" if getattr(args, "checkpoint", None) is not None else "--construction")
     if construction is not None:
         return run_construction(args, problem, out, construction, learned)
     if getattr(args, "checkpoint", None) is not None:
         return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
+    if out is not None:
+        check_kept(problem)
 
     from analysis.cli.progress import Stages
     from analysis.pipeline import DTYPES
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         write_output_dir(out, files)
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(dumps(result.to_json()))
     else:
         rep = result.report
         print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, init {problem.init},"
@@ -134,13 +137,12 @@ def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Prob
     write_output_dir(out, {**dict(zip(names, (
         csv_text(([v] for v in doc["labels"]), ["label"]),
         csv_text(doc["centroids"], [f"x{m}" for m in range(d)]),
-        json.dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
+        dumps({"problem": {"source": problem.source, "init": problem.init}, **doc}, indent=1) + "\n",
     ))), **(more or {})})
 
 
 def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
     """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluation.checkpoint.cluster_with_checkpoint`)."""
-    import json
 
     model = check_checkpoint(args.checkpoint)["model"]
     d, k = model["d"], model["k"]
@@ -161,12 +163,13 @@ def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
         doc = cluster_with_checkpoint(args.checkpoint, problem.X, problem.C0, problem.iterations)
     except CheckpointError as exc:
         raise ProblemError(str(exc)) from None
+    usable_results(doc, args.checkpoint)
     verdict = checkpoint_verdict(doc)
     doc.update({key: value for key, value in verdict.to_dict().items() if key != "verified"})
     if out is not None:
         write_model_files(out, CHECKPOINT_OUT_FILES, doc, problem, d)
     if args.json:
-        print(json.dumps(doc))
+        print(dumps(doc))
     else:
         print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, trained model {args.checkpoint},"
               f" {count(problem.iterations, 'step')}")
@@ -204,7 +207,7 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
     if out is not None:
         write_model_files(out, CONSTRUCTION_OUT_FILES[:3], doc, problem, d, {"report.html": page.to_html()})
     if args.json:
-        print(json.dumps(doc))
+        print(dumps(doc))
         return 0 if doc["verified"] else 1
     title = ("learned safeguarded-swap construction (factors " + ", ".join(f"{a:g}" for a in doc["alphas"]) + ")"
              if name == "learned" else "safeguarded-swap construction")

@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from analysis import engine
 from analysis.cli.exits import report_failures
+from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.options import (
-    add_device_argument, add_engine_arguments, check_checkpoint, parse_shapes, resolve_device, seed,
+    add_device_argument, add_engine_arguments, check_checkpoint, cpu_only, parse_shapes, resolve_device, seed,
+    usable_results,
 )
 from analysis.cli.progress import Cells
-from analysis.data import DATASETS
+from analysis.data import DATASETS, EVALUATION_BLOBS_N, MAX_ITERATIONS, load_dataset
 from analysis.errors import ProblemError
 from analysis.wording import count
+from circuits.strict_json import dumps
 
 NAME = "evaluate"
 HELP = "compare a trained checkpoint (or a general construction) with Lloyd's algorithm on held-out tasks and real data"
 #: Points per task of a construction's held-out tasks by default: the general checkpoint's training n.
 CONSTRUCTION_N = 128
+
+#: The model and Lloyd's run every held-out task and every initialisation of each dataset step by step. The
+#: defaults on the headline checkpoint ((320 x 512 + 10 x (1797 + 1000)) x 20 = 3.8e6) take about 3.5 minutes on
+#: the 2-core machine; the limit is about 2.6 times that.
+WORK = Budget("(--tasks x --n x shapes + --dataset-inits x points) x --steps", 10_000_000, "about 9 minutes on 2 cores",
+              "shapes: those of --shapes for a general model, else 1; points: of every dataset of --datasets")
+#: The held-out tasks of one shape are drawn at once, and one forward holds --chunk of them (at most all): a
+#: residual row of the model per point (320 x 512 by default).
+POINTS = Budget("--tasks x --n", 500_000, "held-out points drawn at once; one forward holds up to all of them")
 
 FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.training.tasks.FAMILIES, import-free
 
@@ -37,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             " 2 <= k <= 16): swap = safeguarded swap (circuits/swap), learned = learned safeguarded"
                             " swap with the shipped factors (circuits/learned); exact, float64, CPU")
     parser.add_argument("--tasks", type=int, default=320, help="held-out random tasks (default 320; 0: none)")
-    parser.add_argument("--steps", type=int, default=20, help="recurrent steps / Lloyd iterations (default 20)")
+    limit(parser.add_argument("--steps", type=int, default=20, help="recurrent steps / Lloyd iterations (default 20)"),
+          MAX_ITERATIONS, "each step runs every task through the model and Lloyd's once more")
     parser.add_argument("--init", choices=("random", "k-means++"), default="random",
                         help="initial centroids of both (default: k random data points)")
     parser.add_argument("--n", type=int, default=None, help="points per task (default: the checkpoint's)")
@@ -47,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated scikit-learn datasets (default digits,blobs; 'none' to skip)")
     parser.add_argument("--dataset-inits", type=int, default=10, help="initialisations per dataset (default 10)")
     parser.add_argument("--chunk", type=int, default=16, help="tasks per forward pass (memory)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    limit_threads(parser.add_argument("--threads", type=int, default=None, help="torch CPU threads"))
     parser.add_argument("--shapes", default=None, metavar="DxK,...",
                         help="general checkpoints: the shapes of the held-out tasks, e.g. 2x3,16x10 (default"
                              " 2x3,4x8,8x5,16x10,32x16,64x8); --tasks is then per shape, and --datasets are run in"
@@ -57,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     add_engine_arguments(parser)
+    add_budgets(parser, WORK, POINTS)
 
 
 def parse_datasets(text: str) -> list[str]:
@@ -113,11 +126,11 @@ def validate(args: argparse.Namespace) -> Plan:
     if construction is not None:
         from analysis.constructions.common import CAPACITY
 
-        if args.device == "cuda":
-            raise ProblemError("--construction runs in float64 on the CPU: --device cuda does not apply")
+        cpu_only(args, "--construction (float64)")
         model = {"d": CAPACITY[0], "k": CAPACITY[1], "general": True}
     else:
-        model = check_checkpoint(args.checkpoint)["model"]
+        checkpoint = check_checkpoint(args.checkpoint)
+        model = checkpoint["model"]
     general = bool(model.get("general", False))
     if args.shapes is not None and not general:
         raise ProblemError("--shapes needs a general checkpoint (trained with --general)")
@@ -132,6 +145,13 @@ def validate(args: argparse.Namespace) -> Plan:
         raise ProblemError("--datasets blobs: a general checkpoint is evaluated on real data at its true k")
     if not args.tasks and not datasets:
         raise ProblemError("nothing to evaluate: --tasks is 0 and --datasets is none")
+    n = args.n if args.n is not None else CONSTRUCTION_N if construction is not None else checkpoint["training"]["n"]
+    points = sum(EVALUATION_BLOBS_N if name == "blobs" else len(load_dataset(name).X) for name in datasets)
+    shape_count = len(shapes) if shapes else 1
+    WORK.check({"--tasks": args.tasks, "--n": n, "shapes": shape_count, "--dataset-inits": args.dataset_inits,
+                "points": points, "--steps": args.steps},
+               total=(args.tasks * n * shape_count + args.dataset_inits * points) * args.steps)
+    POINTS.check({"--tasks": args.tasks, "--n": n})
     engine.check(args.engine, args.address)
     return Plan(datasets, shapes, construction, alphas)
 
@@ -239,7 +259,9 @@ def run_cells(args: argparse.Namespace, model, doc: dict, job: Job) -> int:
         doc["datasets"] = [r for r in outcome.results[len(cells):] if r is not None]
     if outcome.failures:
         doc["failed"] = [f.cell for f in outcome.failures]
-    print(json.dumps(doc) if args.json else job.text(doc))
+    if args.checkpoint is not None and "construction" not in doc:
+        usable_results(doc, args.checkpoint)
+    print(dumps(doc) if args.json else job.text(doc))
     return report_failures(outcome.failures)
 
 

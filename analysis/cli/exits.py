@@ -2,7 +2,7 @@
 
 Exit codes: 0 done (and verified), 1 ran but the circuit disagrees with its reference, 2 bad input or usage (a
 problem too large for memory counts as bad input) with a one-line message on stderr and no traceback, 3 an
-internal error (a bug) with its traceback, 130 interrupted.
+internal error (a bug) with its traceback, 130 interrupted, 141 stdout closed by its reader (SIGPIPE).
 
 The library raises :class:`analysis.errors.ProblemError` (a ``ValueError``) naming the *parameter* at fault
 (``field``, e.g. ``"k"``); :func:`message` names the command-line flag instead (``--k``).

@@ -15,7 +15,8 @@ import sys
 import warnings
 
 from analysis.cli.exits import bad_input_message, message, report_internal_error
-from analysis.cli.options import check_numbers, check_path_options
+from analysis.cli.limits import check_limits
+from analysis.cli.options import check_device, check_numbers, check_path_options
 from analysis.errors import ProblemError
 
 #: The package whose modules are the commands (and the shared modules, which define no ``NAME``).
@@ -74,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The subparser of ``command``."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
 def keep_freed_memory() -> None:
     """Ask glibc to keep freed memory in the heap instead of returning large blocks to the kernel.
 
@@ -96,12 +102,28 @@ def keep_freed_memory() -> None:
         pass
 
 
+#: The exit status when stdout's reader has gone: a shell's for a process ended by SIGPIPE (128 + 13).
+BROKEN_PIPE = 141
+
+
+def _drop_stdout() -> None:
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a captured stdout): nothing to flush there
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_numbers(parser, args)
+        sub = command_parser(parser, args.command)
+        check_numbers(sub, args)
+        check_limits(sub, args)
         check_path_options(args)
+        check_device(args)
     except ProblemError as exc:
         print(f"kmeans-circuits {args.command}: error: {message(exc)}", file=sys.stderr)
         return 2
@@ -113,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kmeans-circuits {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout's reader has gone (`| head`): what is left to print has nowhere to go, which is no bug. Python
+        # would print another BrokenPipeError when it flushes stdout at exit; send that flush to /dev/null.
+        _drop_stdout()
+        return BROKEN_PIPE
     except Exception as exc:
         text = bad_input_message(exc)
         if text is None:

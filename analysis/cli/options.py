@@ -2,9 +2,11 @@
 
 ``add_problem_arguments`` adds ``--dataset/--data``, ``--k``, ``--iterations``, ``--init``, ``--seed``,
 ``--variant``, the blobs options and the exactness knobs; ``load_problem`` turns them into validated arrays or
-raises :class:`~analysis.errors.ProblemError`. Also here: ``--device``, ``--engine/--address``, ``--shapes``, and
-the checks every command gets before it runs (:func:`check_numbers`, :func:`check_path_options`). Nothing here
-imports torch at import time.
+raises :class:`~analysis.errors.ProblemError`, within the budgets :data:`RUN` and :data:`KEPT`
+(:mod:`analysis.cli.limits`). Also here: ``--device``, ``--engine/--address``, ``--shapes``, the checks every
+command gets before it runs (:func:`check_numbers`, :func:`check_path_options`, :func:`check_device`), and
+:func:`usable_results`, which turns a trained model's non-finite results into bad input. Nothing here imports torch
+at import time.
 """
 
 from __future__ import annotations
@@ -17,11 +19,21 @@ from pathlib import Path
 import numpy as np
 
 from analysis import engine
+from analysis.cli.limits import Budget, add_budgets, limit
 from analysis.cli.output import check_path_length
 from analysis.data import (
     DATASETS, MAX_ITERATIONS, check_work, load_dataset, load_points, resolve_init, validate_problem,
 )
 from analysis.errors import ProblemError
+
+
+#: A run's work, and what a lean run keeps, grow as n (d + k) per layer: blobs of 10^6 points, d = 2, k = 5, 70
+#: iterations (5e8) took 187 s of CPU and a 3.0 GB peak (``cluster ... --json``, lean; docs/cli.md, "Limits").
+RUN = Budget("n x (d + k) x (--iterations + 1)", 500_000_000, "about 3 minutes of CPU and 3 GB",
+             "n, d: the data's")
+#: A run that draws a report (``report``, ``cluster --out``) keeps every layer's point x centroid scores and
+#: pattern: blobs of 2e5 points, k = 5, 99 iterations (1e8) peaked at 10.2 GB (195 s of CPU) with ``--out``.
+KEPT = Budget("n x k x (--iterations + 1)", 30_000_000, "with a report: what it keeps, about 3 GB")
 
 
 @dataclass
@@ -52,8 +64,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--dataset", metavar="NAME", help=f"bundled dataset: {', '.join(DATASETS)}")
     src.add_argument("--data", metavar="FILE", help=".csv (numeric, header optional) or .npy, one row per point")
     parser.add_argument("--k", type=int, required=True, help="number of clusters")
-    parser.add_argument("--iterations", type=int, default=10, metavar="T",
-                        help=f"Lloyd iterations, at most {MAX_ITERATIONS} (default 10)")
+    limit(parser.add_argument("--iterations", type=int, default=10, metavar="T", help="Lloyd iterations (default 10)"),
+          MAX_ITERATIONS, "2 T + 2 layers; Lloyd's usually converges in tens")
     parser.add_argument("--init", default="random", metavar="random|k-means++|FILE",
                         help="initial centroids: random data points, k-means++, or a file of k rows (default random)")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the initialisation and blobs (default 0)")
@@ -69,6 +81,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     knobs.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                        help="float64 (exact) or float32 (an approximation, reported as such)")
     add_device_argument(parser)
+    add_budgets(parser, RUN)
 
 
 def add_path_argument(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +152,8 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
 
 def load_problem(args: argparse.Namespace) -> Problem:
     check_variant_arg(args.variant, args.iterations, args)
+    if args.dataset == "blobs":  # refused before the points are drawn
+        check_run(args.n, args.d, args)
     if args.dataset is not None:
         ds = load_dataset(args.dataset, n=args.n, d=args.d, centers=args.centers, seed=args.seed)
         X, y, source = ds.X, ds.y, args.dataset
@@ -146,10 +161,35 @@ def load_problem(args: argparse.Namespace) -> Problem:
         X, y, source = load_points(args.data), None, args.data
     validate_problem(X, args.k)
     check_work(args.iterations, X.shape[1], args.k)
+    check_run(X.shape[0], X.shape[1], args)
     if getattr(args, "construction", None) == "swap" and args.iterations < 1:
         raise ProblemError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+
+
+def check_run(n: int, d: int, args: argparse.Namespace) -> None:
+    """:data:`RUN` of ``n`` points in ``d`` dimensions."""
+    RUN.check({"n": n, "d": d, "--k": args.k, "--iterations": args.iterations},
+              total=n * (d + args.k) * (args.iterations + 1))
+
+
+def check_kept(problem: Problem) -> None:
+    """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern."""
+    KEPT.check({"n": problem.X.shape[0], "--k": problem.k, "--iterations": problem.iterations},
+               total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
+
+
+def usable_results(doc, checkpoint: str) -> None:
+    """A trained model's results, before they are printed or written: a NaN or infinite number in them means its
+    weights overflow on these inputs (a checkpoint is untrusted input: weights of 3e38 pass every check of the
+    file), so the checkpoint is unusable: bad input, exit 2, not a document of NaN."""
+    from circuits.strict_json import first_nonfinite
+
+    found = first_nonfinite(doc)
+    if found is not None:
+        raise ProblemError(f"--checkpoint {checkpoint}: an unusable checkpoint: the model's numbers overflow on these"
+                           f" inputs ({found[0]} is {found[1]}; its weights are too large for its dtype)")
 
 
 def check_checkpoint(path: str) -> dict:
@@ -179,6 +219,20 @@ def resolve_device(name: str | None) -> str:
         return str(resolve(name))
     except ValueError:
         raise ProblemError(f"--device {name}: no CUDA device is available (use --device cpu)") from None
+
+
+def check_device(args: argparse.Namespace) -> None:
+    """Every command with ``--device``: an explicit device that is not there is bad input before any work (a run
+    that quietly took the CPU instead would answer another question than the one asked)."""
+    if getattr(args, "device", None) not in (None, "auto", "cpu"):
+        resolve_device(args.device)
+
+
+def cpu_only(args: argparse.Namespace, what: str) -> None:
+    """``what`` (a construction, a trained checkpoint, the numpy reference) runs on the CPU: ``--device cuda`` is
+    refused for it, also where CUDA is available, rather than ignored."""
+    if getattr(args, "device", None) == "cuda":
+        raise ProblemError(f"{what} runs on the CPU: --device cuda does not apply")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,13 +289,12 @@ INT_MAX = 2**63 - 1
 PATH_OPTIONS = ("data", "init", "checkpoint", "out")
 
 
-def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_numbers(sub: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject an integer option no array can hold and a float option that is NaN or infinite, for every command.
 
     Each command checks its own ranges; these two classes would otherwise reach numpy or torch first (an
     ``OverflowError`` or "Maximum allowed dimension exceeded" is a traceback, not a message).
     """
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     for action in sub._actions:
         value = getattr(args, action.dest, None)
         flag = action.option_strings[0] if action.option_strings else action.dest

@@ -1,20 +1,18 @@
 """``--out`` of every command: checked before any work, written all or nothing.
 
-An output folder is filled in a temporary sibling; a new folder is renamed into place, and in an existing one
-each file is swapped in with the previous version kept aside, so that a failure part-way puts every previous
-file back. Single files (HTML reports) go through :func:`circuits.files.write_text_atomic`.
+An output folder is written whole into a temporary sibling and swapped with the previous one in one step
+(:func:`circuits.files.write_folder_atomic`): a run killed at any moment leaves the complete previous output or
+the complete new one. Single files (HTML reports) go through :func:`circuits.files.write_text_atomic`.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from analysis.errors import ProblemError
-from circuits.files import umask_mode, write_text_atomic
+from circuits.files import write_folder_atomic, write_text_atomic
 
 
 #: What a temporary sibling adds to ``--out``'s last component (``.NAME.tmp-`` and eight random characters).
@@ -150,53 +148,9 @@ def write_output_file(path: Path, text: str) -> None:
 
 
 def write_output_dir(path: Path, files: dict[str, str | bytes]) -> None:
-    """Write ``files`` (name -> content) into ``path`` so that either all of them land or none does."""
+    """Write ``files`` (name -> content) into ``path`` so that at every instant the folder is the complete previous
+    output or the complete new one (:func:`circuits.files.write_folder_atomic`); other files in it are kept."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        write_folder_atomic(path, files)
     except OSError as exc:
         raise ProblemError(f"cannot write --out {str(path)!r}: {exc.strerror or exc}") from None
-    tmp.chmod(umask_mode(0o777))
-    try:
-        for name, content in files.items():
-            target = tmp / name
-            if isinstance(content, bytes):
-                target.write_bytes(content)
-            else:
-                target.write_text(content, encoding="utf-8")
-        if not path.exists():
-            os.rename(tmp, path)
-            return
-        _swap_in(tmp, path, list(files))
-    except OSError as exc:
-        raise ProblemError(f"cannot write --out {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _swap_in(tmp: Path, path: Path, names: list[str]) -> None:
-    """Move ``tmp/NAME`` onto ``path/NAME`` for every name; on any failure restore every previous file."""
-    for name in names:
-        # Checked before the work too; checked again because moving a folder aside would delete it with ``tmp``.
-        if (path / name).is_dir() and not (path / name).is_symlink():
-            raise IsADirectoryError(errno.EISDIR, f"{path / name} is a folder", str(path / name))
-    previous = tmp / ".previous"
-    previous.mkdir()
-    done: list[tuple[str, bool, bool]] = []  # (name, had a previous file, new file in place)
-    try:
-        for name in names:
-            target = path / name
-            had = os.path.lexists(target)
-            if had:
-                os.rename(target, previous / name)
-            done.append((name, had, False))
-            os.rename(tmp / name, target)
-            done[-1] = (name, had, True)
-    except OSError:
-        for name, had, placed in reversed(done):
-            if placed:
-                os.unlink(path / name)
-            if had:
-                os.rename(previous / name, path / name)
-        raise

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 
 from analysis.cli.output import check_out_file, write_output_file
-from analysis.cli.options import add_path_argument, add_problem_arguments, load_problem, run_circuit, sharpness_from
+from analysis.cli.limits import add_budgets
+from analysis.cli.options import (
+    KEPT, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit, sharpness_from,
+)
 from analysis.errors import ProblemError
 from analysis.wording import count
 
@@ -31,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " learned = learned safeguarded swap with the shipped factors; per step every candidate's"
                              " objective, the one kept, the choosing heads' attention, the verification against its"
                              " numpy reference")
+    add_budgets(parser, KEPT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if args.max_points < 1:
         raise ProblemError(f"--max-points must be >= 1, got {args.max_points}")
     if args.construction is not None:
+        cpu_only(args, "--construction")
         return run_construction(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
+    check_kept(problem)
 
     from analysis.cli.progress import Stages
     from analysis.pipeline import DTYPES

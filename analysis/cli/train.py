@@ -3,26 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
+from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.options import add_device_argument, resolve_device, seed
 from analysis.cli.output import check_out_dir
+from analysis.data import MAX_ITERATIONS
 from analysis.errors import ProblemError
 from analysis.wording import count
+from circuits.strict_json import dumps
 
 NAME = "train"
 HELP = "train the k-means transformer (tied update+assign blocks, applied recurrently) to beat Lloyd's"
 
+#: The gradient keeps every recurrent step's activations: about 110 bytes per unit of batch x n x iterations x
+#: model width in float32 (measured: 1.8 GB of peak resident set at the defaults, d=32, k=10, width 164, 1.3e7 units;
+#: 7.7 GB at --iterations 100). The limit is about 6 GB.
+MEMORY = Budget("--batch x --n x --iterations x width", 50_000_000, "the activations the gradient keeps, about 6 GB",
+                "width: the model's, 4 d + 3 k + 6, counted twice in float64")
+#: A validation runs every held-out task through the model without a gradient: the defaults (64 x 512 x 20) take
+#: seconds, and the limit keeps one within minutes.
+VALIDATION = Budget("--val-tasks x --n x --eval-iterations", 10_000_000, "one validation, minutes on 2 cores")
+#: Sizes above these are no model this tool trains: the weights alone grow as d^2.
+MAX_WIDTH = 1024
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--d", type=int, required=True, help="dimension of the points")
-    parser.add_argument("--k", type=int, required=True, help="number of clusters")
+    limit(parser.add_argument("--d", type=int, required=True, help="dimension of the points"), MAX_WIDTH,
+          "the weights grow as d^2")
+    limit(parser.add_argument("--k", type=int, required=True, help="number of clusters"), MAX_WIDTH,
+          "the weights grow as k^2")
     parser.add_argument("--n", type=int, default=512, help="points per training and validation task (default 512)")
-    parser.add_argument("--steps", type=int, required=True, help="optimiser steps (total, also when resuming)")
+    limit(parser.add_argument("--steps", type=int, required=True, help="optimiser steps (total, also when resuming)"),
+          100_000, "ten times the paper's 10,000-step runs")
     parser.add_argument("--init", choices=("exact", "random"), default="exact",
                         help="start from the construction at finite sharpness (default) or from random weights")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the tasks and of a random init (default 0)")
@@ -40,11 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      " preconditioned by their initial size)")
     opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip (default 1)")
     opt.add_argument("--gamma", type=float, default=10.0, help="temperature gamma_L of the soft-min loss (default 10)")
-    opt.add_argument("--iterations", type=int, default=20, help="recurrent steps in training (default 20)")
-    opt.add_argument("--eval-iterations", type=int, default=20, help="recurrent steps in validation (default 20)")
-    opt.add_argument("--val-tasks", type=int, default=64, help="held-out validation tasks (default 64)")
+    limit(opt.add_argument("--iterations", type=int, default=20, help="recurrent steps in training (default 20)"),
+          MAX_ITERATIONS, "each step's activations are kept for the gradient")
+    limit(opt.add_argument("--eval-iterations", type=int, default=20, help="recurrent steps in validation (default 20)"),
+          MAX_ITERATIONS, "each step runs every validation task once more")
+    limit(opt.add_argument("--val-tasks", type=int, default=64, help="held-out validation tasks (default 64)"), 10_000,
+          "every validation runs all of them")
     opt.add_argument("--val-every", type=int, default=50, help="validate and checkpoint every this many steps")
-    opt.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    limit_threads(opt.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"))
     opt.add_argument("--loss", choices=("final", "anytime"), default="final",
                      help="final: the paper's soft-min objective after --iterations steps (default); anytime: every"
                           " step against Lloyd's from the same start, with a hinge on steps worse than Lloyd's and"
@@ -57,11 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--beta", type=float, default=5.0, help="initial assignment stiffness a (default 5)")
     arch.add_argument("--growth", type=float, default=0.0, help="initial schedule growth g (default 0: constant)")
     arch.add_argument("--beta-update", type=float, default=5.0, help="initial update stiffness b (default 5)")
-    arch.add_argument("--d-head", type=int, default=None, help="head width (default: the construction's)")
+    limit(arch.add_argument("--d-head", type=int, default=None, help="head width (default: the construction's)"),
+          4 * MAX_WIDTH + 3 * MAX_WIDTH + 6, "the widest model's width")
     arch.add_argument("--no-reembed", action="store_true", help="do not re-embed constants between steps")
     arch.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     arch.add_argument("--last", action="store_true", help="model.safetensors holds the last weights, not the best"
                       " validation step")
+    add_budgets(parser, MEMORY, VALIDATION)
 
 
 def config_from(args: argparse.Namespace):
@@ -93,6 +114,17 @@ def validate(args: argparse.Namespace) -> None:
         # inf passes "> 0" but makes every weight NaN after one step (and a NaN checkpoint after minutes).
         if not 0 < value < float("inf"):
             raise ProblemError(f"--{name.replace('_', '-')} must be positive and finite, got {value}")
+    from circuits.training.construction import trainable_layout
+    from circuits.training.schema import ADAM_BETA1, max_lr
+
+    if args.lr > max_lr(args.dtype):
+        raise ProblemError(f"--lr {args.lr:g} is above {max_lr(args.dtype):.3g}: Adam's first step is lr / (1 -"
+                           f" {ADAM_BETA1:g}), which must be a --dtype {args.dtype} number")
+    width = trainable_layout(args.d, args.k).d_model
+    MEMORY.check({"--batch": args.batch, "--n": args.n, "--iterations": args.iterations, "width": width,
+                  "--dtype": args.dtype}, total=args.batch * args.n * args.iterations * width
+                 * (2 if args.dtype == "float64" else 1))
+    VALIDATION.check({"--val-tasks": args.val_tasks, "--n": args.n, "--eval-iterations": args.eval_iterations})
     if not 0 <= args.growth < float("inf"):
         raise ProblemError(f"--growth must be >= 0 and finite, got {args.growth}")
     if args.threads is not None and args.threads < 1:
@@ -111,7 +143,7 @@ def diverged_message(args: argparse.Namespace, out: Path, stop: Diverged, existe
                  " (lower --beta, --growth or --beta-update, or use --dtype float64)")
     else:
         cause = (f"training diverged at step {stop.step} (loss or validation NaN or infinite; lower --lr, now"
-                 f" {args.lr:g})")
+                 f" {args.lr:g}, or the loss's --gamma, --hinge or --rise if raised)")
     if args.resume or stop.trained:
         return f"{cause}; stopped there: {args.out!r} keeps the best validated weights in model.safetensors"
     if out.exists():
@@ -167,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
-        print(json.dumps(last))
+        print(dumps(last))
     else:
         from circuits.training.checkpoint import read_config
 

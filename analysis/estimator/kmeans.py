@@ -11,11 +11,13 @@ assigns the new points.
 from __future__ import annotations
 
 import warnings
+from numbers import Integral, Real
 from typing import no_type_check
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from analysis.capture import PATHS
@@ -28,6 +30,7 @@ from analysis.verify.nearest import exact_nearest, misassigned
 from analysis.verify.verdict import tie_text
 from circuits import devices, reference
 from circuits.encoding import fit_unit_scaling
+from circuits.sharpness import Sharpness
 from circuits.variants import check_variant
 
 
@@ -117,22 +120,32 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         self.dtype = dtype
         self.path, self.device = path, device
 
+    #: KMeans's own constraints, checked by scikit-learn's machinery (``_fit_context``) before ``fit`` runs, so the
+    #: estimator refuses what ``KMeans`` refuses, in its words (``tol=inf``, ``random_state=-1`` or ``2**32``,
+    #: ``n_clusters=2.0``). ``max_iter=0`` is allowed (the initial assignment alone), and the circuit's own options
+    #: are constrained alike.
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "variant": [str],
+        "sharpness": [None, dict, Sharpness],
+        "dtype": [StrOptions(set(DTYPES))],
+        "path": [StrOptions(set(PATHS))],
+        "device": [str],
+    }
+
     def _check_params(self) -> None:
-        if not isinstance(self.n_clusters, (int, np.integer)) or self.n_clusters < 1:
-            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 0:
-            raise ValueError(f"max_iter must be a non-negative integer, got {self.max_iter!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if self.n_init != "auto" and (not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1):
-            raise ValueError(f"n_init must be 'auto' or a positive integer, got {self.n_init!r}")
-        if not isinstance(self.tol, (int, float, np.floating, np.integer)) or not self.tol >= 0:
-            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
-        if self.path not in PATHS:
-            raise ValueError(f"path must be 'auto', 'dense' or 'structured', got {self.path!r}")
-        if not isinstance(self.variant, str):
-            raise ValueError(f"variant must be a spec such as 'soft:beta=30', got {self.variant!r}")
+        """What the constraints cannot say: a bool is an ``Integral`` to them, but ``KMeans(n_clusters=True)``
+        fails (a ``TypeError``); the variant's spec and the device are checked too, before any work."""
+        if isinstance(self.n_clusters, (bool, np.bool_)):
+            raise InvalidParameterError(f"The 'n_clusters' parameter of {type(self).__name__} must be an int, not a"
+                                        f" bool. Got {self.n_clusters!r} instead.")
         check_variant(self.variant, int(self.max_iter))  # VariantError is a ValueError, as scikit-learn expects
+        devices.resolve(self.device)  # ValueError: unknown or absent device, or one the circuits do not run on
 
     def _inits(self, X: np.ndarray) -> list[np.ndarray]:
         """Initial centroids of every run (:func:`analysis.estimator.initial.initial_runs`)."""
@@ -162,6 +175,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                 best = (C0, result, t, labels, centres, inertia)
         return best
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         self._check_params()
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=1)

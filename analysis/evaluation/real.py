@@ -62,10 +62,10 @@ def dataset_points(name: str, d: int, k: int, seed: int = 0) -> tuple[np.ndarray
     """
     from sklearn.decomposition import PCA
 
-    from analysis.data import load_dataset
+    from analysis.data import EVALUATION_BLOBS_N, load_dataset
 
     if name == "blobs":
-        ds = load_dataset("blobs", n=1000, d=d, centers=k, seed=seed)
+        ds = load_dataset("blobs", n=EVALUATION_BLOBS_N, d=d, centers=k, seed=seed)
     else:
         ds = load_dataset(name)
     X, y = ds.X, ds.y
@@ -80,7 +80,7 @@ def dataset_points(name: str, d: int, k: int, seed: int = 0) -> tuple[np.ndarray
         X = np.pad(X, ((0, 0), (0, d - X.shape[1])))
         how += f", {d_data} dimensions padded with zeros to {d} (distances unchanged)"
     if name == "blobs":
-        how = f"make_blobs(n_samples=1000, n_features={d}, centers={k}, random_state={seed}), " + how
+        how = f"make_blobs(n_samples={EVALUATION_BLOBS_N}, n_features={d}, centers={k}, random_state={seed}), " + how
     return np.asarray(X, dtype=np.float64), np.asarray(y), how
 
 

@@ -123,8 +123,9 @@ def _add_head(fig: go.Figure, circ, which: str, g, block: tuple[np.ndarray, np.n
     peak, frob = block
     colour, zmax, colorbar, floor = colour_scale(g.matrix, f"W_{which}")
     scale = dict(colorscale="RdBu_r", zmin=-zmax, zmax=zmax, zmid=0)
-    used_r = np.flatnonzero(np.abs(g.matrix).sum(axis=1) > 0)
-    used_c = np.flatnonzero(np.abs(g.matrix).sum(axis=0) > 0)
+    # Non-zero rows and columns (a sum of |entries| would overflow, with numpy's warning, at knobs near 1e308).
+    used_r = np.flatnonzero((g.matrix != 0).any(axis=1))
+    used_c = np.flatnonzero((g.matrix != 0).any(axis=0))
     if used_r.size == 0 or used_c.size == 0:  # an all-zero head: show its first row and column
         used_r, used_c = np.arange(1), np.arange(1)
     sub = g.matrix[np.ix_(used_r, used_c)]

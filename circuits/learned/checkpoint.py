@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from circuits.files import write_text_atomic
+from circuits.strict_json import dumps
 from circuits.untrusted_json import loads
 
 FORMAT = "kmeans-circuits/learned"
@@ -95,5 +96,5 @@ def save(checkpoint: LearnedCheckpoint, path: str | Path) -> Path:
     """Write ``checkpoint`` (validated first) as JSON."""
     obj = {"format": FORMAT, "version": VERSION, "candidate": CANDIDATE,
            "alphas": [float(a) for a in checkpoint.alphas], "training": checkpoint.training}
-    validate(loads(json.dumps(obj), str(path)))
-    return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
+    validate(loads(dumps(obj), str(path)))
+    return write_text_atomic(path, dumps(obj, indent=1) + "\n")

@@ -8,13 +8,12 @@ A checkpoint is a folder:
 * ``state.safetensors`` — the last weights and the Adam moments, to resume training exactly;
 * ``log.jsonl`` — one JSON record per validation (losses, validation ratio, drift from the initial weights, time).
 
-Everything is written to temporary files and renamed into place, so an interrupted save leaves the previous
-checkpoint intact.
+A save writes the whole folder into a temporary sibling and swaps it in one step
+(:func:`circuits.files.write_folder_atomic`), so an interrupted save leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -22,7 +21,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from circuits.blocks import ASSIGN
-from circuits.files import write_file_atomic
+from circuits.files import write_folder_atomic
+from circuits.strict_json import dumps
 from circuits.training.construction import trainable_layout
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
 from circuits.training.schema import (  # noqa: F401  (read_config, read_log: this module is where callers look)
@@ -30,13 +30,10 @@ from circuits.training.schema import (  # noqa: F401  (read_config, read_log: th
 )
 
 
-def write_json(path: Path, obj) -> None:
-    write_file_atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=1) + "\n"))
-
-
-def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+def tensors_writer(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None):
+    """A function writing ``tensors`` as a safetensors file at the path it is given."""
     plain = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
-    write_file_atomic(path, lambda tmp: save_file(plain, tmp, metadata=metadata))
+    return lambda path: save_file(plain, path, metadata=metadata)
 
 
 #: Adam's per-parameter state, as torch names it.
@@ -66,18 +63,19 @@ def load_optimizer_tensors(model: RecurrentKMeans, optimizer: torch.optim.Optimi
 def save_checkpoint(folder: str | Path, model: RecurrentKMeans, config: dict, *, best_model: dict | None = None,
                     optimizer: torch.optim.Optimizer | None = None, log: list[dict] | None = None) -> None:
     """Write (or update) a checkpoint folder. ``best_model`` (a state dict) becomes ``model.safetensors``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT}
     weights = best_model if best_model is not None else model.state_dict()
-    write_tensors(folder / MODEL, weights, meta)
+    files = {MODEL: tensors_writer(weights, meta)}
     if optimizer is not None:
         state = {f"model.{name}": t for name, t in model.state_dict().items()}
         state.update({f"adam.{name}": t for name, t in optimizer_tensors(model, optimizer).items()})
-        write_tensors(folder / STATE, state, meta)
+        files[STATE] = tensors_writer(state, meta)
     if log is not None:
-        write_file_atomic(folder / LOG, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in log)))
-    write_json(folder / CONFIG, {"format": FORMAT, **config})
+        files[LOG] = "".join(dumps(r) + "\n" for r in log)
+    files[CONFIG] = dumps({"format": FORMAT, **config}, indent=1) + "\n"
+    # One step for the whole set: a save killed part-way leaves the previous checkpoint, never weights of one step
+    # beside the config of another.
+    write_folder_atomic(folder, files)
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:

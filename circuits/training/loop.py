@@ -29,6 +29,8 @@ from circuits import reference
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.training.checkpoint import load_training_state, read_config, read_log, save_checkpoint
 from circuits.training.construction import InitSharpness
+from circuits.strict_json import nulled
+from circuits.training.schema import ADAM_BETA1, max_lr
 from circuits.training.general_tasks import general_tasks
 from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, soft_min_objective
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans, sequence_of, unit_to_task
@@ -81,6 +83,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
+        if self.lr > max_lr(self.dtype):
+            raise ValueError(f"lr {self.lr:g} is above {max_lr(self.dtype):.3g}: Adam's first step, lr / (1 -"
+                             f" {ADAM_BETA1:g}), must be a {self.dtype} number")
         if self.support not in SUPPORTS:
             raise ValueError(f"support must be one of {', '.join(SUPPORTS)}, got {self.support!r}")
         if self.loss not in LOSSES:
@@ -208,7 +213,7 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     dtype = DTYPES[cfg.dtype]
     model = RecurrentKMeans(cfg.model_config(), dtype=dtype).to(device)
     initial = RecurrentKMeans(cfg.model_config(), dtype=dtype).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(ADAM_BETA1, 0.999))
     # Adam leaves a weight whose gradient is always 0 where it is (both moments stay 0).
     frozen = ({name: (p == 0) for name, p in initial.named_parameters() if not name.split("_", 1)[1].startswith("mlp")}
               if cfg.support == "construction" else {})
@@ -234,7 +239,7 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
     if not log:
         rec = {"step": 0, "loss": None, **validate(model), "drift": drift_from(model, initial),
                "knobs": model.knobs(), "wall_s": 0.0, "cpu_s": 0.0}
-        log.append(rec)
+        log.append(nulled(rec))  # a diverged validation's numbers are null in the log (strict JSON)
         last_val = rec["val_ratio"]
         if np.isfinite(rec[validate.select_by]):
             best, best_state = rec[validate.select_by], {n: t.clone() for n, t in model.state_dict().items()}
@@ -249,7 +254,7 @@ def train(out: str | Path, cfg: TrainConfig, resume: bool = False,
                    "wall_s": elapsed_wall + time.perf_counter() - t_wall,
                    "cpu_s": elapsed_cpu + time.process_time() - t_cpu}
             running = []
-            log.append(rec)
+            log.append(nulled(rec))
             last_val = rec["val_ratio"]
             metric = rec[validate.select_by]
             if np.isfinite(metric) and (best is None or metric < best):

@@ -115,6 +115,20 @@ def _mlp_wiring(mlp: MLPWeights, probe: MLPWeights) -> dict[str, np.ndarray]:
     return out
 
 
+def _within(value: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """``value``, an initial weight, where ``dtype`` holds every entry; else :class:`~circuits.build.WeightRangeError`
+    (before the preconditioning divides inf by inf into NaN, with a RuntimeWarning, and training starts from it)."""
+    from circuits.build import WeightRangeError
+
+    largest = float(torch.finfo(dtype).max)
+    if not (np.isfinite(value).all() and (value.size == 0 or float(np.abs(value).max()) <= largest)):
+        peak = float(np.abs(value).max())
+        size = f"of magnitude {peak:.3g}" if np.isfinite(peak) else "beyond float64's range"
+        raise WeightRangeError(f"an initial weight {size} overflows {str(dtype).replace('torch.', '')} (largest"
+                               f" {largest:.3g}): lower beta, growth or beta_update")
+    return value
+
+
 class RecurrentKMeans(nn.Module):
     """Two tied blocks applied recurrently; see the module docstring."""
 
@@ -159,7 +173,7 @@ class RecurrentKMeans(nn.Module):
             for name in ("gate_idx", "linear_idx", "out_idx"):
                 self.register_buffer(f"{kind}_mlp_{name}", torch.as_tensor(wiring[name]))
             for name, value in init.items():
-                value = np.asarray(value, dtype=np.float64)
+                value = _within(np.asarray(value, dtype=np.float64), dtype)
                 if name.startswith("mlp_") and name != "mlp_out":
                     value = value * _active(wiring[f"{name[4:]}_idx"], probe_block.mlp, name[4:])
                 # Preconditioning: the parameter is W / scale, so Adam moves every weight by about lr * scale per
@@ -167,7 +181,7 @@ class RecurrentKMeans(nn.Module):
                 scale = np.maximum(np.abs(value), 1.0) if config.init == "exact" else np.ones_like(value)
                 self.register_parameter(f"{kind}_{name}", nn.Parameter(torch.as_tensor(value / scale, dtype=dtype)))
                 self.register_buffer(f"{kind}_{name}_scale", torch.as_tensor(scale, dtype=dtype))
-        q, k = structural_channel(self.layout, sharp.beta)
+        q, k = (_within(np.asarray(v, dtype=np.float64), dtype) for v in structural_channel(self.layout, sharp.beta))
         self.register_buffer("structural_q", torch.as_tensor(q, dtype=dtype))
         self.register_buffer("structural_k", torch.as_tensor(k, dtype=dtype))
         const = torch.as_tensor(self.layout.mask(CONSTANT_SUBSPACES), dtype=dtype)

@@ -28,6 +28,18 @@ DTYPE_NAMES = ("float32", "float64")
 SHARPNESS_FIELDS = ("beta", "growth", "beta_update", "self_weight", "sink", "tie_break")
 #: Sizes and counts above this are not a model anyone trained; they only make arithmetic on them overflow.
 MAX_COUNT = 2**31 - 1
+#: Adam's first-moment decay (``torch.optim.Adam``'s default, which the training loop keeps): Adam's first step moves
+#: a weight by ``lr / (1 - ADAM_BETA1)``, a number the model's dtype must hold (torch refuses it otherwise).
+ADAM_BETA1 = 0.9
+
+
+def max_lr(dtype: str) -> float:
+    """The largest learning rate whose first Adam step is a finite ``dtype`` number (``dtype``: a ``DTYPE_NAMES``)."""
+    import numpy as np
+
+    return float(np.finfo(dtype).max) * (1 - ADAM_BETA1)
+
+
 #: Seeds are numpy seeds (tasks) and torch seeds (random init): numpy takes [0, 2**32).
 SEED_LIMIT = 2**32
 
@@ -239,7 +251,8 @@ def _log_record(record, where: str) -> dict:
         raise CheckpointError(f"{where}: the record has no step")
     _integer(record["step"], f"{where}: step", 0)
     for name in ("val_ratio", "loss"):
-        # NaN is what a diverged validation writes (json.dumps writes NaN); anything but a number is not.
+        # null is what a diverged validation writes (NaN in logs written before strict JSON); anything but a number
+        # is not.
         value = record.get(name)
         if value is not None and type(value) not in (int, float):
             raise CheckpointError(f"{where}: {name} must be a number, got {json.dumps(value)[:40]}")
@@ -249,7 +262,8 @@ def _log_record(record, where: str) -> dict:
             raise CheckpointError(f"{where}: drift must map each block to its parts")
         for kind, parts in drift.items():
             for part, value in parts.items():
-                _number(value, f"{where}: drift.{kind}.{part}")
+                if value is not None:  # null: not finite (a diverged validation)
+                    _number(value, f"{where}: drift.{kind}.{part}")
         if drift:
             # The history plots each block's parts against the validation ratio of the same record.
             missing = [f"drift.{kind}.{part}" for kind in DRIFT_BLOCKS for part in DRIFT_PARTS
@@ -264,7 +278,7 @@ def _log_record(record, where: str) -> dict:
         if missing:
             raise CheckpointError(f"{where}: knobs is missing {', '.join(missing)}")
         for name, value in knobs.items():
-            if type(value) not in (int, float):
+            if value is not None and type(value) not in (int, float):
                 raise CheckpointError(f"{where}: knobs.{name} must be a number, got {json.dumps(value)[:40]}")
     return record
 

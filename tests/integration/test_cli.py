@@ -169,6 +169,17 @@ def test_exit_2_one_line_no_traceback_no_output(tmp_path, case):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
+def test_a_reader_that_leaves_early_is_no_crash():
+    """``cluster --json | head -c 50``: stdout's reader has gone when the result is printed. That was exit 3 with a
+    BrokenPipeError traceback; it is the shell's status for SIGPIPE, 141, with nothing on stderr but progress."""
+    run = subprocess.Popen([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--iterations", "1", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run.stdout.close()
+    err = run.stderr.read()
+    assert run.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "error" not in err, err
+
+
 def test_console_script_is_installed():
     exe = Path(sys.executable).with_name("kmeans-circuits")
     assert exe.exists() and os.access(exe, os.X_OK)

@@ -157,9 +157,13 @@ def test_evaluate_construction_measures_it_like_a_general_checkpoint(capsys):
     assert doc["datasets"][0]["name"] == "iris" and doc["datasets"][0]["anytime"]["ratio_max"] <= 1 + 2 * MARGIN
 
 
-def test_evaluate_construction_refuses_what_does_not_apply(capsys):
+def test_evaluate_construction_refuses_what_does_not_apply(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # refused where CUDA exists too
     code, _, err = run(capsys, "evaluate", "--construction", "swap", "--device", "cuda")
-    assert code == 2 and "float64 on the CPU" in err
+    assert code == 2 and "(float64) runs on the CPU" in err
+    monkeypatch.undo()
     code, _, err = run(capsys, "evaluate", "--construction", "swap", "--shapes", "2x1")
     assert code == 2 and "needs k >= 2" in err
     code, _, err = run(capsys, "evaluate", "--construction", "swap", "--checkpoint", "checkpoints/general")

@@ -38,6 +38,7 @@ from analysis.pipeline import choose_sharpness, lloyd_scaling
 from circuits import encoding
 from circuits.encoding import StreamDecoder, encode
 from circuits.onehot import OneHotStack, one_hot
+from circuits import structured_attention
 from circuits.structured import GroupedAttention, Groups, identity_groups
 from circuits.variants import get_variant
 
@@ -327,6 +328,12 @@ def test_lean_capture_keeps_the_full_captures_numbers(monkeypatch, variant, dtyp
     lean = capture(circuit, encoded, path="structured", lean=True)
     if variant == "lloyd" and dtype == torch.float64:  # the shortcuts decide a run that resolves its problem
         assert spies["_assign_certificate_rows"].hits > 0 and spies["_update_row_grouped"].hits > 0
+    assert_same_captures(full, lean, circuit, encoded)
+
+
+def assert_same_captures(full, lean, circuit, encoded) -> None:
+    """Layer by layer, ``lean``'s states and certificates are ``full``'s bits, and ``full``'s update certificates
+    are update_certificate of its own kept rows."""
     for f, g in zip(full.layers, lean.layers, strict=True):
         for name, value in f.post.__dict__.items():
             assert same_bits(np.asarray(getattr(g.post, name)), np.asarray(value)), (f.layer, name)
@@ -339,3 +346,24 @@ def test_lean_capture_keeps_the_full_captures_numbers(monkeypatch, variant, dtyp
             for name in ("margin", "leak_bound", "leak_observed", "member_spread"):
                 assert same_bits(getattr(f.attention, name), getattr(again, name)), (f.layer, name)
                 assert same_bits(getattr(g.attention, name), getattr(again, name)), (f.layer, name)
+
+
+def test_lean_float32_capture_whose_update_queries_stop_compressing(monkeypatch):
+    """Issue 42: ``cluster --dataset blobs --n 50000 --k 4 --dtype float32 --json`` crashed ('NoneType' object has
+    no attribute 'cpu'). A float32 key-hash collision sends one update head to grouped_attention, which groups keys
+    only; the later update heads then run with ungrouped queries, and a lean block keeps no pattern of those. The
+    update certificate makes it again from the scores (pattern_of): the lean capture is the full one, bit for bit."""
+    from analysis.data import load_dataset, resolve_init
+
+    X = load_dataset("blobs", n=1000, d=2, centers=3, seed=0).X
+    C0, _ = resolve_init("random", X, 4, 0)
+    sharpness, _ = choose_sharpness(X, [C0], "lloyd", dtype=torch.float32)
+    circuit = get_variant("lloyd").build(2, 4, 3, sharpness=sharpness, dtype=torch.float32)
+    encoded = encode(circuit.layout, X[None], C0[None], dtype=torch.float32, scaling=lloyd_scaling(X, C0))
+    remade = []
+    monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append(g.pattern is None) or
+                        structured_attention.pattern_of(g))
+    full = capture(circuit, encoded, path="structured")
+    lean = capture(circuit, encoded, path="structured", lean=True)
+    assert any(remade), "no update head without a kept pattern: the case is not exercised"
+    assert_same_captures(full, lean, circuit, encoded)

@@ -126,9 +126,16 @@ def test_devices_resolve_auto_and_refuse_what_is_not_there():
             resolve("cuda")
 
 
-def test_a_circuit_runs_only_where_it_was_built():
+def test_a_circuit_runs_only_where_it_was_built(monkeypatch):
     X, C0 = _problem(n=30)
     circuit = build_lloyd_circuit(3, 4, 1)
+    # A device torch knows but no circuit runs on is refused by resolve itself (issue 42: 'meta' crashed a fit) ...
+    with pytest.raises(ValueError, match="run on cpu or cuda"):
+        run_problem(X, C0, 1, circuit=circuit, device="meta")
+    # ... and a device the run may use, other than the circuit's, by the run (one stands in for a GPU here).
+    import circuits.devices
+
+    monkeypatch.setattr(circuits.devices, "resolve", lambda device: torch.device("meta"))
     with pytest.raises(ValueError, match="built on cpu"):
         run_problem(X, C0, 1, circuit=circuit, device="meta")
 

@@ -102,3 +102,43 @@ def test_paths_agree_and_large_data_takes_the_structured_path():
     np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, rtol=0, atol=1e-12 * np.abs(big).max())
     with pytest.raises(ValueError, match="path"):
         CircuitKMeans(3, path="sparse").fit(X)
+
+
+#: Values of the parameters CircuitKMeans shares with KMeans, good and bad (issue 42: n_clusters=True, tol=inf,
+#: random_state=-1 or 2**32 were accepted). max_iter=0 is left out: the circuit allows it (the initial assignment
+#: alone), KMeans does not.
+SHARED_VALUES = [
+    *[("n_clusters", v) for v in (True, False, 2.0, 0, -1, "2", None, np.int64(2), 2)],
+    *[("tol", v) for v in (float("inf"), float("nan"), -1e-12, "0", None, True, 0, 1e-4)],
+    *[("random_state", v) for v in (-1, 2**32, 1.5, "0", 2**32 - 1, 0, None, np.random.RandomState(0))],
+    *[("n_init", v) for v in (0, -1, 2.0, "x", None, True, "auto", 1)],
+    *[("max_iter", v) for v in (-1, 2.0, "3", None, True, 3)],
+    *[("init", v) for v in ("x", None, 3, "k-means++", "random")],
+]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name, value", SHARED_VALUES, ids=lambda v: repr(v)[:20])
+def test_parameters_are_validated_as_kmeans_validates_them(name, value):
+    """A value KMeans refuses, CircuitKMeans refuses (with scikit-learn's InvalidParameterError, a ValueError and a
+    TypeError), and a value KMeans takes, it takes: the same _parameter_constraints machinery decides."""
+    X, _ = make_blobs(24, n_features=2, centers=2, random_state=0)
+    params = {"n_clusters": 2, "max_iter": 3, name: value}
+
+    def refused(estimator) -> bool:
+        try:
+            estimator.fit(X)
+        except (ValueError, TypeError):
+            return True
+        return False
+
+    assert refused(CircuitKMeans(**params)) == refused(KMeans(**params, algorithm="lloyd")), (name, value)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu:0x", "mps-ish"])
+def test_a_device_the_circuits_do_not_run_on_is_a_value_error(device):
+    """CircuitKMeans(2, device='meta').fit(X) crashed inside the forward (a meta tensor has no values); every
+    device other than cpu or cuda is refused before any work."""
+    X, _ = make_blobs(24, n_features=2, centers=2, random_state=0)
+    with pytest.raises(ValueError, match="device"):
+        CircuitKMeans(2, max_iter=1, device=device).fit(X)

@@ -4,7 +4,7 @@ summaries) and of the verification, with the CPU time (user + system) and peak r
     python benchmarks/make_scale_data.py --n 1000000 --out /tmp/scale6
     python benchmarks/profile_scale.py /tmp/scale6/X.npy /tmp/scale6/C0.npy [--full]
 
-The capture is lean (what ``cluster`` without ``--out`` runs from ``analysis.capture.LEAN_MIN_POINTS`` points on);
+The capture is lean (what ``cluster`` without ``--out`` runs from ``analysis.scheduler.AT_SCALE_POINTS`` points on);
 ``--full`` keeps every layer's attention as a report needs.
 """
 

@@ -6,13 +6,13 @@ inside the hooks, the attention summaries and their certificates (margins, leak 
 """
 
 from analysis.capture.record import (
-    DENSE_MAX_TOKENS, LEAN_MIN_POINTS, PATHS, Capture, ExecutionPath, LayerCapture, PathUnavailable, capture,
+    DENSE_MAX_TOKENS, PATHS, Capture, ExecutionPath, LayerCapture, PathUnavailable, capture,
     decoded_capture, on_device, reencode, stream_activations,
 )
 from analysis.capture.summaries import AssignAttention, UpdateAttention, summarise_head, to_numpy
 
 __all__ = [
-    "DENSE_MAX_TOKENS", "LEAN_MIN_POINTS", "PATHS", "AssignAttention", "Capture", "ExecutionPath", "LayerCapture",
+    "DENSE_MAX_TOKENS", "PATHS", "AssignAttention", "Capture", "ExecutionPath", "LayerCapture",
     "PathUnavailable", "UpdateAttention", "capture", "decoded_capture", "on_device", "reencode", "stream_activations",
     "summarise_head", "to_numpy",
 ]

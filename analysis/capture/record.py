@@ -146,14 +146,9 @@ class PathUnavailable(RuntimeError):
     """No execution path can run this problem (the message says why)."""
 
 
-#: From this many points on, ``cluster`` without ``--out`` asks for a lean capture (:func:`capture`): below it
-#: every run keeps the full per-layer attention, as reports and views need.
-LEAN_MIN_POINTS = 50_000
-
-
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
             on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense",
-            device: str | torch.device | None = None, lean: bool = False) -> Capture:
+            device: str | torch.device | None = None, lean: bool = False, forward_threads: int = 1) -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
@@ -168,6 +163,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     attention certificates, not the point x centroid scores and patterns, which are ``n k`` numbers per layer: 5 GB
     at a million points, ten clusters, ten iterations); the verification's result is the same. A variant whose
     checks read them (an attention sink's scores, a swapped update's pattern) keeps those. The dense path ignores it.
+    ``forward_threads``: torch's threads for the structured forward (:class:`analysis.scheduler.Scheduler`).
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
@@ -180,7 +176,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         from circuits.structured import StructuredPathUnavailable
 
         try:
-            return _capture_structured(circuit, encoded, keep_cache, on_layer, lean)
+            return _capture_structured(circuit, encoded, keep_cache, on_layer, lean, forward_threads)
         except StructuredPathUnavailable as exc:
             if path == ExecutionPath.STRUCTURED:
                 raise PathUnavailable(str(exc)) from None
@@ -301,7 +297,8 @@ class _LayerDecoder:
 
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
-                        on_layer: Callable[[int], None] | None, lean: bool = False) -> Capture:
+                        on_layer: Callable[[int], None] | None, lean: bool = False,
+                        forward_threads: int = 1) -> Capture:
     from circuits.structured import OwnedStreams, Recording, feature_major_copies, structured_forward
 
     # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
@@ -350,7 +347,7 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     scores_only = (lean and not with_sink and circuit.spec.sink_logit is None
                    and not circuit.spec.swapped_update_normalisation)
     logits, _ = structured_forward(model, resid, circuit.score_hooks,
-                                   Recording(take, pre=keep_cache, patterns=not scores_only))
+                                   Recording(take, pre=keep_cache, patterns=not scores_only), threads=forward_threads)
     cache = None
     if keep_cache:
         from circuits.tl import ActivationCache

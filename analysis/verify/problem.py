@@ -60,7 +60,7 @@ class Problem:
     @classmethod
     def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
         """The capture stage: read problem ``b``, run its reference (or take the run ``prefetched``, an
-        :class:`analysis.verify.prefetch.ReferenceRun` of the same problem), and state the tolerances."""
+        :class:`analysis.verify.prefetch.Prefetched` of the same problem), and state the tolerances."""
         circ, enc = cap.circuit, cap.encoded
         X, C0 = enc.X[b], enc.C0[b]
         d, s = circ.layout.d, float(enc.scaling.scale[b])

@@ -9,42 +9,28 @@ normalisation, its pattern must equal the reference's weights within ``tol_W``.
 
 from __future__ import annotations
 
-import contextvars
-
 import numpy as np
 
+from analysis.scheduler import Scheduler
 from analysis.verify.checks import At, assign_certificate, unresolved_decisions, update_weight_error
 from analysis.verify.decisions import resolution_failures
+from analysis.verify.fast import blocks
 from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.onehot import OneHotStack
-from analysis.verify.fast import blocks
 from circuits.reference import cluster_means, labels_of, one_hot
 
 
-#: From this many points on, the blocks are checked two at a time, in two threads (numpy's work releases the
-#: interpreter): at a million points the step-wise checks are 4 s of the main core's time, and by then the
-#: background work (the reference run, the sharpness bound) has left the second core idle.
-PARALLEL_MIN_POINTS = 50_000
-
-
-def check_blocks(p: Problem, found: Findings) -> None:
+def check_blocks(p: Problem, found: Findings, scheduler: Scheduler) -> None:
     """Check every captured block of ``p`` against its reference step; what fails goes to ``found``.
 
     Each block's check writes what it finds to a record of its own (they read nothing another writes), merged into
-    ``found`` in layer order: the same findings, in the same order, whether the blocks ran one after another or
-    (:data:`PARALLEL_MIN_POINTS`) two at a time."""
+    ``found`` in layer order: the same findings, in the same order, whether the blocks ran one after another or on
+    ``scheduler``'s threads (numpy's work releases the interpreter: at a million points the step-wise checks are
+    4 s, which two cores halve)."""
     layers = [lc for lc in p.cap.layers if lc.kind in (ASSIGN, UPDATE)]
-    if p.enc.n >= PARALLEL_MIN_POINTS and len(layers) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="step-check") as pool:
-            # Each check in a copy of this context: the distance memo (a context variable's value) is shared.
-            parts = list(pool.map(lambda lc, context: context.run(_check_block, p, lc), layers,
-                                  [contextvars.copy_context() for _ in layers]))
-    else:
-        parts = [_check_block(p, lc) for lc in layers]
+    parts = scheduler.map(lambda lc: _check_block(p, lc), layers)
     for part in parts:
         found.merge(part)
     n_step_errors = sum(m.kind == MismatchKind.ERROR for m in found.mismatches)

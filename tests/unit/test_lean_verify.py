@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analysis.capture import LEAN_MIN_POINTS, capture
+from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling, run_problem
 from analysis.verify import verify_problem
 from analysis.verify.fast import blocks
@@ -148,12 +148,12 @@ def test_objective_is_the_sum_of_the_matrix_entries(X, k, seed):
 
 
 def test_run_problem_is_lean_from_the_threshold_on(monkeypatch):
-    """``lean=None`` (what ``cluster`` without ``--out`` asks for) is lean from LEAN_MIN_POINTS points on."""
-    import analysis.pipeline as pipeline
+    """``lean=None`` (what ``cluster`` without ``--out`` asks for) is lean at scale, from AT_SCALE_POINTS points on."""
+    from analysis import scheduler
 
     X, C0 = corner_problem(5)
     assert not run_problem(X, C0, 2, path="structured", lean=None).capture.lean
-    assert LEAN_MIN_POINTS > len(X)
-    monkeypatch.setattr(pipeline, "LEAN_MIN_POINTS", len(X))
+    assert scheduler.AT_SCALE_POINTS > len(X)
+    monkeypatch.setattr(scheduler, "AT_SCALE_POINTS", len(X))
     assert run_problem(X, C0, 2, path="structured", lean=None).capture.lean
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from analysis.capture import Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture import EVERYTHING, Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.capture.hooked import certify_hooked_patterns
-from analysis.verify import VerificationReport, verify_problem
+from analysis.verify import VerificationReport, reads, verify_problem
 from analysis.verify.altered import find_alterations
 from analysis.scheduler import Scheduler
 from analysis.verify.prefetch import prefetch
@@ -274,14 +274,15 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     scheduler = Scheduler.for_points(X.shape[0], threads)
     if lean is None:
         lean = scheduler.at_scale
+    # A lean structured run's encoding holds no stream: its forward makes its own (held once, not twice).
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
-                     feature_major=lean and path != "dense")
+                     hold_stream=not (lean and path != "dense"))
     try:
         # At scale the reference (then its bound) runs on a worker while the circuit runs on this thread.
         prefetched = (prefetch(scheduler, circuit, encoded) if scheduler.at_scale and circuit.spec.input_map is None
                       else None)
-        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean,
-                      forward_threads=scheduler.forward_threads)
+        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path,
+                      keep=reads(circuit.spec) if lean else EVERYTHING, forward_threads=scheduler.forward_threads)
         return RunResult(circuit, encoded, cap, verify_problem(cap, 0, scheduler, prefetched), resolution)
     finally:
         scheduler.close()

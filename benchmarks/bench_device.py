@@ -51,11 +51,11 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
     import torch
     from sklearn.cluster import KMeans
 
-    from analysis.capture import capture
+    from analysis.capture import EVERYTHING, capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
     from analysis.scheduler import FORWARD_THREADS, Scheduler
-    from analysis.verify import verify_problem
+    from analysis.verify import reads, verify_problem
     from benchmarks.make_scale_data import make
     from circuits.devices import resolve
     from circuits.encoding import encode
@@ -97,7 +97,8 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
         t0 = time.perf_counter()
         # Lean at scale, as cluster (without --out) runs it.
         scheduler = Scheduler.for_points(n)
-        cap = capture(circuit, encoded, path="structured", lean=scheduler.at_scale, forward_threads=threads)
+        cap = capture(circuit, encoded, path="structured", forward_threads=threads,
+                      keep=reads(circuit.spec) if scheduler.at_scale else EVERYTHING)
         _sync(device)
         t_capture = time.perf_counter() - t0
         t0 = time.perf_counter()

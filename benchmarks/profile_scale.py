@@ -29,10 +29,10 @@ def cpu_s() -> float:
 def main(x_path: str, c0_path: str, iterations: int = 10, lean: bool = True) -> None:
     import numpy as np
 
-    from analysis.capture import capture
+    from analysis.capture import EVERYTHING, capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
-    from analysis.verify import verify_problem
+    from analysis.verify import reads, verify_problem
     from circuits.encoding import encode
     from circuits.variants import get_variant
 
@@ -41,12 +41,12 @@ def main(x_path: str, c0_path: str, iterations: int = 10, lean: bool = True) -> 
     start = cpu_s()
     sharpness, _ = choose_sharpness(X, [C0])
     circuit = get_variant("lloyd").build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness)
-    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
+    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0), hold_stream=not lean)
     built = cpu_s()
     print(f"knobs, build, encode: {built - start:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)
     profile = cProfile.Profile()
     profile.enable()
-    cap = capture(circuit, encoded, path="structured", lean=lean)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec) if lean else EVERYTHING)
     profile.disable()
     captured = cpu_s()
     print(f"capture: {captured - built:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)

@@ -94,9 +94,9 @@ def feature_major_copies(resid: Float[Tensor, "batch pos d_model"]) -> list[Floa
 
 class OwnedStreams:
     """Residual streams made by :func:`feature_major_copies` and handed over to :func:`structured_forward`, which
-    runs on them (in place when recording without ``pre``) instead of copying its input: a caller that lets go of
-    its own input once the copies exist (:meth:`circuits.encoding.EncodedBatch.release_resid`) holds the residual
-    stream once, not twice, during the forward (0.47 GB less at a million points, d = 8, k = 10)."""
+    runs on them (in place when recording without ``pre``) instead of copying its input: a caller that holds no
+    input stream of its own (an encoding without one, :meth:`circuits.encoding.EncodedBatch.stream`) holds the
+    residual stream once, not twice, during the forward (0.47 GB less at a million points, d = 8, k = 10)."""
 
     def __init__(self, streams: list[Float[Tensor, "d_model pos"]]):
         self._streams = streams

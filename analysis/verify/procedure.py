@@ -43,7 +43,7 @@ import math
 import numpy as np
 import torch
 
-from analysis.capture import Capture, capture
+from analysis.capture import Capture, Keep, capture
 from analysis.scheduler import Scheduler, Task
 from analysis.verify.checks import (
     FLOOR_FACTOR, At, assign_certificate, circuit_converged, circuit_n_iter, noise_floor,
@@ -74,6 +74,16 @@ def verify_problem(cap: Capture, b: int = 0, scheduler: Scheduler | None = None,
         return _verify(cap, b, scheduler, prefetched)
     except DegenerateUpdate as exc:
         return _undefined_reference(cap, b, exc)
+
+
+def reads(spec) -> Keep:
+    """What :func:`verify_problem` reads of each layer of a captured run of a circuit of ``spec`` (so that a capture
+    for it alone keeps that, :mod:`analysis.capture.keep`): every certificate and decoded state; an assign head's
+    scores only where an attention sink's certificate is computed from them; an update head's pattern only where
+    a swapped normalisation is checked against the reference's weights; never a query's readouts; a one-hot ``Y``
+    as its labels (a soft one is read whole)."""
+    return Keep(assign_columns=spec.sink_logit is not None, assign_readouts=False,
+                update_columns=spec.swapped_update_normalisation, labels_only=not spec.soft_assignments)
 
 
 def verify(circuit: KMeansCircuit, encoded: EncodedBatch) -> list[VerificationReport]:

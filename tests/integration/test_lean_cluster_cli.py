@@ -25,7 +25,7 @@ def test_cluster_without_out_is_lean_at_scale_and_prints_the_same(monkeypatch, c
     real_capture = pipeline.capture
 
     def spy(*args, **kwargs):
-        asked.append(kwargs["lean"])
+        asked.append(not kwargs["keep"].everything)
         return real_capture(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "capture", spy)

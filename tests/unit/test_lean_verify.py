@@ -1,6 +1,6 @@
 """Verification at scale (issue 31): a lean capture gives the very report a full capture gives.
 
-At a million points ``cluster`` keeps per layer only what the verification reads (``capture(..., lean=True)``,
+At a million points ``cluster`` keeps per layer only what the verification reads (``capture(..., keep=reads(spec))``,
 no point x centroid attention scores or patterns) and the objective reads one distance per point
 (``analysis.verify.fast.blocks.own_sq_distances``). These tests hold each of them to the unchanged computation on
 small problems built to exercise the verdict's corners: a point a few ulps off the bisector of two centroids (a near
@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analysis.capture import capture
+from analysis.capture import EVERYTHING, capture
 from analysis.pipeline import lloyd_scaling, run_problem
-from analysis.verify import verify_problem
+from analysis.verify import reads, verify_problem
 from analysis.verify.fast import blocks
 from circuits import reference
 from circuits.encoding import encode
@@ -110,7 +110,7 @@ def test_planted_error_is_reported_at_its_layer(lean):
     X, C0 = corner_problem(2)
     circuit = run_problem(X, C0, 3, path="structured").circuit
     encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
-    cap = capture(circuit, encoded, path="structured", lean=lean)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec) if lean else EVERYTHING)
     assert verify_problem(cap).verified
     layer = _plant(cap, 2, 5, 1)  # point 5 is in the left cluster (label 0)
     report = verify_problem(cap)

@@ -11,8 +11,8 @@ from analysis import pipeline
 from analysis import scheduler as scheduling
 from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling, run_problem
-from analysis.verify import prefetch, verify_problem
 from analysis.scheduler import Scheduler
+from analysis.verify import prefetch, reads, verify_problem
 from circuits.encoding import encode
 from circuits.variants import get_variant
 from circuits.variants.references import DegenerateUpdate
@@ -47,7 +47,7 @@ def test_a_reference_error_is_raised_where_the_verification_would_meet_it(monkey
     it meets the error itself."""
     X, C0 = corner_problem(n=60)
     circuit, encoded = _encoded("lloyd", X, C0)
-    cap = capture(circuit, encoded, path="structured", lean=True)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
 
     def undefined(*args, **kwargs):
         raise DegenerateUpdate("members cancel")
@@ -64,7 +64,7 @@ def test_a_prefetched_run_of_another_problem_is_refused():
     X, C0 = corner_problem(n=60)
     circuit, encoded = _encoded("lloyd", X, C0)
     other = encode(circuit.layout, X[:-1], C0, scaling=lloyd_scaling(X, C0))
-    cap = capture(circuit, other, path="structured", lean=True)
+    cap = capture(circuit, other, path="structured", keep=reads(circuit.spec))
     scheduler = Scheduler(threads=2, at_scale=True)
     with pytest.raises(ValueError, match="another problem"):
         verify_problem(cap, 0, scheduler, prefetch.prefetch(scheduler, circuit, encoded))

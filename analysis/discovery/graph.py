@@ -180,6 +180,12 @@ class CircuitGraph:
                            "subspaces": list(e.subspaces)} for e in self.edges]}
 
 
+def candidate_count(n_layers: int) -> int:
+    """Candidate edges of ``n_layers`` blocks: block ``l`` has three head ports fed by ``1 + 2 l`` sources and an
+    MLP fed by ``2 + 2 l``, and the readout is fed by all ``1 + 2 L``: ``4 L^2 + 3 L + 1``."""
+    return 4 * n_layers**2 + 3 * n_layers + 1
+
+
 def _order(node: str) -> float:
     """Position of a node in the forward pass (head before MLP within a block)."""
     if node == INPUT:

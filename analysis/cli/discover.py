@@ -40,9 +40,8 @@ MAX_TABLE_WORK = 6e8
 
 
 def _constructions() -> tuple[str, ...]:
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
     from circuits.variants import REGISTERED
-
-    from analysis.discovery.run import SWAP_CONSTRUCTIONS
 
     return tuple(v.name for v in REGISTERED) + SWAP_CONSTRUCTIONS
 
@@ -123,7 +122,9 @@ def check(args: argparse.Namespace) -> list[str]:
     constructions = _constructions()
     if args.variant not in constructions:
         raise ProblemError(f"--variant {args.variant!r}: choose one of {', '.join(constructions)}")
-    swap = args.variant in ("swap", "learned")
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+
+    swap = args.variant in SWAP_CONSTRUCTIONS
     if swap and args.iterations < 1:
         raise ProblemError(f"--variant {args.variant} runs --iterations steps: at least 1, got 0")
     if swap and "add-outlier" in corruptions:
@@ -153,15 +154,6 @@ def _load_points(args: argparse.Namespace):
                            f" in at most {RANGES['d'][1]} dimensions (--sample N draws fewer points)")
     validate_problem(X, args.k)
     return X, source
-
-
-def _work(circuit, name: str, iterations: int, pairs: int, tokens: int) -> tuple[int, float]:
-    from analysis.discovery.graph import candidate_count
-    from analysis.discovery.run import construction_layers
-
-    blocks = construction_layers(name, iterations)
-    edges = candidate_count(blocks)
-    return edges, float(edges) * pairs * tokens**2 * blocks
 
 
 def _strict(obj):
@@ -234,19 +226,22 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
         raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed") from None
     except ValueError as exc:
         raise ProblemError(f"--variant {args.variant}: {exc}") from None
-    tokens = patcher.clean.shape[1]
-    work = float(edges) * len(patcher.pairs) * tokens**2 * circuit_layers(patcher)
+    tokens, blocks = patcher.clean.shape[1], patcher.graph.n_layers
+    work = float(edges) * len(patcher.pairs) * tokens**2 * blocks
     if work > MAX_WORK:
         raise ProblemError(f"estimated work {work:.3g} (candidates x pairs x tokens^2 x blocks = {edges} x"
-                           f" {len(patcher.pairs)} x {tokens}^2 x {circuit_layers(patcher)}) exceeds discover's limit"
-                           f" {MAX_WORK:g} (about ten minutes on 2 cores); use fewer --pairs, --n or --iterations")
+                           f" {len(patcher.pairs)} x {tokens}^2 x {blocks}) exceeds discover's limit {MAX_WORK:g}"
+                           " (about ten minutes on 2 cores); use fewer --pairs, --n or --iterations")
     truth = family_truth(circuit, patcher.graph, patcher.pairs, args.ablation, X)
     try:
         result = discover(circuit, patcher.pairs, args.method, threshold=args.threshold, steps=args.steps,
                           patcher=patcher, group=args.group, truth=truth)
     except MethodError as exc:
         raise ProblemError(f"--method: {exc}") from None
-    description = (f"{args.variant}, {source}, k={args.k}, {args.iterations} {'steps' if args.variant in ('swap', 'learned') else 'iterations'},"
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+
+    rounds = "steps" if args.variant in SWAP_CONSTRUCTIONS else "iterations"
+    description = (f"{args.variant}, {source}, k={args.k}, {args.iterations} {rounds},"
                    f" {len(patcher.pairs)} pairs ({', '.join(corruptions)}; seed {args.seed}), {args.ablation}"
                    f" ablation, {args.metric} metric")
     payload = {"problem": {"variant": args.variant, "source": source, "d": args.d, "k": args.k, "n": args.n,
@@ -266,10 +261,6 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
     if out is not None:
         print(f"wrote {out / 'discovery.json'} and {out / 'discovery.html'}")
     return 0
-
-
-def circuit_layers(patcher) -> int:
-    return patcher.graph.n_layers
 
 
 def run_table(args: argparse.Namespace, out) -> int:
@@ -301,13 +292,14 @@ def run_table(args: argparse.Namespace, out) -> int:
 def _table_work(args: argparse.Namespace) -> float:
     """The table's estimated work, from each construction's blocks and tokens (no circuit built)."""
     from analysis.discovery.graph import candidate_count
-    from analysis.discovery.run import SWAP_CONSTRUCTIONS, construction_layers
-    from analysis.discovery.table import PAIRS, SWAP_SHAPE, TABLE_CORRUPTIONS, table_tasks
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+    from analysis.discovery.run import construction_layers
+    from analysis.discovery.table import PAIRS, SWAP_SHAPE, TABLE_CORRUPTIONS, TABLE_SHAPE, table_tasks
 
     tasks = len(table_tasks(TABLE_CORRUPTIONS, ABLATIONS)) * len(METRICS) * args.seeds * PAIRS
     total = 0.0
     for name in args.construction_list:
-        d, k, n, t = SWAP_SHAPE if name in SWAP_CONSTRUCTIONS else (2, 3, 12, 2)
+        d, k, n, t = SWAP_SHAPE if name in SWAP_CONSTRUCTIONS else TABLE_SHAPE
         blocks = construction_layers(name, t)
         # A swap step holds a token per point, the sink, and three groups of k centroids (at most).
         tokens = 1 + n + (3 * k if name in SWAP_CONSTRUCTIONS else k)

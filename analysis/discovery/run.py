@@ -15,7 +15,7 @@ import numpy as np
 
 from analysis.discovery import scoring
 from analysis.discovery.ablation import DEFAULT_ABLATION, DEFAULT_METRIC
-from analysis.discovery.graph import CircuitGraph, circuit_graph
+from analysis.discovery.graph import SWAP_CONSTRUCTIONS, CircuitGraph, circuit_graph
 from analysis.discovery.methods import METHODS, DiscoveryMethod, MethodOutput, Task, load_method, run_method
 from analysis.discovery.truth import GroundTruth, derive_truth
 
@@ -30,10 +30,6 @@ def blobs_problem(d: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.nda
     from analysis.discovery.family import family_problem
 
     return family_problem(d, k, n, seed, "blobs")
-
-
-#: The two swap circuits: ``iterations`` is their number of steps (at least 1).
-SWAP_CONSTRUCTIONS: tuple[str, ...] = ("swap", "learned")
 
 
 def build_construction(name: str, d: int, k: int, iterations: int):

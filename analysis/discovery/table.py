@@ -9,7 +9,7 @@ discovery runs on a dataset of prompts; the spread is over seeds. A pair whose c
 unchanged is skipped and counted. The baselines depend on the truth only (the random one is a mean over
 :data:`~analysis.discovery.scoring.RANDOM_DRAWS` draws, with its spread).
 
-The two swap circuits (:data:`~analysis.discovery.run.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
+The two swap circuits (:data:`~analysis.discovery.graph.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
 tiniest shape, ``swap_shape`` (d = 1, k = 2, n = 8, one step), when named.
 """
 
@@ -29,6 +29,8 @@ CONSTRUCTIONS: tuple[str, ...] = ("lloyd", "soft", "trimmed", "spherical", "dist
 TABLE_CORRUPTIONS: tuple[str, ...] = ("move-centroid", "move-point", "swap-centroids")
 #: Pairs in one seed's dataset.
 PAIRS = 6
+#: ``(d, k, n, iterations)`` of the variants' rows.
+TABLE_SHAPE: tuple[int, int, int, int] = (2, 3, 12, 2)
 #: ``(d, k, n, steps)`` of the swap circuits' rows: the tiniest problem they run.
 SWAP_SHAPE: tuple[int, int, int, int] = (1, 2, 8, 1)
 BASELINES: tuple[str, ...] = ("random", "weights-only")
@@ -154,15 +156,15 @@ def run_construction(construction: str, corruptions, seeds, methods, ablations, 
 
 
 def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=(0, 1, 2), methods=tuple(METHODS),
-              ablations=tuple(ABLATIONS), metrics=tuple(METRICS), d: int = 2, k: int = 3, n: int = 12,
-              iterations: int = 2, pairs: int = PAIRS, progress=None, swap_shape=SWAP_SHAPE,
-              jobs: int = 1) -> TableResult:
-    """Every construction's rows (:func:`run_construction`), ``jobs`` constructions at a time (processes);
-    ``progress(i)`` after the ``i``-th construction (from 0) is done."""
-    def shape(c):
-        return swap_shape if c in SWAP_CONSTRUCTIONS else (d, k, n, iterations)
+              ablations=tuple(ABLATIONS), metrics=tuple(METRICS), shape=TABLE_SHAPE, pairs: int = PAIRS,
+              progress=None, swap_shape=SWAP_SHAPE, jobs: int = 1) -> TableResult:
+    """Every construction's rows (:func:`run_construction`) at ``shape`` (``(d, k, n, iterations)``; the swap
+    circuits at ``swap_shape``), ``jobs`` constructions at a time (processes); ``progress(i)`` after the ``i``-th
+    construction (from 0) is done."""
+    def shape_of(c):
+        return swap_shape if c in SWAP_CONSTRUCTIONS else shape
 
-    args = [(c, tuple(corruptions), tuple(seeds), tuple(methods), tuple(ablations), tuple(metrics), shape(c), pairs)
+    args = [(c, tuple(corruptions), tuple(seeds), tuple(methods), tuple(ablations), tuple(metrics), shape_of(c), pairs)
             for c in constructions]
     parts = []
     if jobs <= 1 or len(args) == 1:
@@ -187,5 +189,5 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
     return out
 
 
-__all__ = ["BASELINES", "CLEAN_ONLY", "CONSTRUCTIONS", "CURVE_METRICS", "PAIRS", "TABLE_CORRUPTIONS", "TableResult",
+__all__ = ["BASELINES", "CLEAN_ONLY", "CONSTRUCTIONS", "CURVE_METRICS", "PAIRS", "TABLE_CORRUPTIONS", "TABLE_SHAPE", "TableResult",
            "dataset_pairs", "run_table", "table_tasks"]

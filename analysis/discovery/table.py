@@ -6,7 +6,8 @@ random and weights-only baselines beside every number.
 truth is derived once per ablation (:mod:`~analysis.discovery.truth`); per seed, a *dataset* of :data:`PAIRS`
 pairs is drawn from the family's samplers (:func:`dataset_pairs`), and each method runs once on it per metric, as
 discovery runs on a dataset of prompts; the spread is over seeds. A pair whose corruption leaves the readout
-unchanged is skipped and counted. The baselines depend on the truth only (the random one is a mean over
+unchanged is skipped and counted. ``covered`` is the share of the truth the dataset exercises
+(:func:`dataset_coverage`): what any method could find on it. The baselines depend on the truth only (the random one is a mean over
 :data:`~analysis.discovery.scoring.RANDOM_DRAWS` draws, with its spread).
 
 The two swap circuits (:data:`~analysis.discovery.graph.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
@@ -55,8 +56,10 @@ class TableResult:
     truths: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
-    def cell(self, task: dict, method: str, key: str, level: str = "edges") -> np.ndarray:
-        return np.array([r[level][key] for r in self.rows if r["method"] == method
+    def cell(self, task: dict, method: str, key: str, level: str | None = "edges") -> np.ndarray:
+        """``key`` of the rows of ``task`` and ``method`` (``level``: ``edges`` or ``nodes``; ``None``: the row's own
+        field), one per seed."""
+        return np.array([(r if level is None else r[level])[key] for r in self.rows if r["method"] == method
                          and all(r[name] == value for name, value in task.items())], dtype=float)
 
     def tasks(self, metric: str) -> list[dict]:
@@ -74,9 +77,9 @@ class TableResult:
     def markdown(self, metric: str, key: str = "step_auc", level: str = "edges", methods=None) -> str:
         """Per task: each method's ``key`` mean ± std over seeds (min-max, runs), then the baselines."""
         methods = methods or list(dict.fromkeys(r["method"] for r in self.rows))
-        head = ("| construction | corruption | ablation | truth | " + " | ".join(methods)
+        head = ("| construction | corruption | ablation | truth | covered | " + " | ".join(methods)
                 + " | random | weights-only |")
-        lines = [head, "|" + "---|" * (len(methods) + 6)]
+        lines = [head, "|" + "---|" * (len(methods) + 7)]
         for task in self.tasks(metric):
             truth = self.truth_of(task)
             cells = []
@@ -90,8 +93,9 @@ class TableResult:
             cells.append("-" if weights != weights else f"{weights:.3f}")
             label = (f"{truth['members']}/{truth['decided']} ({truth['undecided']} undecided)"
                      if truth["undecided"] else f"{truth['members']}/{truth['decided']}")
-            lines.append(f"| {task['construction']} | {task['corruption']} | {task['ablation']} | {label} | "
-                         + " | ".join(cells) + " |")
+            covered = self.cell(task, methods[0], "covered", None)
+            lines.append(f"| {task['construction']} | {task['corruption']} | {task['ablation']} | {label} |"
+                         f" {covered.mean():.2f} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
 
@@ -118,6 +122,16 @@ def table_tasks(corruptions, ablations) -> list[tuple[str, str]]:
     return tasks + [(CLEAN_ONLY, a) for a in ablations if a != "resample"]
 
 
+def dataset_coverage(patcher, truth) -> float:
+    """The share of the truth's members that the dataset exercises: removing the edge alone moves the readout of
+    some pair by more than the witness tolerance (a property of the data, not of any method)."""
+    from analysis.discovery.truth import WITNESS_TOL
+
+    members = np.flatnonzero(truth.members)
+    changes = patcher.readout_changes(members.tolist()).max(axis=1)
+    return float((changes > WITNESS_TOL).mean()) if len(members) else float("nan")
+
+
 def run_construction(construction: str, corruptions, seeds, methods, ablations, metrics, shape,
                      pairs: int) -> TableResult:
     """The rows of one construction (:func:`run_table`)."""
@@ -135,6 +149,7 @@ def run_construction(construction: str, corruptions, seeds, methods, ablations, 
         out.truths.append(_truth_row(construction, corruption, ablation, truth, base))
         for seed in seeds:
             data = dataset_pairs(family, d, k, n, seed, pairs)
+            covered = None
             for metric in metrics:
                 label = f"{construction} {corruption} {ablation} {metric} seed {seed}"
                 try:
@@ -145,10 +160,13 @@ def run_construction(construction: str, corruptions, seeds, methods, ablations, 
                 if len(patcher.pairs) < len(data):
                     out.skipped.append(f"{label}: {len(data) - len(patcher.pairs)} of {len(data)} pairs left out"
                                        " (no ablation changes their readout)")
+                if covered is None:
+                    covered = dataset_coverage(patcher, truth)
                 for method in methods:
                     res = discover(circuit, patcher.pairs, method, patcher=patcher, truth=truth, baselines=base)
                     out.rows.append({"construction": construction, "corruption": corruption, "ablation": ablation,
                                      "metric": metric, "seed": seed, "method": method, "pairs": len(patcher.pairs),
+                                     "covered": covered,
                                      "edges": res.scored.edges, "nodes": res.scored.nodes,
                                      "roc": {"fpr": res.fpr.tolist(), "tpr": res.tpr.tolist()},
                                      **res.pr.to_dict()})

@@ -6,7 +6,7 @@ method runs on ``--pairs`` pairs of each family, drawn from blobs (``--n --d --k
 ``--dataset/--data`` (initialisations drawn by the families' samplers from ``--seed``). ``--method`` is a
 built-in (ACDC, EAP, EAP-IG) or a plug-in ``module:function``. ``--out DIR`` writes ``discovery.json`` and
 ``discovery.html``, all or nothing. ``--table`` runs every method on every construction, family, ablation and
-metric and prints docs/discovery.md's tables (``--out DIR``: also ``table.json``, ``table.md`` and the ROC
+metric and prints docs/discovery.md's tables (``--out DIR``: also the table as JSON and as Markdown, and the ROC
 figures, one per construction). Exit codes: 0 done, 2 bad input (one line, nothing written).
 """
 

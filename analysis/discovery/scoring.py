@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Bool, Float
 
 FOUND, MISSED, SPURIOUS, ABSENT = "found", "missed", "spurious", "absent"
 #: The area metrics, in the order tables print them.
@@ -51,7 +52,7 @@ def curve_from_subgraphs(kept: np.ndarray, truth: np.ndarray) -> tuple[np.ndarra
     return np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
 
 
-def monotone_envelope(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def monotone_envelope(fpr: Float[np.ndarray, " R"], tpr: Float[np.ndarray, " R"]) -> tuple[np.ndarray, np.ndarray]:
     """The points (sorted by FPR then TPR) whose TPR no earlier kept point exceeds, from (0, 0) to (1, 1)."""
     order = np.lexsort((tpr, fpr))
     xs, ys = [0.0], [0.0]
@@ -69,7 +70,7 @@ def _trapezoid(xs, ys) -> float:
     return float(np.sum(np.diff(xs) * (ys[1:] + ys[:-1]) / 2))
 
 
-def step_auc(xs: np.ndarray, ys: np.ndarray) -> float:
+def step_auc(xs: Float[np.ndarray, " n"], ys: Float[np.ndarray, " n"]) -> float:
     """ACDC's and InterpBench's pessimistic area of a monotone curve: ``sum (1 - x_i) (y_i - y_(i-1))``."""
     return float(np.sum((1.0 - xs[1:]) * np.diff(ys)))
 
@@ -79,14 +80,14 @@ def auc_from_subgraphs(kept: np.ndarray, truth: np.ndarray) -> float:
     return _trapezoid(*curve_from_subgraphs(kept, truth))
 
 
-def subgraphs_from_scores(scores: np.ndarray) -> np.ndarray:
+def subgraphs_from_scores(scores: Float[np.ndarray, " E"]) -> Bool[np.ndarray, "R E"]:
     """``(R, E)``: the edges scoring at least each distinct score (highest first), after the empty subgraph."""
     scores = np.nan_to_num(np.asarray(scores, dtype=float), nan=-np.inf)
     levels = np.unique(scores)[::-1]
     return np.vstack([np.zeros(len(scores), dtype=bool), scores[None, :] >= levels[:, None]])
 
 
-def average_precision(kept: np.ndarray, truth: np.ndarray) -> float:
+def average_precision(kept: Bool[np.ndarray, "R E"], truth: Bool[np.ndarray, " E"]) -> float:
     """``sum_i (r_i - r_(i-1)) p_i`` over the non-empty subgraphs sorted by recall (then precision, highest first)."""
     kept, truth = np.atleast_2d(np.asarray(kept, dtype=bool)), np.asarray(truth, dtype=bool)
     size = kept.sum(axis=1)
@@ -98,7 +99,7 @@ def average_precision(kept: np.ndarray, truth: np.ndarray) -> float:
     return float(np.sum(np.diff(np.concatenate([[0.0], r])) * p))
 
 
-def curve_metrics(kept: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+def curve_metrics(kept: Bool[np.ndarray, "R E"], truth: Bool[np.ndarray, " E"]) -> dict[str, float]:
     """:data:`CURVE_METRICS` of a family of subgraphs ``(R, E)`` against ``truth``; NaN when the truth holds every
     item or none (no curve: at node level, when every head and MLP has an edge in the truth)."""
     if truth.all() or not truth.any():
@@ -170,8 +171,8 @@ class Scored:
                 "reported": self.reported.to_dict()}
 
 
-def score_family(kept: np.ndarray, reported: np.ndarray, truth: np.ndarray, decided: np.ndarray,
-                 incidence: np.ndarray) -> Scored:
+def score_family(kept: Bool[np.ndarray, "R E"], reported: Bool[np.ndarray, " E"], truth: Bool[np.ndarray, " E"],
+                 decided: Bool[np.ndarray, " E"], incidence: Bool[np.ndarray, "E N"]) -> Scored:
     """Score subgraphs ``kept`` ``(R, E)`` and the one ``reported`` ``(E,)`` against ``truth`` on the ``decided``
     edges (and on nodes, through ``incidence`` ``(E, N)``)."""
     kept = np.atleast_2d(kept)
@@ -181,8 +182,8 @@ def score_family(kept: np.ndarray, reported: np.ndarray, truth: np.ndarray, deci
                   precision_recall(reported[decided], t))
 
 
-def baselines(truth: np.ndarray, decided: np.ndarray, connected: np.ndarray, incidence: np.ndarray,
-              draws: int = RANDOM_DRAWS, seed: int = 0) -> dict[str, dict]:
+def baselines(truth: Bool[np.ndarray, " E"], decided: Bool[np.ndarray, " E"], connected: Bool[np.ndarray, " E"],
+              incidence: Bool[np.ndarray, "E N"], draws: int = RANDOM_DRAWS, seed: int = 0) -> dict[str, dict]:
     """``{"random": {"edges": {metric: (mean, std)}, "nodes": ...}, "weights-only": Scored}``."""
     rng = np.random.default_rng(seed)
     runs = []

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from analysis.capture import LEAN_MIN_POINTS, Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture.hooked import certify_hooked_patterns
 from analysis.verify import VerificationReport, verify_problem
 from analysis.verify.altered import find_alterations
 from analysis.verify.prefetch import ReferenceRun
@@ -97,6 +98,10 @@ class RunResult:
                 "leak_bound": rep["final_leak_bound"],
             },
             "n_ties": rep["n_ties"],
+            # Every tie of the report: at the data's precision for a distance reference, each with its exact gaps
+            # above the nearest centroid and the bounds they are within (docs/exactness.md).
+            "ties": [{key: tie[key] for key in ("point", "iteration", "candidates", "chosen", "nearest", "gaps",
+                                                 "bounds")} for tie in rep["ties"]],
             "n_errors": rep["n_errors"],
             "variant_params": rep["variant_params"],
             "reference": rep["reference"],
@@ -145,7 +150,11 @@ def capture_from_cache(circuit: KMeansCircuit, encoded: EncodedBatch, cache) -> 
     with torch.no_grad():
         logits = circuit.model.unembed(last)
     summaries = {layer: summary for layer, summary in summaries.items() if summary is not None}
-    return decoded_capture(circuit, encoded, cache, summaries, logits, cache)
+    cap = decoded_capture(circuit, encoded, cache, summaries, logits, cache)
+    cap.from_user_cache = True
+    # The certificates were computed from the scores: where a hook replaced a pattern, from what that pattern was.
+    cap.hooked_patterns = certify_hooked_patterns(cap, cache)
+    return cap
 
 
 def as_run(obj) -> RunResult:

@@ -5,8 +5,6 @@ few times faster at a million points."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 
@@ -48,29 +46,21 @@ def small_keys(keys: np.ndarray) -> np.ndarray:
 _WITHIN_ENTRIES = 2**16
 
 
-def assign_within_biased(V: np.ndarray, bias: np.ndarray | None,
-                         E: np.ndarray, exact: Callable[[int, np.ndarray], list] | None = None) -> np.ndarray:
-    """:func:`circuits.reference.assign_within` of ``D = V + bias`` (``bias`` ``None``: ``D = V``), block by block
-    of points: the decision of a point reads its own row alone, so each block decides as the whole matrix would, with
-    the same numbers (``V + bias`` is added per block, as the whole sum would be), and its temporaries stay in
-    cache."""
+def assign_within_biased(V: np.ndarray, bias: np.ndarray | None, E: np.ndarray) -> np.ndarray:
+    """The lowest column among those whose cost ``D = V + bias`` (``bias`` ``None``: ``D = V``) is within ``E_ij +
+    E_imin`` of the smallest, block by block of points: the decision of a point reads its own row alone, so each
+    block decides as the whole matrix would, with the same numbers (``V + bias`` is added per block, as the whole
+    sum would be), and its temporaries stay in cache."""
     n, k = V.shape
     chosen = np.empty(n, dtype=np.intp)
     rows = max(1, _WITHIN_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))
-    several: list[tuple[int, np.ndarray]] = []  # (point, a copy of its candidates: a view pins its block)
     for start in range(0, n, rows):
         D = V[start : start + rows] if bias is None else V[start : start + rows] + bias
         here, Eb = index[: len(D)], E[start : start + rows]
         best = np.argmin(D, axis=1)
         candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
         chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
-        if exact is not None:
-            several.extend((start + int(i), candidate[i].copy()) for i in np.flatnonzero(row_counts(candidate) > 1))
-    for i, row in several:
-        columns = np.flatnonzero(row)
-        costs = exact(i, columns)
-        chosen[i] = columns[costs.index(min(costs))]
     return chosen
 
 

@@ -9,13 +9,9 @@ Rules, stated because every comparison depends on them:
 
 * Distances are ``|x - c|^2`` computed directly from the difference (not via ``|x|^2 - 2 x.c + |c|^2``).
 * Ties: a point goes to the centroid minimising ``|x - c_j|^2 + tie_break * j``. With ``tie_break = 0`` (the
-  default) this is ``np.argmin``: exact ties to the lower index. A *tie window* (a per-entry uncertainty
-  ``E_ij`` of the squared distances, see :func:`assign_within`) widens "exact" to "equal within what the
-  computation resolves": every centroid whose distance exceeds the smallest by at most ``E_ij + E_imin`` is a
-  candidate, and the lowest index among them wins, or, given ``exact_costs``, the candidate whose exact cost
-  (rational arithmetic on the float64 values) is smallest, the lowest index among exactly equal ones. The
-  circuit's verifier passes both (:mod:`analysis.verify`): its reference is Lloyd's with near ties decided
-  exactly. With no window this is plain Lloyd's.
+  default) this is ``np.argmin``: ties (equal float64 distances) to the lower index. The circuit's verifier holds
+  Lloyd's circuit to this algorithm in exact arithmetic at the data's precision instead (:mod:`circuits.precision`,
+  computed fast by :mod:`analysis.verify.fast.certified`), where a comparison the data cannot decide is a tie.
 * Empty clusters: a centroid with no points keeps its previous position. (scikit-learn instead relocates it, so
   oracle tests against scikit-learn use problems without empty clusters.)
 * Every iterate is recorded: ``centroids[t]`` after ``t`` iterations (``centroids[0]`` is the initialisation) and
@@ -25,15 +21,13 @@ Rules, stated because every comparison depends on them:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from jaxtyping import Float, Int
 
-from circuits.blockwise import (  # noqa: F401 (assign_within_biased, row_counts: part of this module's interface)
-    assign_within_biased, contiguous_sq_distances, one_hot_labels, row_counts, small_keys,
-)
+from circuits.blockwise import contiguous_sq_distances, one_hot_labels, small_keys
 from circuits.onehot import OneHotStack, one_hot, stack_rows  # noqa: F401 (part of this module's interface)
 
 from circuits.memo import (  # noqa: F401 (the memo lives in circuits.memo; its entry points are this module's too)
@@ -115,18 +109,6 @@ def data_scale(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"] | None 
     if C0 is not None:
         r = max(r, np.sqrt(((np.asarray(C0, dtype=np.float64) - mu) ** 2).sum(axis=1)).max())
     return float(r) if r > 0 else 1.0
-
-
-#: ``exact(i, columns) -> exact costs`` of point ``i`` for those cost columns (e.g. :class:`fractions.Fraction`).
-ExactCosts = Callable[[int, np.ndarray], list]
-
-
-def assign_within(D: Float[np.ndarray, "n k"], E: Float[np.ndarray, "n k"],
-                  exact: ExactCosts | None = None) -> Int[np.ndarray, " n"]:
-    """Lowest index among the centroids whose distance is within ``E_ij + E_imin`` of the smallest (module doc);
-    with ``exact``, a point with more than one such candidate goes to the smallest exact cost among them (the
-    lowest index among exactly equal ones): a near tie is decided, only an exact tie is a tie."""
-    return assign_within_biased(D, None, E, exact)
 
 
 def objective(X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], labels: Int[np.ndarray, " n"] | None = None) -> float:
@@ -298,13 +280,9 @@ class Reference:
     name: str = "lloyd"
     #: Hard algorithms assign every point to one centroid (or leave it out); soft ones spread it.
     hard: bool = field(default=True, init=False)
-    #: ``(C, D) -> E``, the per-entry uncertainty of the squared distances ``D`` to ``C``: distance costs within it
-    #: tie, and the lower index wins (:func:`circuits.reference.assign_within`). Set by the verifier.
-    tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
-    #: ``(X, C, costs) -> exact(i, columns)``: the exact costs that decide candidates within the tie window
-    #: (:func:`assign_within`); ``None``: the lowest index within the window wins. Set by the verifier.
-    exact_costs: Callable[[np.ndarray, np.ndarray, Costs], ExactCosts] | None = field(default=None, repr=False,
-                                                                                      compare=False)
+    #: Whether :meth:`update` moves each centroid to its members' plain mean (Lloyd's rule; an empty cluster keeps
+    #: its centroid): the certified run then computes those means exactly (:mod:`analysis.verify.fast.certified`).
+    mean_update: ClassVar[bool] = True
 
     # -- assignment ---------------------------------------------------------------------------------------
     def costs(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Costs:
@@ -317,13 +295,7 @@ class Reference:
     def _chosen_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> Int[np.ndarray, " n"]:
         """The label of the cost column each point chooses (what :meth:`assign` makes one-hot rows of)."""
         cost = self.costs(X, C, t)
-        E = self.cost_uncertainty(cost, C)
-        if E is None:
-            chosen = np.argmin(cost.values + cost.bias, axis=1)
-        else:
-            exact = None if self.exact_costs is None else self.exact_costs(X, C, cost)
-            chosen = assign_within_biased(cost.values, cost.bias, E, exact)
-        return cost.labels[chosen]
+        return cost.labels[np.argmin(cost.values + cost.bias, axis=1)]
 
     def _assigned_labels(self, X: Float[np.ndarray, "n d"], C: Float[np.ndarray, "k d"], t: int) -> np.ndarray | None:
         """``labels_of(self.assign(X, C, t))`` without the ``n x k`` matrix, where :meth:`assign` is this class's
@@ -335,19 +307,6 @@ class Reference:
         if chosen.dtype.kind not in "iu" or (chosen.size and int(chosen.max()) >= C.shape[0]):
             return None
         return np.where(chosen >= 0, chosen, -1).astype(np.intp, copy=False)
-
-    def cost_uncertainty(self, cost: Costs, C: Float[np.ndarray, "k d"]) -> Float[np.ndarray, "n m"] | None:
-        """``E`` for every cost column: the tie window on the centroid columns (distance costs), 0 on any other
-        column (a threshold is exact); ``None`` without a tie window."""
-        if self.tie_window is None:
-            return None
-        k = C.shape[0]
-        window = self.tie_window(C, cost.values[:, :k])
-        if cost.values.shape[1] == k and window.dtype == cost.values.dtype and window.shape == cost.values.shape:
-            return window  # no other column: the zeros it would be copied into are all overwritten
-        E = np.zeros_like(cost.values)
-        E[:, :k] = window
-        return E
 
     # -- update -------------------------------------------------------------------------------------------
     def update(self, X: Float[np.ndarray, "n d"], R: Float[np.ndarray, "n k"], C: Float[np.ndarray, "k d"],
@@ -387,14 +346,12 @@ class Reference:
         return objective(X, C, labels_of(R))
 
     # -- the iteration ------------------------------------------------------------------------------------
-    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-            labels_at: Callable[[int, np.ndarray], np.ndarray | None] | None = None) -> Trace:
-        """The iterates from ``C0``. ``labels_at(t, C)``: what ``self._assigned_labels(X, C, t)`` gives, computed by
-        the caller (a verifier reads more from the same distances, as it computes them)."""
+    def run(self, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int) -> Trace:
+        """The iterates from ``C0``."""
         X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64).copy()
         cents, resps, objs = [C.copy()], [], []
         for t in range(iterations + 1):
-            labels = (self._assigned_labels(X, C, t) if labels_at is None else labels_at(t, C)) if self.hard else None
+            labels = self._assigned_labels(X, C, t) if self.hard else None
             if labels is not None:
                 # This class's one-hot assignment, held as its labels: the matrix is made only for an objective or
                 # update a subclass defines on it (Lloyd's own read its labels_of, which are these labels).
@@ -439,10 +396,7 @@ def update(X: Float[np.ndarray, "n d"], labels: Int[np.ndarray, " n"], C: Float[
 
 
 def lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-          tie_break: float = 0.0, tie_window: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Trace:
-    """Run ``iterations`` Lloyd steps from ``C0`` and record every iterate (:class:`Reference`).
-
-    ``tie_break`` is absolute (squared user units). ``tie_window(C, D)``, if given, returns the per-entry
-    uncertainty ``E`` of the distances ``D`` to centroids ``C``; ties within it go to the lower index.
-    """
-    return Reference(tie_break=tie_break, tie_window=tie_window).run(X, C0, iterations)
+          tie_break: float = 0.0) -> Trace:
+    """Run ``iterations`` Lloyd steps from ``C0`` and record every iterate (:class:`Reference`). ``tie_break`` is
+    absolute (squared user units)."""
+    return Reference(tie_break=tie_break).run(X, C0, iterations)

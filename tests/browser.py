@@ -423,6 +423,22 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
             browser.close_tab(session)
 
 
+def read_drawn(browser: Chromium, path: str | os.PathLike, expression: str, await_promise: bool = False,
+               timeout: float = 120.0):
+    """Open ``path`` in a new tab of ``browser``, wait until the report has drawn every figure
+    (``window.kmeansReport.done``), and return the value of the JavaScript ``expression`` there."""
+    session = browser.open(Path(path).resolve().as_uri())
+    try:
+        deadline = time.monotonic() + timeout
+        while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
+            if time.monotonic() > deadline:
+                raise ChromiumError(f"{path}: the page did not finish drawing within {timeout:.0f} s")
+            browser.drain(0.1)
+        return browser.evaluate(session, expression, await_promise)
+    finally:
+        browser.close_tab(session)
+
+
 # ----------------------------------------------------------------------------------------------- static scan
 
 #: Attributes through which a browser fetches (or navigates to) another resource.

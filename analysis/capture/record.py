@@ -90,6 +90,12 @@ class Capture:
     #: point x centroid attention scores or patterns (``None``), and a one-hot ``Y`` as its labels
     #: (:class:`~circuits.onehot.OneHotStack`), so no report or attention view can be drawn from it.
     lean: bool = False
+    #: Read from a user's run (:func:`analysis.pipeline.capture_from_cache`): ``cache`` is that run as it ran, hooks
+    #: and all, so a re-run (:func:`stream_activations`, which knows none of its hooks) is not that run.
+    from_user_cache: bool = False
+    #: ``{layer: query rows}`` whose attention pattern a hook of the user's run replaced (it is not the block's own
+    #: function of its scores): :func:`analysis.capture.hooked.certify_hooked_patterns`.
+    hooked_patterns: dict = field(default_factory=dict)
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""

@@ -118,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
               + f", device {result.encoded.device}")
         if result.resolution is not None:
             units = result.resolution.in_user_units(rep.scale)
+            ties = (f"; ties at the data's precision within {rep.tolerances.tie_window:.3g}"
+                    if rep.tolerances.tie_window else "")
             print(f"sharpness from the data: tie-break {units['tie_break_user_sq_distance']:.3g}, hard above"
-                  f" {units['hard_gap_user_sq_distance']:.3g} (squared data units); widest tie window"
-                  f" {rep.tolerances.tie_window:.3g}")
+                  f" {units['hard_gap_user_sq_distance']:.3g} (squared data units){ties}")
         print(rep.summary())
         print(f"inertia {result.inertia:.10g}" + (f"; wrote {out}" if out else ""))
     return 0 if result.report.verified else 1

@@ -136,25 +136,18 @@ CANDIDATE_LABELS = {"lloyd": "Lloyd step", "swap": "swap step", "learned": "lear
 
 def exact_lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int
                 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Lloyd's algorithm with every assignment the exact nearest centroid (rational arithmetic on the float64
-    values where float64 cannot order two squared distances, :mod:`analysis.verify.nearest`; the lowest index on
-    exact ties; an empty cluster keeps its centroid): the one Lloyd's reference the constructions are compared
-    with. Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``), the objectives at each ``t`` and how
-    many assignments float64's argmin (:func:`circuits.reference.assign`) would have made otherwise."""
-    from analysis.verify.nearest import exact_nearest, misassigned
+    """Lloyd's algorithm in exact arithmetic at the data's precision (the reference Lloyd's circuit is held to:
+    :mod:`analysis.verify.fast.certified`): the one Lloyd's reference the constructions are compared with.
+    Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``, then the exact means correctly rounded), the
+    objectives at each ``t`` (of the nearest centroid, in float64) and how many assignments float64's argmin
+    (:func:`circuits.reference.assign`) would have made otherwise."""
+    from analysis.verify.fast.certified import certified_run
 
-    X, C = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
-    cents, objs, decided = [C], [reference.objective(X, C)], 0
-    for _ in range(iterations):
-        labels = reference.assign(X, C)
-        wrong = misassigned(X, C, labels)
-        for i in wrong:
-            labels[i] = exact_nearest(X[i], C)
-        decided += len(wrong)
-        C = reference.update(X, labels, C)
-        cents.append(C)
-        objs.append(reference.objective(X, C))
-    return np.stack(cents), np.array(objs), decided
+    X = np.asarray(X, dtype=np.float64)
+    run = certified_run(reference.Reference(), X, np.asarray(C0, dtype=np.float64), iterations)
+    cents = run.trace.centroids
+    decided = sum(int((reference.assign(X, cents[t]) != run.trace.assignments[t]).sum()) for t in range(iterations))
+    return cents, np.array([reference.objective(X, C) for C in cents]), decided
 
 
 def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:
@@ -177,8 +170,8 @@ def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]
     run's, which name the steps where the state differs), and where a candidate the circuit did not keep differs
     from the reference's by more than 1e-9 relative: named,
     since the verdict holds only the kept candidate to the reference. On iris (k = 3, seed 0) the circuit's Lloyd's
-    candidates send two near ties (float64 gaps 0 and 3.6e-16) to the lower index by its tie-break, where the
-    reference's float64 comparison, and exact arithmetic, order them the other way."""
+    candidates send two ties at the data's precision (float64 gaps 4.9e-32 and 3.6e-16) to the lower index by its
+    tie-break, where the reference's float64 comparison orders them the other way."""
     out = []
     for rec in per_iteration:
         named = f"step {rec['iteration']}: the circuit kept"
@@ -242,13 +235,14 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
     notes = [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
              " tie-break) at every step: the same candidate kept and every centroid coordinate within"
              f" {CENTROID_TOLERANCE:g} of its column's spread plus {MAGNITUDE_ULPS} float64 epsilons of its"
-             " magnitude; objective_lloyd is Lloyd's from the same initial centroids (circuits/reference.py's rule:"
-             " the nearest centroid, the lowest index on exact ties, an empty cluster keeps its centroid; decided in"
-             " rational arithmetic where float64 cannot order two distances), at t = the step's index"]
+             " magnitude; objective_lloyd is Lloyd's from the same initial centroids in exact arithmetic at the data's"
+             " precision (circuits/precision.py: the nearest centroid, the lowest index on a tie the data cannot"
+             " decide, exact means, an empty cluster keeps its centroid), at t = the step's index"]
     notes.extend(chain_notes(per_iteration, names, checked.problems))
     if decided:
-        notes.append(f"Lloyd's: {decided} assignment(s) were decided in rational arithmetic, where float64's"
-                     " argmin (what the construction's own Lloyd's chain uses) orders them otherwise")
+        notes.append(f"Lloyd's: {decided} assignment(s) differ from float64's argmin (what the construction's own"
+                     " Lloyd's chain uses): ties at the data's precision sent to the lower index, or comparisons"
+                     " exact arithmetic decides otherwise")
     return {
         "variant": f"construction:{name}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),

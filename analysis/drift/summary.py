@@ -61,8 +61,7 @@ def dynamics(a: DriftAnalysis) -> list[str]:
         f"Update head: member score b {fmt(kc['update_member_score'])} -> {fmt(kt['update_member_score'])},"
         f" self score {fmt(kc['update_self_score'])} -> {fmt(kt['update_self_score'])}. With a finite b a centroid"
         " averages its members weighted by exp(b r_ij) and every other point by exp(0): a centroid that owns little"
-        " responsibility (a duplicate sharing a cluster) is pulled towards the mean of all points, free to be"
-        " captured by a cluster that has no centroid — the escape from Lloyd's poor local minima.",
+        " responsibility (a duplicate sharing a cluster) is pulled towards the mean of all points.",
     ]
 
 
@@ -111,7 +110,7 @@ def sweep_findings(a: DriftAnalysis) -> list[str]:
     out = []
     if collapsed and working:
         out.append(f"A threshold in stiffness: the untrained construction (b={fmt(best['beta_update'])}) is worse than"
-                   f" Lloyd's up to a={fmt(max(collapsed))} (soft enough that centroids merge) and better from"
+                   f" Lloyd's up to a={fmt(max(collapsed))} and better from"
                    f" a={fmt(min(working))}; the trained model applies {fmt(st[-1])} at its last step.")
     out.append(f"Is it just the temperature? The untrained construction at its best assignment stiffness in the sweep"
                f" (a={fmt(best['beta'])}, b={fmt(best['beta_update'])}) reaches {spread(best['ratio'], best['ratio_std'])}"

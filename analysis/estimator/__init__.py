@@ -9,11 +9,14 @@ point; :mod:`~analysis.estimator.cache` keeps the built circuits that fits and p
 
 from analysis.estimator.cache import built_circuit, clear_circuit_cache, with_assign_knobs
 from analysis.estimator.initial import AUTO_N_INIT_RANDOM
-from analysis.estimator.kmeans import EXPECTED_FAILED_CHECKS, CircuitKMeans, CircuitMismatchWarning
+from analysis.estimator.kmeans import (
+    EXPECTED_FAILED_CHECKS, CircuitKMeans, CircuitMismatchWarning, DataPrecisionTieWarning,
+)
 from analysis.estimator.stopping import stopping_point
 from analysis.verify.nearest import misassigned
 
 __all__ = [
-    "AUTO_N_INIT_RANDOM", "EXPECTED_FAILED_CHECKS", "CircuitKMeans", "CircuitMismatchWarning", "built_circuit",
+    "AUTO_N_INIT_RANDOM", "EXPECTED_FAILED_CHECKS", "CircuitKMeans", "CircuitMismatchWarning", "DataPrecisionTieWarning",
+    "built_circuit",
     "clear_circuit_cache", "misassigned", "stopping_point", "with_assign_knobs",
 ]

@@ -25,6 +25,7 @@ from analysis.estimator.initial import initial_runs
 from analysis.estimator.stopping import run_to_stop
 from analysis.pipeline import DTYPES, choose_sharpness, run_problem
 from analysis.verify.nearest import exact_nearest, misassigned
+from analysis.verify.verdict import tie_text
 from circuits import devices, reference
 from circuits.encoding import fit_unit_scaling
 from circuits.variants import check_variant
@@ -54,6 +55,11 @@ def _magnitude_groups(X: np.ndarray, centres: np.ndarray) -> list[np.ndarray]:
 
 class CircuitMismatchWarning(UserWarning):
     """The circuit disagreed with its reference algorithm (see ``report_``)."""
+
+
+class DataPrecisionTieWarning(UserWarning):
+    """Some comparisons of the kept run were ties at the data's precision: no float64 input can decide them, and
+    they went to the lower index, as Lloyd's rule sends a tie (see ``report_.ties``, docs/exactness.md)."""
 
 
 class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
@@ -194,6 +200,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                 "the circuit disagrees with its reference: " + "; ".join(result.report.failures),
                 CircuitMismatchWarning, stacklevel=2,
             )
+        elif ties := tie_text([tie for tie in result.report.ties if tie.bounds]):
+            warnings.warn(ties, DataPrecisionTieWarning, stacklevel=2)
         distinct = len(set(self.labels_[self.labels_ >= 0].tolist()))
         if distinct < int(self.n_clusters):
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than n_clusters"
@@ -229,10 +237,10 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         Each point's label depends on the centroids alone, so points are run in groups of similar distance from
         the centroids (within a factor of 256): a far point then cannot coarsen what float64 resolves for the
         others. Every group is verified against the nearest-centroid reference, and every label is then checked to
-        be the exact nearest centroid of the point's float64 values, the lowest index among exactly equidistant
-        ones (:func:`misassigned`): the verifier excuses what float64 cannot order in the circuit's unit
-        coordinates, which for a point very far away or very near a bisector can be the wrong side. A group the
-        circuit cannot resolve raises ``ValueError`` rather than returning a wrong label.
+        be the exact nearest fitted centroid at the point's precision, the lowest index among those the point's
+        float64 values cannot tell apart (:func:`misassigned`; the fitted centroids are fixed, the verification's
+        reference also lets their own precision tie). A group the circuit cannot resolve raises ``ValueError``
+        rather than returning a wrong label.
         """
         X = self._checked(X)
         centres = self.cluster_centers_.astype(np.float64)
@@ -252,7 +260,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
                 row = int(group[wrong[0]])
                 raise ValueError(
                     f"predict: the circuit cannot resolve {wrong.size} point(s) (first: row {row}, "
-                    f"labelled {int(result.labels[wrong[0]])}, nearest centroid "
+                    f"labelled {int(result.labels[wrong[0]])}, nearest centroid at its precision "
                     f"{exact_nearest(X[row], centres)}): float64 in the circuit's coordinates cannot separate "
                     "their nearest centroids (points very far from the centroids, or very near a bisector)")
             labels[group] = result.labels

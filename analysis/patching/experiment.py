@@ -380,12 +380,16 @@ class UnpatchedCheck:
     def to_dict(self) -> dict:
         return {
             "verified": self.verified,
-            "clean": {"verified": bool(self.clean.verified), "failures": self.clean.failures,
-                      "n_ties": len(self.clean.ties)},
-            "corrupted": {"verified": bool(self.corrupted.verified), "failures": self.corrupted.failures,
-                          "n_ties": len(self.corrupted.ties)},
+            "clean": _run_record(self.clean),
+            "corrupted": _run_record(self.corrupted),
             "placeholder_deviation": self.placeholder_deviation,
         }
+
+
+def _run_record(rep) -> dict:
+    """One unpatched run's verification for the JSON: the verdict in words (what the page's badge says) and why."""
+    return {"verified": bool(rep.verified), "verdict": rep.verdict, "verdict_kind": rep.verdict_record.kind,
+            "failures": rep.failures, "n_ties": len(rep.ties)}
 
 
 #: Unit-scaled tolerance for "the clean run with the placeholder equals the clean run without it": one more

@@ -15,10 +15,10 @@ import html
 
 import numpy as np
 
-from analysis.patching.experiment import Patch, PatchingExperiment, UnpatchedCheck
+from analysis.patching.experiment import PLACEHOLDER_TOLERANCE, Patch, PatchingExperiment, UnpatchedCheck
 from analysis.patching.metrics import E_TOL
 from analysis.patching.sweeps import RESTORED, SweepResult, heatmap_pair
-from analysis.report.document import Header, Html, Report, Section
+from analysis.report.document import Badge, Fact, Header, Html, Report, Section, badges_html
 
 #: What the construction predicts for each sweep, in words; shown above its heatmap.
 READING = {
@@ -100,13 +100,20 @@ def _intro(exp: PatchingExperiment, check: UnpatchedCheck | None, read_layer: in
         lines.append(f"<p>The clean run holds a placeholder in point slot {exp.pair.placeholder} (column "
                      f"<code>{html.escape(exp.token_labels[exp.sequence.point(exp.pair.placeholder)])}</code>): a "
                      "copy of the BOS sink, which no head reads, so both runs have the same token positions.</p>")
-    if check is not None:
-        verdict = "verified" if check.verified else "NOT verified"
-        extra = ("" if check.placeholder_deviation is None else
-                 f"; the placeholder changes the clean run by at most {check.placeholder_deviation:.3g} (unit-scaled)")
-        lines.append(f"<p>Both unpatched runs {verdict} layer by layer against the numpy Lloyd reference{extra}.</p>")
+    if check is not None and check.placeholder_deviation is not None:
+        inert = check.placeholder_deviation <= PLACEHOLDER_TOLERANCE
+        lines.append(f"<p>The placeholder changes the clean run by at most {check.placeholder_deviation:.3g}"
+                     f" (unit-scaled; {'within' if inert else 'ABOVE'} the tolerance {PLACEHOLDER_TOLERANCE:g} for"
+                     " a zero-weighted key's rounding).</p>")
     lines.append(f"<p>{_code(_fraction_note())}</p>")
     return "\n".join(lines)
+
+
+def run_badges(check: UnpatchedCheck) -> list[Badge]:
+    """The verdict of each unpatched run, clean and corrupted, verified layer by layer against its reference: the
+    verdict's own words, its cause included (:mod:`analysis.verify.verdict`)."""
+    return [Badge(key, f"{key} run", rep.verdict, bool(rep.verified), bool(rep.verdict_record.exact),
+                  rep.verdict_record.kind) for key, rep in (("clean", check.clean), ("corrupted", check.corrupted))]
 
 
 def local_readout(exp: PatchingExperiment, sweep: SweepResult, metric: str = "restored") -> np.ndarray:
@@ -150,12 +157,14 @@ def restoring_sentence(sweep: SweepResult, local: np.ndarray, columns: list[str]
 
 
 def patching_section(exp: PatchingExperiment, sweeps: list[SweepResult], check: UnpatchedCheck | None = None,
-                     read_layer: int | None = None) -> Section:
+                     read_layer: int | None = None, with_badges: bool = True) -> Section:
     """The sweeps as a section of the circuit report (:class:`analysis.report.Section`, key ``"patching"``).
 
     Each sweep is drawn twice side by side: read right after the patched block (:func:`local_readout`) and at
     the read layer; a sentence generated from both says which columns restore the clean readout where."""
-    items = [Html(_intro(exp, check, read_layer))]
+    # On a page of its own the badges head the page (patching_page); inside a circuit report they head the section.
+    badges = badges_html(run_badges(check)) if check is not None and with_badges else ""
+    items = [Html(badges + _intro(exp, check, read_layer))]
     for sw in sweeps:
         items.append(Html(f"<p>{_code(READING.get(sw.name, ''))}</p>"))
         local = local_readout(exp, sw)
@@ -175,7 +184,12 @@ def patching_page(exp: PatchingExperiment, sweeps: list[SweepResult], check: Unp
     title = "Activation patching on the k-means circuit"
     if problem:
         title += f": {problem.get('source', '')}, k = {exp.pair.k}, {exp.pair.kind}"
-    return Report(Header(title), [patching_section(exp, sweeps, check, read_layer)]).to_html()
+    header = Header(title, badges=run_badges(check) if check is not None else [])
+    if check is not None and check.placeholder_deviation is not None:
+        header.groups["placeholder"] = [Fact(
+            "clean run with and without it", f"differs by at most {check.placeholder_deviation:.3g}",
+            f"unit-scaled, at every layer and shared token; inert within {PLACEHOLDER_TOLERANCE:g}")]
+    return Report(header, [patching_section(exp, sweeps, check, read_layer, with_badges=False)]).to_html()
 
 
 def add_patching_section(report, exp: PatchingExperiment, sweeps: list[SweepResult],

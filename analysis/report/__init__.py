@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    **dict.fromkeys(["BOOT_JS", "CSS", "Fact", "FigureItem", "Header", "Html", "Item", "Report", "Section", "Table",
+    **dict.fromkeys(["BOOT_JS", "Badge", "CSS", "Fact", "FigureItem", "Header", "Html", "Item", "Report", "Section",
+                     "Table",
                      "figure_json", "page", "render_html", "slug", "write_text_atomic"], "document"),
     **dict.fromkeys(["DEFAULT_SECTIONS", "ReportContext", "SectionBuilder", "build_header", "build_report",
                      "register_section", "schedule_text", "unregister_section"], "circuit"),

@@ -132,8 +132,14 @@ DEFAULT_SECTIONS: list[DefaultSection] = [
         "to the block's own input (step-wise), and the circuit's iterates with the reference run from the same "
         "initial centroids (trajectory). Ties (points whose nearest centroids are equally near within the stated "
         "window) are listed, not hidden.",
-        lambda run, ctx: [views.verification_table(run), views.objective_plot(run), views.ties_table(run)]),
+        lambda run, ctx: [_html_table(views.verification_table(run)), views.objective_plot(run),
+                          views.ties_table(run)]),
 ]
+
+
+def _html_table(view) -> Table:
+    """A table view as an HTML table of the page: every row on the page (a plotly table scrolls past its height)."""
+    return Table(view.data["header"], view.data["rows"], caption=view.title, name=view.name, notes=view.notes)
 
 _EXTRA_SECTIONS: list[tuple[str, SectionBuilder, str | None]] = []
 
@@ -204,7 +210,7 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
     rep = run.report
     source = getattr(problem, "source", None) or "data given in Python"
     # The badge names the first failure; every failure is listed below it.
-    messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes]
+    messages = [f"failure: {f}" for f in rep.failures] + [f"note: {n}" for n in rep.notes] + _hooked_messages(run)
     if sample is not None:
         messages.append(sample.note())
     return Header(
@@ -217,6 +223,20 @@ def build_header(run, problem=None, seed: int | None = None, title: str | None =
                 "Construction": _construction_facts(run, variant), "Certificate": _certificate_facts(rep)},
         messages=messages,
     )
+
+
+def _hooked_messages(run) -> list[str]:
+    """What a run read from a user's cache is, and where its hooks replaced attention patterns."""
+    cap = run.capture
+    if not cap.from_user_cache:
+        return []
+    out = ["read from the run's ActivationCache: every view below draws that run as it ran, hooks included (the weight"
+           " views draw the weights)"]
+    if cap.hooked_patterns:
+        where = ", ".join(f"layer {layer} ({rows} query rows)" for layer, rows in sorted(cap.hooked_patterns.items()))
+        out.append(f"a hook replaced the attention pattern of {where}: there the certificate's leak bound is that"
+                   " pattern's own distance from the hard pattern, and the margins (its scores') certify nothing")
+    return out
 
 
 def _problem_facts(run, source: str, problem, seed: int | None, variant) -> list[Fact]:
@@ -303,10 +323,12 @@ def _certificate_facts(rep) -> list[Fact]:
         Fact("largest update leak bound", bound_text(max(update_leaks)) if update_leaks else swapped),
         Fact("hard attention everywhere", str(rep.hard_attention)),
         Fact("final label agreement", f"{rep.final_label_agreement:.2%}"),
-        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} exact ties "
-                              f"({len(rep.tie_mismatches)} resolved unlike the reference)"),
+        Fact("errors / ties", f"{len(rep.errors)} errors, {len(rep.ties)} ties"
+                              + (" at the data's precision" if rep.ties and all(t.bounds for t in rep.ties) else "")
+                              + f" ({len(rep.tie_mismatches)} resolved unlike the reference)"),
         Fact("tolerances", f"centroids {rep.tolerances.centroid:.3g}, tie window {rep.tolerances.tie_window:.3g}",
-             "in data units (squared for the tie window), derived from the dtype's eps"),
+             "in data units (squared for the tie window: the widest bound of a tie at the data's precision, for"
+             " Lloyd's and the other distance references), derived from the run"),
     ]
 
 

@@ -5,7 +5,9 @@ report (:mod:`analysis.report.drift`), the activation-patching page (:mod:`analy
 finite-temperature sweep (:mod:`analysis.sweep`). A :class:`Report` is a :class:`Header` (a title and, where the
 page has them, a verdict, groups of facts and messages) followed by :class:`Section` objects, each a title, some
 explanatory text and a list of items: a :class:`FigureItem` (a figure with a name and notes, such as
-:class:`analysis.views.View`), a plotly figure, a :class:`Table` or trusted :class:`Html`. :func:`page` is the
+:class:`analysis.views.View`; its ``caveats``, where it has them, are printed above the figure: what the figure
+cannot show of the run it describes), a plotly figure, a :class:`Table` or trusted :class:`Html`. A page about
+several runs (the patching page: the clean and the corrupted run) gives each its own :class:`Badge`. :func:`page` is the
 shortest way to a page: a title, some HTML and figures.
 
 :meth:`Report.to_html` embeds plotly.js once (in the page head) and each figure as a JSON block drawn by one
@@ -50,11 +52,15 @@ class FigureItem(Protocol):
 
 @dataclass
 class Table:
-    """A small HTML table (header row plus rows of cells, written as text)."""
+    """An HTML table (header row plus rows of cells, written as text): every row is on the page, none scrolled out
+    of view. ``name`` marks it for whoever reads the page (``data-view``, as a figure's); ``notes`` are printed
+    under it."""
 
     header: list[str]
     rows: list[list[object]]
     caption: str = ""
+    name: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +105,20 @@ class Fact:
 
 
 @dataclass
+class Badge:
+    """The verdict of one run of a page about several runs: ``label`` names the run (``"clean run"``), ``text`` is
+    its verdict with its cause; coloured like the header's verdict, written with ``data-run``, ``data-verified`` and
+    ``data-kind`` for whoever reads the page."""
+
+    key: str
+    label: str
+    text: str
+    verified: bool
+    exact: bool = False
+    kind: str = ""
+
+
+@dataclass
 class Header:
     """The top of a page: its title and, where the page has them, a verdict (coloured by ``verified`` and
     ``exact``), groups of :class:`Fact` lines and messages."""
@@ -112,6 +132,8 @@ class Header:
     #: The verdict's kind in the vocabulary of :mod:`analysis.verify.verdict` (``exact``, ``variant``, ...), written
     #: on the badge as ``data-kind`` for whoever reads the page.
     verdict_kind: str = ""
+    #: One badge per run, for a page about several runs (below the verdict, if there is one).
+    badges: list[Badge] = field(default_factory=list)
 
 
 @dataclass
@@ -192,9 +214,14 @@ pre { font-size: 13px; white-space: pre-wrap; }
 .plot { width: 100%; min-height: 200px; }
 .plot.failed { color: var(--bad); border: 1px dashed var(--bad); padding: 12px; }
 p.note { font-size: 13px; color: var(--muted); margin: 2px 0 10px; }
+p.caveat { font-size: 14px; color: var(--ink); background: #fff4e0; border-left: 4px solid var(--warn);
+           padding: 6px 10px; margin: 8px 0; max-width: 980px; }
+div.badges { display: flex; flex-direction: column; gap: 6px; margin: 4px 0 12px; }
+div.badges .verdict { margin: 0; font-weight: 600; } div.badges .verdict b { font-weight: 800; }
 table.data { border-collapse: collapse; font-size: 13px; margin: 8px 0 14px; }
 table.data th, table.data td { border-bottom: 1px solid var(--rule); padding: 3px 10px; text-align: left; }
 table.data caption { text-align: left; color: var(--muted); padding-bottom: 4px; }
+table.data[data-view] td { white-space: nowrap; font-variant-numeric: tabular-nums; }
 footer { color: var(--muted); font-size: 12px; margin-top: 24px; }
 """
 
@@ -258,7 +285,9 @@ def _table_html(table: Table) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in table.header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in table.rows)
     caption = f"<caption>{html.escape(table.caption)}</caption>" if table.caption else ""
-    return f'<table class="data">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    name = f' data-view="{html.escape(table.name)}"' if table.name else ""
+    notes = "".join(f'<p class="note">{html.escape(note)}</p>' for note in table.notes)
+    return f'<table class="data"{name}>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}'
 
 
 def figure_json(fig: go.Figure) -> str:
@@ -284,21 +313,40 @@ def _header_html(h: Header) -> str:
             for f in items)
         facts.append(f"<div><h3>{html.escape(group)}</h3><dl>{rows}</dl></div>")
     messages = "".join(f"<li>{html.escape(m)}</li>" for m in h.messages)
-    cls = "ok" if h.verified and h.exact else "approx" if h.verified else "bad"
+    badges = badges_html(h.badges)
     return (f'<header class="report"><h1>{html.escape(h.title)}</h1>'
-            + (f'<div class="verdict {cls}" id="verdict" data-verified="{str(h.verified).lower()}"'
-               f' data-kind="{html.escape(h.verdict_kind)}">{html.escape(h.verdict)}</div>' if h.verdict else "")
+            + (f'<div class="verdict {_badge_class(h.verified, h.exact)}" id="verdict"'
+               f' data-verified="{str(h.verified).lower()}" data-kind="{html.escape(h.verdict_kind)}">'
+               f"{html.escape(h.verdict)}</div>" if h.verdict else "")
+            + badges
             + (f'<div class="facts">{"".join(facts)}</div>' if facts else "")
             + (f'<ul class="messages">{messages}</ul>' if messages else "") + "</header>")
 
 
+def badges_html(badges: Sequence[Badge]) -> str:
+    """One coloured badge per run (:class:`Badge`), stacked; empty for none. Each has the id ``verdict-<key>``."""
+    if not badges:
+        return ""
+    return '<div class="badges">' + "".join(
+        f'<div class="verdict {_badge_class(b.verified, b.exact)}" id="verdict-{html.escape(b.key)}"'
+        f' data-run="{html.escape(b.key)}" data-verified="{str(b.verified).lower()}" data-kind="{html.escape(b.kind)}">'
+        f"<b>{html.escape(b.label)}:</b> {html.escape(b.text)}</div>" for b in badges) + "</div>"
+
+
+def _badge_class(verified: bool, exact: bool) -> str:
+    return "ok" if verified and exact else "approx" if verified else "bad"
+
+
 def _figure_html(item: FigureItem | go.Figure, n: int) -> list[str]:
-    """The placeholder the boot script draws into, the figure's JSON and (for a named figure) its notes."""
+    """The figure's caveats (what it cannot show of the run, above it), the placeholder the boot script draws into,
+    the figure's JSON and (for a named figure) its notes."""
     fig = item if isinstance(item, go.Figure) else item.figure
     name = f"figure-{n}" if isinstance(item, go.Figure) else item.name
     bar = "" if any(t.type != "table" for t in fig.data) else ' data-modebar="off"'
-    out = [f'<div class="plot" id="plot-{n}" data-view="{html.escape(name)}" data-figure="plot-{n}-json"{bar}></div>',
-           _json_script(f"plot-{n}-json", figure_json(fig))]
+    caveats = [] if isinstance(item, go.Figure) else list(getattr(item, "caveats", None) or [])
+    out = [f'<p class="caveat" data-caveat-of="{html.escape(name)}">{html.escape(c)}</p>' for c in caveats]
+    out += [f'<div class="plot" id="plot-{n}" data-view="{html.escape(name)}" data-figure="plot-{n}-json"{bar}></div>',
+            _json_script(f"plot-{n}-json", figure_json(fig))]
     if not isinstance(item, go.Figure):
         out.extend(f'<p class="note">{html.escape(note)}</p>' for note in item.notes)
     return out

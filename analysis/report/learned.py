@@ -10,16 +10,24 @@ import plotly.graph_objects as go
 from analysis.report.document import Fact, Header, Report, Section, Table
 
 
+#: Marker of each candidate of the ratio figure, largest first so that every one shows where their values coincide.
+_MARKERS = ({"symbol": "circle-open", "size": 13, "line": {"width": 2}}, {"symbol": "diamond", "size": 8},
+            {"symbol": "x", "size": 6})
+
+
 def factors_figure(drift) -> go.Figure:
-    """Per step: the checkpoint's factor, the one read from the weights, the untrained 1 and Lloyd's 0."""
+    """Per step: the checkpoint's factor, the one read from the weights, the untrained 1 and Lloyd's 0. The two
+    factors coincide where the weights hold the checkpoint's: the checkpoint's are open rings, those read from the
+    weights small crosses inside them, and the reference lines are drawn first, under both."""
     steps = [s.step for s in drift.steps]
     fig = go.Figure()
-    fig.add_scatter(x=steps, y=[s.alpha for s in drift.steps], mode="lines+markers", name="checkpoint alpha_t")
-    fig.add_scatter(x=steps, y=[s.alpha_read for s in drift.steps], mode="markers", name="read from the weights",
-                    marker={"symbol": "x", "size": 12})
     fig.add_scatter(x=steps, y=[1.0] * len(steps), mode="lines", name="untrained construction (1)",
                     line={"dash": "dash"})
     fig.add_scatter(x=steps, y=[0.0] * len(steps), mode="lines", name="Lloyd's step (0)", line={"dash": "dot"})
+    fig.add_scatter(x=steps, y=[s.alpha for s in drift.steps], mode="lines+markers", name="checkpoint alpha_t",
+                    marker={"symbol": "circle-open", "size": 16, "line": {"width": 2}})
+    fig.add_scatter(x=steps, y=[s.alpha_read for s in drift.steps], mode="markers", name="read from the weights",
+                    marker={"symbol": "x", "size": 8})
     fig.update_layout(title="Extrapolation factor per step", xaxis_title="step", yaxis_title="alpha",
                       template="plotly_white", height=380)
     fig.update_xaxes(tick0=0, dtick=max(1, -(-len(steps) // 10)), tickformat="d")
@@ -28,15 +36,23 @@ def factors_figure(drift) -> go.Figure:
 
 def ratio_figure(drift) -> go.Figure:
     """Mean objective over Lloyd's per step, for each variant of :attr:`LearnedDrift.ratio_per_step`, with error
-    bars of one standard deviation over the tasks (:attr:`LearnedDrift.ratio_spread`)."""
+    bars of one standard deviation over the tasks (:attr:`LearnedDrift.ratio_spread`). The variants' means are close,
+    so each has its own marker (largest first) and its error bars sit a little beside the others' at each step;
+    hover gives the step and the values."""
     fig = go.Figure()
-    for name, values in drift.ratio_per_step.items():
+    names = list(drift.ratio_per_step)
+    for i, name in enumerate(names):
+        values = drift.ratio_per_step[name]
         std = drift.ratio_spread.get(name)
-        fig.add_scatter(x=list(range(len(values))), y=values, mode="lines+markers", name=name,
+        offset = 0.12 * (i - (len(names) - 1) / 2)
+        steps = list(range(len(values)))
+        fig.add_scatter(x=[t + offset for t in steps], y=values, mode="lines+markers", name=name,
+                        marker=_MARKERS[i % len(_MARKERS)], customdata=steps,
+                        hovertemplate=f"{name}, step %{{customdata}}: %{{y:.4g}}<extra></extra>",
                         error_y=dict(type="data", array=std, thickness=1) if std is not None else None)
     fig.update_layout(title="Objective over Lloyd's on held-out tasks (lower is better; mean, bars: std over the"
-                      " tasks)", xaxis_title="step", yaxis_title="objective / Lloyd's", template="plotly_white",
-                      height=380)
+                      " tasks)", xaxis_title="step (the candidates side by side at each step)",
+                      yaxis_title="objective / Lloyd's", template="plotly_white", height=380)
     fig.update_xaxes(tick0=0, dtick=max(1, -(-len(next(iter(drift.ratio_per_step.values()), [])) // 10)),
                      tickformat="d")
     return fig

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from analysis.capture.hooked import block_input
 from circuits import hook_names
 
 #: A block's hook points in the order its forward pass reaches them.
@@ -32,7 +33,7 @@ def find_alterations(circuit, cache) -> list[str]:
             names = [name(layer) for name in _FORWARD_ORDER if name(layer) in present]
             if not names:
                 continue
-            _, fresh = model.run_with_cache(cache[hook_names.resid_pre(layer)], start_at_layer=layer,
+            _, fresh = model.run_with_cache(block_input(cache, layer), start_at_layer=layer,
                                             stop_at_layer=layer + 1, names_filter=hook_names.names_filter(names))
             for name in names:
                 given, own = cache[name], fresh[name]

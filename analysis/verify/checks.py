@@ -1,17 +1,14 @@
-"""The comparisons a verification is made of: tie windows, one assignment against its reference, certificates.
+"""The comparisons a verification is made of: rounding windows, one assignment against its reference step,
+certificates.
 
-A **tie** is an exact tie: two costs equal in rational arithmetic on the float64 values. Where two costs lie
-within what float64 can order (the window below), the reference decides them exactly (:func:`make_reference`,
-:func:`analysis.verify.nearest.exact_costs`), so a circuit whose tie-break or rounding sends such a point elsewhere
-is an error with cause ``"near-tie"``, never a tie. :func:`distance_uncertainty` bounds, per point ``i`` and
-centroid ``j``, how far the squared distance ``D_ij`` (user units) may be from what the circuit computed: the
-circuit's score rounding ``gamma m_ij s^2`` (:mod:`circuits.sharpness` derives ``gamma`` and
-``m_ij = 2|x_i||c_j| + |c_j|^2 + t j`` in unit coordinates), plus the representation of points and centroids in
-the user's units (``8 u sqrt(d D_ij) (|x_i| + |c_j| + 2|mu|)``) and the verifier's own rounding of ``D_ij``
-(``(d + 2) u D_ij``). Two centroids whose distances differ by at most ``E_ij1 + E_ij2`` are decided exactly; only
-an exact tie goes to the lower index, as the circuit's tie-break sends it. The circuit's tie-break ``t`` is uniform
-while ``E`` shrinks with a point's magnitude, so a gap that float64 resolves can still lie within
-``t |j1 - j2|``: such a point is an error, named as caused by the tie-break.
+The trajectory of a hard circuit whose costs are squared distances is held to its certified reference run, in
+exact arithmetic at the data's precision (:mod:`analysis.verify.decisions`). What is compared here is a block's
+output against the reference step on the block's own decoded input (:func:`check_costs`): that input carries the
+decoding's rounding, so two costs within what float64 can order there (:func:`distance_uncertainty`, per point
+``i`` and centroid ``j``: the representation of points and centroids in the user's units, ``8 u sqrt(d D_ij)
+(|x_i| + |c_j| + 2|mu|)``, and the rounding of ``D_ij`` itself, ``(d + 2) u D_ij``) tie: a gap there says nothing
+about the block. An error whose gap lies within the circuit's tie-break ``t |j1 - j2|`` (the lower index chosen) is
+marked as caused by the tie-break, one within the circuit's own rounding as a resolution failure.
 """
 
 from __future__ import annotations
@@ -25,16 +22,14 @@ import numpy as np
 import torch
 
 from analysis.capture import Capture
-from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
-from analysis.verify.windows import (
-    RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty, exact_row, ties_of, two_nearest,
-)
+from analysis.verify.windows import RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty
 from circuits import memo, reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import Costs, ExactCosts, assign_within_biased
+from circuits.blockwise import assign_within_biased
+from circuits.reference import Costs
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 
 #: A soft trajectory may drift from the reference this many times the reference's own float64 noise floor.
@@ -157,23 +152,28 @@ def by_distance(circ: KMeansCircuit) -> bool:
 
 
 def make_reference(cap: Capture, b: int = 0) -> reference.Reference:
-    """The reference the circuit is held to, in the user's units. Distance costs tie only within what float64
-    resolves (not within the circuit's tie-break, which a far point makes coarse); cosine costs keep the
-    circuit's tie-break as their tie rule."""
+    """The reference the circuit is held to, in the user's units. Distance costs keep no tie-break (their ties are
+    the data's precision's: :mod:`analysis.verify.fast.certified`); cosine costs keep the circuit's tie-break as
+    their tie rule."""
     circ, enc = cap.circuit, cap.encoded
     s = float(enc.scaling.scale[b])
-    distance = by_distance(circ)
-    ref = circ.spec.reference(s, 0.0 if distance else circ.sharpness.tie_break * s**2, b)
-    if ref.hard and distance:
-        ref.tie_window = resolution_window(circ, enc, b)
-        ref.exact_costs = exact_costs  # near ties decided in rational arithmetic: only exact ties are ties
-    return ref
+    return circ.spec.reference(s, 0.0 if by_distance(circ) else circ.sharpness.tie_break * s**2, b)
+
+
+def certified(ref: reference.Reference, circ: KMeansCircuit) -> bool:
+    """Whether the reference runs certified, at the data's precision: a hard one whose costs are distances."""
+    return ref.hard and by_distance(circ)
 
 
 def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
-    """The reference's run from the circuit's initial centroids, on the points the circuit received."""
-    enc = cap.encoded
-    return make_reference(cap, b).run(enc.X[b], enc.C0[b], cap.circuit.iterations)
+    """The reference's run from the circuit's initial centroids, on the points the circuit received (certified at
+    the data's precision where :func:`certified`)."""
+    from analysis.verify.fast.certified import certified_run
+
+    enc, ref = cap.encoded, make_reference(cap, b)
+    if certified(ref, cap.circuit):
+        return certified_run(ref, enc.X[b], enc.C0[b], cap.circuit.iterations).trace
+    return ref.run(enc.X[b], enc.C0[b], cap.circuit.iterations)
 
 
 @dataclass(frozen=True)
@@ -193,35 +193,28 @@ class TieRule:
 
     rounding: float
     bias_scale: float = 1.0
-    E: np.ndarray | RowsOnDemand | None = None  # RowsOnDemand: with check_costs' near rows
+    E: np.ndarray | None = None
     tie_break_abs: float = 0.0
     E_circuit: np.ndarray | RowsOnDemand | None = None
-    #: Exact costs (:func:`analysis.verify.nearest.exact_costs`) deciding costs within ``E``: then only an exact
-    #: tie is a tie, and a label unlike the exact decision is an error with cause ``"near-tie"``.
-    exact: ExactCosts | None = None
 
 
 def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule: TieRule,
-                expected: np.ndarray | None = None,
-                near: dict[int, np.ndarray] | None = None) -> tuple[list[Mismatch], list[Tie]]:
+                expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
     """Labels ``got`` against the argmin of ``cost`` (or ``expected``); ties within the stated window.
-    ``near``: :func:`~analysis.verify.windows.near_rows` of these costs, ``rule.E`` and ``expected``, computed
-    before (then ``cost.values`` and ``rule.E`` are read only at the points a mismatch names, and may be
-    :class:`~analysis.verify.windows.RowsOnDemand`).
 
     With a per-entry uncertainty ``rule.E`` (distance costs) two columns tie for a point when their costs differ
     by at most ``E_ij1 + E_ij2``; an error whose gap lies within the circuit's tie-break
-    ``rule.tie_break_abs * |j1 - j2|`` is marked ``"tie-break"`` in ``Mismatch.cause``, one within the circuit's
-    own rounding ``rule.E_circuit`` (centroid columns) ``"resolution"``. Without ``E`` (cosine costs) the window
-    is ``bias_scale * |bias_1 - bias_2| + rounding``: the tie-break the circuit applies, plus float64 rounding.
+    ``rule.tie_break_abs * |j1 - j2|`` and that went to the lower index is marked ``"tie-break"`` in
+    ``Mismatch.cause``, one within the circuit's own rounding ``rule.E_circuit`` (centroid columns)
+    ``"resolution"``. Without ``E`` (cosine costs) the window is ``bias_scale * |bias_1 - bias_2| + rounding``:
+    the tie-break the circuit applies, plus float64 rounding.
     """
     E, E_circuit, tie_break_abs = rule.E, rule.E_circuit, rule.tie_break_abs
     layer, iteration, check = at.layer, at.iteration, at.check
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
-    exact = rule.exact if E is not None else None
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within_biased(V, cost.bias, E, exact)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within_biased(V, cost.bias, E)
         expected = labels[exp_col]
     else:
         exp_col = _columns(labels, col_of, expected)
@@ -229,11 +222,10 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         rows = np.arange(len(V))
         window = rule.bias_scale * np.abs(cost.bias[None, :] - cost.bias[exp_col][:, None]) + rule.rounding
         near = np.abs(V - V[rows, exp_col][:, None]) <= window  # what float64 cannot order
-        within = near if exact is None else _exact_ties(near, exp_col, exact)
-        tied = {int(i): within[i] for i in np.flatnonzero(within.sum(axis=1) > 1)}
-        row_of = lambda i: (window[i], near[i], within[i])  # noqa: E731
+        tied = {int(i): near[i] for i in np.flatnonzero(near.sum(axis=1) > 1)}
+        row_of = lambda i: (window[i], near[i])  # noqa: E731
     else:
-        tied, row_of = distance_ties(V, E, exp_col, exact) if near is None else ties_of(near, V, E, exp_col)
+        tied, row_of = distance_ties(V, E, exp_col)
     ties = [Tie(i, layer, iteration, [int(labels[c]) for c in np.flatnonzero(row)], int(got[i]), float(margins[i]))
             for i, row in tied.items()]
     mismatches = []
@@ -241,30 +233,18 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
         e, g = int(expected[i]), int(got[i])
         g_col = col_of.get(g)
         gap = float(V[i, g_col] - V[i, exp_col[i]]) if g_col is not None else math.inf
-        window_i, near_i, within_i = row_of(int(i))
-        kind = MismatchKind.TIE if g_col is not None and within_i[g_col] else MismatchKind.ERROR
+        window_i, near_i = row_of(int(i))
+        kind = MismatchKind.TIE if g_col is not None and near_i[g_col] else MismatchKind.ERROR
         w = float(window_i[g_col]) if g_col is not None else 0.0
         cause = ""
-        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near_i[g_col]:
-            cause = NEAR_TIE
-            got_cost, exp_cost = exact(int(i), np.array([g_col, exp_col[i]]))
-            gap = float(got_cost - exp_cost)  # the exact gap: float64's own may be 0 or of either sign
-        elif kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
+        if kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
             if g < e and gap <= tie_break_abs * (e - g) + w:
                 cause = "tie-break"
             elif E_circuit is not None and abs(gap) <= E_circuit[i, g] + E_circuit[i, e] + w:
                 cause = "resolution"
-        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
+        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w,
+                                   cause, nearest=e))
     return mismatches, ties
-
-
-def _exact_ties(near: np.ndarray, exp_col: np.ndarray, exact: ExactCosts) -> np.ndarray:
-    """``near`` (the columns float64 cannot order from the expected one) narrowed to the columns whose exact cost
-    equals the expected column's: only those tie."""
-    within = near.copy()
-    for i in np.flatnonzero(near.sum(axis=1) > 1):
-        within[i] = exact_row(int(i), near[i], int(exp_col[i]), exact)
-    return within
 
 
 def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray:
@@ -278,108 +258,9 @@ def _columns(labels: np.ndarray, col_of: dict[int, int], expected) -> np.ndarray
     return np.array([col_of[int(e)] for e in expected])
 
 
-def tie_window_at(C: np.ndarray, X: np.ndarray, window: Window) -> float:
-    """The widest window between a point's two nearest centroids among ``C`` (0 for one centroid); the report's tie
-    window is its largest along the reference run (:meth:`analysis.verify.problem.Problem.widen_tie_window`)."""
-    if C.shape[0] < 2:
-        return 0.0
-    D = reference.sq_distances(X, C)
-    E = window(C, D)
-    two = two_nearest(D)
-    rows = np.arange(len(X))
-    return float((E[rows, two[:, 0]] + E[rows, two[:, 1]]).max())
-
-
-#: The cause of an error at a near tie: two costs float64 cannot order, decided in exact arithmetic unlike the circuit.
-NEAR_TIE = "near-tie"
-
-#: What each known cause of an error means, for the failure that names it.
-CAUSES = {
-    "tie-break": "fell within the circuit's tie-break ({tie_break:.3g} squared user units per index)",
-    "resolution": "were ordered by the circuit's rounding (a far point makes the rest small in unit coordinates)",
-}
-
-
-def cause_failures(mismatches: list[Mismatch], tie_break_abs: float, scale: float) -> list[str]:
-    """A failure per known cause of errors: near ties the circuit decided unlike exact arithmetic, gaps the
-    circuit's tie-break swallowed, gaps its own rounding (the encoding's resolution) could not order."""
-    out = []
-
-    def hit(cause: str) -> list[Mismatch]:
-        # A point can fail the step-wise and the trajectory check at the same iteration: count it once.
-        return list({(m.point, m.iteration): m for m in mismatches if m.cause == cause}.values())
-
-    near = hit(NEAR_TIE)
-    if near:
-        first = min(near, key=lambda m: (m.iteration, m.point))
-        gaps = sorted({f"{abs(m.gap):.2g}" for m in near}, key=float)
-        out.append(f"{NEAR_TIE}: {len(near)} assignment(s) differ from the exact decision (first: point"
-                   f" {first.point} at t = {first.iteration}, to centroid {first.got} where centroid {first.expected} is nearer in"
-                   f" exact arithmetic): their squared distances differ by {', '.join(gaps[:4])}"
-                   + (" ..." if len(gaps) > 4 else "") + f" squared user units, within float64's tie window"
-                   f" ({max(m.window for m in near):.3g}) and the circuit's tie-break ({tie_break_abs:.3g} per"
-                   f" index), which decided them; only an exact tie goes to the lower index")
-    for cause, what in CAUSES.items():
-        found = hit(cause)
-        if found:
-            worst = max(found, key=lambda m: m.gap)
-            out.append(f"{cause}: {len(found)} assignment(s) with gaps float64 resolves"
-                       f" {what.format(tie_break=tie_break_abs)}"
-                       f" (e.g. point {worst.point} at t = {worst.iteration}: gap {worst.gap:.3g}, float64"
-                       f" window {worst.window:.3g}): the data's dynamic range (scale {scale:.3g}) is beyond what"
-                       f" the circuit resolves; pass a smaller --tie-break with a larger --beta, or cluster the far"
-                       f" points separately")
-    return out
-
-
-def resolution_failures(unresolved: list[Unresolved], dtype: str) -> list[str]:
-    """One failure (cause ``resolution``) naming the assignments the circuit's dtype could not decide."""
-    if not unresolved:
-        return []
-    worst = max(unresolved, key=lambda u: u.window - u.gap)
-    points = len({u.point for u in unresolved})
-    return [f"resolution: {len(unresolved)} assignment(s) ({points} point(s)) lie within {dtype}'s resolution window:"
-            f" the two nearest centroids' costs differ by less than {dtype} rounds them to (e.g. point {worst.point}"
-            f" at iteration {worst.iteration}: gap {worst.gap:.3g} <= window {worst.window:.3g} squared user units),"
-            f" so the label is rounding's choice, not certified to be Lloyd's; run with --dtype float64"]
-
-
-def trajectory_verdict(diverged: int | None, mismatches: list[Mismatch], failures: list[str], notes: list[str],
-                       ties_fail: bool = False) -> None:
-    """What the trajectory comparison adds to the verdict: a failure per label that differs beyond the tie window,
-    and for a tie that sent the trajectory another way a failure (``ties_fail``: the result is then not the
-    reference's) or a note (soft algorithms, whose labels are only a readout)."""
-    n_tied = sum(m.kind == MismatchKind.TIE and m.check == Check.TRAJECTORY for m in mismatches)
-    if diverged is not None and ties_fail and n_tied:
-        failures.append(
-            f"an exact tie in the assignment at t = {diverged} was resolved unlike the reference ({n_tied} label(s)"
-            f" not at the lowest index): the circuit's result is not the reference's from there on"
-        )
-    elif diverged is not None and ties_fail:
-        notes.append(f"from the assignment at t = {diverged} on, the circuit's trajectory is not the reference's:"
-                     " later iterations are compared for information only (the step-wise check still covers every"
-                     " layer)")
-    elif diverged is not None:
-        notes.append(
-            f"a tie in the assignment at t = {diverged} was resolved differently from the reference; from there on"
-            " the trajectory is compared for information only (the step-wise check still covers every layer)"
-        )
-    n_traj_errors = sum(m.kind == MismatchKind.ERROR and m.check == Check.TRAJECTORY and m.cause != NEAR_TIE
-                        for m in mismatches)
-    if n_traj_errors:
-        failures.append(f"{n_traj_errors} label(s) differ from the reference trajectory (not ties)")
-
-
 def circuit_converged(cap: Capture, b: int = 0) -> bool:
-    """Whether the circuit's last step changed no centroid. For a hard assignment, an assignment that repeats its
-    predecessor makes the next centroids the same means (equal up to the update's float64 rounding), and every later
-    step repeats it; for a soft one, whose argmax labels can repeat while its centroids still move, ``C`` after
-    ``T`` updates must equal ``C`` after ``T - 1``."""
-    T = cap.circuit.iterations
-    centroids = [cap.centroids(t)[b] for t in range(T + 1)]
-    if not _hard(cap, b):
-        return T >= 1 and np.array_equal(centroids[T], centroids[T - 1])
-    return reference.converged([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+    """Whether the circuit reached a state that it then kept to its last iteration (:func:`circuit_n_iter`)."""
+    return _settled_at(cap, b) is not None
 
 
 def _hard(cap: Capture, b: int) -> bool:
@@ -389,12 +270,31 @@ def _hard(cap: Capture, b: int) -> bool:
 def circuit_n_iter(cap: Capture, b: int = 0) -> int:
     """Iterations until the circuit's state stops changing: for hard assignments counted like scikit-learn's
     ``n_iter_`` (labels repeat, or centroids stand still); for soft ones, centroids standing still (their labels
-    are only a readout)."""
+    are only a readout); ``T`` where it never does."""
+    settled = _settled_at(cap, b)
+    return cap.circuit.iterations if settled is None else settled
+
+
+def _settled_at(cap: Capture, b: int) -> int | None:
+    """The first ``t`` at which the stopping rule holds (above) *and* the captured run bears it out: every later
+    assignment equals the one at ``t - 1`` and every later centroid the one at ``t`` (the centroids at ``t - 1``
+    may differ from those at ``t`` by the update's float64 rounding; the next update of the same mean gives them
+    exactly). Lloyd's repeats a state once an assignment repeats; a run altered by hooks need not, so the rule alone
+    would call a run converged whose own table shows it still moving."""
     T = cap.circuit.iterations
     centroids = [cap.centroids(t)[b] for t in range(T + 1)]
-    if not _hard(cap, b):
-        return next((t for t in range(1, T + 1) if np.array_equal(centroids[t], centroids[t - 1])), T)
-    return reference.iterations_run([cap.assignments(t)[b] for t in range(T + 1)], centroids)
+    labels = [cap.assignments(t)[b] for t in range(T + 1)]
+    hard = _hard(cap, b)
+    for t in range(1, T + 1):
+        if hard:
+            rule = (t >= 2 and np.array_equal(labels[t - 1], labels[t - 2])) or np.array_equal(centroids[t],
+                                                                                               centroids[t - 1])
+            kept = all(np.array_equal(labels[u], labels[t - 1]) for u in range(t, T + 1))
+        else:
+            rule, kept = np.array_equal(centroids[t], centroids[t - 1]), True
+        if rule and kept and all(np.array_equal(centroids[u], centroids[t]) for u in range(t + 1, T + 1)):
+            return t
+    return None
 
 
 def assign_certificate(att, spec, b: int) -> tuple[np.ndarray, np.ndarray]:

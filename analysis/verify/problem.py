@@ -16,14 +16,13 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify.checks import (
-    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, make_reference, max_stiffness,
-    tie_window_at,
+    At, TieRule, by_distance, certified, check_costs, circuit_input_window, circuit_window, make_reference,
+    max_stiffness, resolution_window,
 )
-from analysis.verify import trajectory_rows
-from analysis.verify.nearest import exact_costs
-from analysis.verify.report import Check, Mismatch, Tie, Tolerances, Unresolved, tolerances
-from analysis.verify.windows import circuit_rows
-from circuits.reference import Reference, Trace
+from analysis.verify.fast.certified import CertifiedRun, certified_run
+from analysis.verify.report import Mismatch, Tie, Tolerances, Unresolved, tolerances
+from analysis.verify.windows import circuit_rows, distance_uncertainty
+from circuits.reference import Costs, Reference, Trace, sq_distances
 
 #: ``centroids -> per-entry rounding window`` of the squared distances to them (user units).
 Rounding = Callable[[np.ndarray], np.ndarray]
@@ -50,11 +49,12 @@ class Problem:
     distance: bool
     own_rounding: Rounding | None
     coarse: Rounding | None
-    #: The tie window at each reference iterate, computed beside the prefetched reference run (else made here).
-    tie_windows: list[float] | None = None
-    #: The trajectory check's near rows at each reference iterate (:mod:`analysis.verify.trajectory_rows`),
-    #: computed beside the prefetched reference run; ``None`` (or an entry ``None``): computed in the check.
-    trajectory_near: list | None = None
+    #: ``(C, D) -> E``: float64's window of the squared distances ``D`` to ``C`` in the user's units (distance
+    #: costs), what the step-wise checks tie within.
+    resolution: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+    #: The reference's run at the data's precision, for a hard reference whose costs are distances (else ``None``):
+    #: ``trace`` is its trace, and the trajectory is checked against it (:mod:`analysis.verify.decisions`).
+    certified: CertifiedRun | None = None
 
     @classmethod
     def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
@@ -65,17 +65,19 @@ class Problem:
         d, s = circ.layout.d, float(enc.scaling.scale[b])
         tol = tolerances(circ.dtype, d, s, float(np.abs(np.concatenate([X, C0])).max()))
         if prefetched is not None:
-            ref, trace = prefetched.result(cap, b)
+            ref, run = prefetched.result(cap, b)
         else:
             ref = make_reference(cap, b)
-            trace = ref.run(X, C0, circ.iterations)
+            run = (certified_run(ref, X, C0, circ.iterations) if certified(ref, circ)
+                   else ref.run(X, C0, circ.iterations))
+        run, trace = (run, run.trace) if isinstance(run, CertifiedRun) else (None, run)
         distance = ref.hard and by_distance(circ)
         tie_break_abs = circ.sharpness.tie_break * s**2
         if distance:
-            # tol.tie_window becomes the widest of ref.tie_window (resolution_window, make_reference) along the
-            # reference run: widened by the trajectory stage (widen_tie_window), where each iterate's distances are
-            # at hand. Until then no check reads it (distance costs tie within E, not within tol.tie_window).
-            tol.tie_window = 0.0
+            # The widest bound among the ties at the data's precision (0: none); the step-wise checks tie within
+            # float64's window instead (resolution_window).
+            tol.tie_window = max((max(tie.bounds) for ties in run.ties for tie in ties), default=0.0)
+            tol.tie_window = float(tol.tie_window)
             tol.tie_break = tie_break_abs
         beta = max_stiffness(circ)
         member = max([blk.notes.get("member", 0.0) + 4 * blk.notes.get("gamma", 0.0) for blk in circ.blocks] + [0.0])
@@ -85,17 +87,19 @@ class Problem:
             tol_W=1e3 * tol.eps + 16 * (d + 3) * tol.eps * member * math.sqrt(enc.n),
             own_rounding=circuit_window(circ, enc, b) if distance else None,
             coarse=circuit_input_window(circ, enc, b) if distance else None,
-            tie_windows=prefetched.tie_windows if prefetched is not None else None,
-            trajectory_near=prefetched.trajectory_near if prefetched is not None else None,
+            resolution=resolution_window(circ, enc, b) if distance else None, certified=run,
         )
 
-    def widen_tie_window(self, t: int) -> None:
-        """Widen ``tol.tie_window`` by the window of the reference's centroids after ``t`` iterations (distance costs;
-        once per ``t``: the trajectory stage calls it as it checks iterate ``t``)."""
-        if self.distance:
-            window = (self.tie_windows[t] if self.tie_windows is not None
-                      else tie_window_at(self.trace.centroids[t], self.X, self.ref.tie_window))
-            self.tol.tie_window = max(self.tol.tie_window, window)
+    def float64_window(self, C: np.ndarray, i: int) -> np.ndarray:
+        """Point ``i``'s row of float64's window of the squared distances to ``C`` in the user's units
+        (:func:`~analysis.verify.windows.distance_uncertainty`): what a float64 program cannot order there."""
+        x = self.X[i : i + 1]
+        return distance_uncertainty(x, C, sq_distances(x, C), self.enc.scaling.offset[self.b])[0]
+
+    def circuit_window(self, C: np.ndarray, i: int) -> np.ndarray | None:
+        """Point ``i``'s row of the circuit's own rounding window of its scores for centroids ``C`` (``None``:
+        not a distance head)."""
+        return None if self.own_rounding is None else circuit_rows(self.own_rounding, C)[i]
 
     @property
     def circ(self):
@@ -148,42 +152,30 @@ class Problem:
 
     def check_hard(self, C: np.ndarray, got: np.ndarray, margins: np.ndarray, at: At, state,
                    expected: np.ndarray | None = None) -> tuple[list[Mismatch], list[Tie]]:
-        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``).
-
-        The trajectory check decides near ties exactly (the reference's centroids are its own float64 values, so
-        exact Lloyd's is defined on them); the step-wise check does not: a block's decoded input carries the
-        decoding's rounding, so a gap within the window there says nothing about the block."""
-        near = self._reference_near(C, got, at, expected)
-        if near is not None:
-            # The reference run's own near rows: the costs and windows are read at the mismatches alone.
-            cost, E = trajectory_rows.costs_on_demand(self.ref, self.X, C)
-            rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
-                           circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None,
-                           exact_costs(self.X, C, cost))
-            return check_costs(cost, got, margins, at, rule, expected, near)
+        """Hard labels ``got`` against the reference's assignment to centroids ``C`` (or ``expected``): a block's
+        output against the reference step on its decoded input (its rounding makes gaps within float64's window
+        ties there), or the trajectory of a reference whose costs are not distances (spherical's cosines: the
+        circuit's tie rule)."""
         cost = self.ref.costs(self.X, C, at.iteration)
-        E = self.ref.cost_uncertainty(cost, C)
-        if at.check == Check.STEP and self.coarse is not None and E is not None:
-            # A block's decoded input carries the circuit dtype's rounding of the true centroids (float32's), so
-            # against the reference step on that input, gaps within that rounding are ties of the rounded problem.
-            E = E.copy()
-            E[:, : C.shape[0]] += self.coarse(C)
-        exact = exact_costs(self.X, C, cost) if at.check == Check.TRAJECTORY and E is not None else None
+        E = self._step_window(cost, C) if self.distance else None
         # check_costs reads the circuit's own rounding at its mismatches alone: their rows are made as read.
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
-                       circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None, exact)
+                       circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None)
         return check_costs(cost, got, margins, at, rule, expected)
 
-    def _reference_near(self, C: np.ndarray, got: np.ndarray, at: At, expected) -> dict | None:
-        """The prefetched near rows for a trajectory check of iterate ``at.iteration`` (at the reference's own
-        centroids and labels, with few enough mismatches to read row by row), else ``None``."""
-        t = at.iteration
-        if (at.check != Check.TRAJECTORY or expected is None or self.trajectory_near is None
-                or t >= len(self.trajectory_near) or self.trajectory_near[t] is None
-                or not trajectory_rows.applies(self.ref, C) or not np.array_equal(C, self.trace.centroids[t])
-                or np.count_nonzero(np.asarray(expected) != got) > trajectory_rows.MOST_ROWS):
-            return None
-        return self.trajectory_near[t]
+    def _step_window(self, cost: Costs, C: np.ndarray) -> np.ndarray:
+        """``E`` for every cost column of a block's input ``C``: float64's window on the centroid columns (plus, in
+        a dtype coarser than float64, that dtype's rounding of the block's decoded input), 0 on any other (a
+        threshold is exact)."""
+        k = C.shape[0]
+        window = self.resolution(C, cost.values[:, :k])
+        if self.coarse is not None:
+            window = window + self.coarse(C)
+        if cost.values.shape[1] == k:
+            return window
+        E = np.zeros_like(cost.values)
+        E[:, :k] = window
+        return E
 
 
 @dataclass

@@ -45,9 +45,9 @@ import torch
 
 from analysis.capture import Capture, capture
 from analysis.verify.checks import (
-    FLOOR_FACTOR, NEAR_TIE, At, assign_certificate, cause_failures, circuit_converged, circuit_n_iter, noise_floor,
-    trajectory_verdict,
+    FLOOR_FACTOR, At, assign_certificate, circuit_converged, circuit_n_iter, noise_floor,
 )
+from analysis.verify.decisions import NEAR_TIE, cause_failures, check_trajectory, tie_notes, trajectory_verdict
 from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import (
     Check, Deferred, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances,
@@ -192,20 +192,21 @@ def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecor
             found.failing_layers.append(circ.centroid_layers[t])
         if p.hard:
             layer = circ.assignment_layers[t]
-            traj, ties = p.check_hard(p.trace.centroids[t], labels_t, certificate[0], At(layer, t, Check.TRAJECTORY),
-                                      cap.layers[layer].pre, p.trace.assignments[t])
+            at = At(layer, t, Check.TRAJECTORY)
+            if p.certified is not None:
+                traj, ties = check_trajectory(p, t, labels_t, certificate[0], at)
+            else:
+                traj, ties = p.check_hard(p.trace.centroids[t], labels_t, certificate[0], at, cap.layers[layer].pre,
+                                          p.trace.assignments[t])
             if diverged is None:
-                # Ties are the reference trajectory's exact ties (the step-wise check's window only says what a
-                # block's decoded input cannot order).
+                # Ties are the reference trajectory's (the step-wise check's window only says what a block's
+                # decoded input cannot order).
                 found.mismatches.extend(traj)
                 found.ties.extend(ties)
                 errors_t, _, a_err = found.step_counts[t]
                 found.step_counts[t] = (errors_t, len(ties), a_err)
                 if any(m.kind == MismatchKind.TIE or m.cause == NEAR_TIE for m in traj):
                     diverged = t
-        # Iterate t is done with while its distances are the memo's latest (circuits.memo.DISTANCES_KEPT): its tie
-        # window, and its record (complete: the step-wise counts were made before, the trajectory's just now).
-        p.widen_tie_window(t)
         records.append(_iteration_record(p, found, t, certificate, c_err, bound))
     found.centroid_limit = max(limits)
     found.initial = records[0]
@@ -283,12 +284,13 @@ def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: 
         meet = next((t for t in range(diverged + 1, p.T + 1) if all(same[t:])), None)
         if meet is not None:
             found.notes.append(f"the trajectories meet again: from t = {meet} on, every label is the reference's and"
-                               f" every centroid within {p.tol.centroid:.2g} of its")
+                               f" every centroid within {p.tol.centroid:.2g} of the reference's")
     # Causes of the step-wise and trajectory errors alike (a float32 block can match the reference step on its own
     # rounded input while its trajectory leaves Lloyd's: the tie-break decided a gap float64 resolves).
     found.failures.extend(cause_failures(found.mismatches, p.tie_break_abs, p.scale))
-    # Ties are the reference's, float64's whatever the circuit's dtype (checks.resolution_window).
-    found.notes.extend(_tie_notes(found.ties, p.hard, p.tol.tie_window, p.tol_R, "float64"))
+    # Ties are the reference's (at the data's precision for distance costs), whatever the circuit's dtype.
+    found.notes.extend(tie_notes(found.ties, "distance" if p.certified is not None else
+                                 "hard" if p.hard else "soft", p.tol_R))
     if p.spec.sink_logit is not None:
         outliers = np.flatnonzero(p.cap.assignments(p.T)[p.b] < 0)
         shown = ", ".join(map(str, outliers[:20])) + (" ..." if len(outliers) > 20 else "")
@@ -320,15 +322,3 @@ def _certificate(p: Problem, found: Findings) -> tuple[bool, tuple[np.ndarray, n
                                                                 f" {p.dtype_name}'s resolution window"
                                                                 if p.check_resolution else ""))
     return hard_attention, all_assign[T]
-
-
-def _tie_notes(ties: list[Tie], hard: bool, window: float, tol_R: float, dtype: str = "float64") -> list[str]:
-    if not ties:
-        return []
-    if hard:
-        lower = sum(t.chosen == min(t.candidates) for t in ties)
-        return [f"{len(ties)} tied assignment(s) (nearest centroids exactly equidistant, in rational arithmetic on"
-                f" the {dtype} values): {lower} went to the lower index"
-                + (f", {len(ties) - lower} did not" if lower < len(ties) else "")]
-    return [f"{len(ties)} label readout tie(s): the largest responsibilities are equal within {2 * tol_R:.2g},"
-            " so the hard label (their argmax) may differ from the reference's while the responsibilities agree"]

@@ -19,7 +19,7 @@ from enum import Enum
 import torch
 
 from analysis.verify import verdict as vocabulary
-from analysis.verify.verdict import Verdict, bound_text, convergence_text
+from analysis.verify.verdict import Verdict, bound_text, convergence_text, tie_text
 
 class MismatchKind(str, Enum):
     """A label that differs from the reference's: within float64's tie window, or not. Compares as its name."""
@@ -52,18 +52,32 @@ class Mismatch:
     expected: int
     got: int
     margin: float
+    #: The chosen label's cost above the expected one's (step-wise), or above the exact nearest one's, in exact
+    #: arithmetic (the trajectory of a distance reference): squared user units.
     gap: float
     kind: MismatchKind
     check: Check
-    #: The tie window ``E_ij1 + E_ij2`` of the two centroids (user units; Lloyd's verification).
+    #: The window the gap was held to: the rounding window ``E_ij1 + E_ij2`` of a step-wise check; against a
+    #: distance reference's trajectory, the bound ``W`` within which the data's precision would make it a tie.
     window: float = 0.0
-    #: Why an error happened where it is known: ``"tie-break"`` when the gap lies within the circuit's tie-break.
+    #: Why an error happened, where the run shows it: ``"near-tie"`` (the data decides it, by less than float64
+    #: orders in these units), ``"tie-break"`` (the circuit's tie-break covers the gap and sent the point to the
+    #: lower index), ``"resolution"`` (the gap is within the circuit's own rounding); ``""`` where none holds.
     cause: str = ""
+    #: Trajectory of a distance reference: the exact nearest label (-1: none known), float64's window of the two
+    #: costs in the user's units, and the circuit's own rounding window of them (squared user units).
+    nearest: int = -1
+    float64_window: float = 0.0
+    circuit_window: float = 0.0
 
 
 @dataclass
 class Tie:
-    """A point whose nearest centroids are equally near within the tie window at one assign layer."""
+    """A point whose tie set holds more than one label at one assign layer: against a distance reference, the
+    labels whose squared distance lies within the data's precision of the exact nearest one's (``nearest``), each
+    with its exact gap above the nearest and the bound ``W`` it is within (:mod:`circuits.precision`); the
+    reference takes the lowest (``candidates[0]``). Elsewhere, labels whose costs are equal within the stated
+    window (``gaps``/``bounds`` empty)."""
 
     point: int
     layer: int
@@ -71,6 +85,14 @@ class Tie:
     candidates: list[int]
     chosen: int
     margin: float
+    nearest: int = -1
+    gaps: list[float] = field(default_factory=list)
+    bounds: list[float] = field(default_factory=list)
+
+    @property
+    def comparisons(self) -> int:
+        """The comparisons that tied: each candidate but the nearest, against it."""
+        return len(self.candidates) - 1
 
 
 @dataclass
@@ -287,6 +309,16 @@ class VerificationReport:
         out["n_unresolved"] = len(self.unresolved)
         return _finite(out)
 
+    def _counts_text(self) -> str:
+        """Errors and ties in words: the ties the reference run met and how many the circuit resolved unlike it,
+        and, apart, the labels a block sent another way within its decoded input's rounding window (step-wise)."""
+        along = [m for m in self.tie_mismatches if m.check == Check.TRAJECTORY]
+        step = len(self.tie_mismatches) - len(along)
+        precision = " at the data's precision" if self.ties and all(t.bounds for t in self.ties) else ""
+        return (f"{len(self.errors)} errors, {len(self.ties)} ties{precision} ({len(along)} resolved unlike the"
+                f" reference)" + (f"; {step} step-wise label(s) within their block's rounding window, resolved"
+                                  f" unlike the reference step" if step else ""))
+
     @property
     def records(self) -> list[IterationRecord]:
         """Every record, ``t = 0 .. T``."""
@@ -306,12 +338,8 @@ class VerificationReport:
                 f" {r.objective_reference:>14.8g} {r.min_margin:>11.3g} {bound_text(r.leak_bound):>10}"
             )
         lines.append(self.verdict)
-        lines.append(
-            f"{len(self.errors)} errors, {len(self.ties)} ties ({len(self.tie_mismatches)} resolved unlike the"
-            f" reference),"
-            f" hard attention everywhere: {self.hard_attention}; "
-            + convergence_text(self.converged, self.n_iter, self.iterations)
-        )
+        lines.append(f"{self._counts_text()}, hard attention everywhere: {self.hard_attention}; "
+                     + convergence_text(self.converged, self.n_iter, self.iterations))
         # The verdict names the first failure; the rest follow.
         lines.extend(f"failure: {f}" for f in self.failures[1:])
         lines.extend(f"note: {n}" for n in self.notes)
@@ -333,14 +361,15 @@ def verdict_of(rep: VerificationReport) -> Verdict:
         return vocabulary.failure(cause + (f" (and {more} more)" if more > 0 else ""), reference=rep.reference_name,
                                   layer=rep.first_failing_layer, role=rep.first_failing_role,
                                   altered_by=[f"hook {a}" for a in rep.alterations])
+    ties = tie_text([tie for tie in rep.ties if tie.bounds])
     if lloyd and rep.dtype == "float64" and rep.hard_attention:
-        return vocabulary.exact_lloyd(rep.dtype)
+        return vocabulary.exact_lloyd(rep.dtype, ties)
     if lloyd:
         why = (f"{rep.dtype} cannot hold beta * score exactly" if rep.dtype != "float64"
                else "some attention not exactly one-hot")
-        return vocabulary.approximate_lloyd(rep.dtype, rep.centroid_limit or rep.tolerances.centroid, why)
+        return vocabulary.approximate_lloyd(rep.dtype, rep.centroid_limit or rep.tolerances.centroid, why, ties)
     return vocabulary.matches_variant(rep.reference_name, rep.centroid_limit or rep.tolerances.centroid,
-                                      rep.variant_params, dtype=rep.dtype)
+                                      rep.variant_params, dtype=rep.dtype, ties=ties)
 
 
 def _bound_text(x: float | None) -> str:

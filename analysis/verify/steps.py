@@ -13,9 +13,8 @@ import contextvars
 
 import numpy as np
 
-from analysis.verify.checks import (
-    At, assign_certificate, resolution_failures, unresolved_decisions, update_weight_error,
-)
+from analysis.verify.checks import At, assign_certificate, unresolved_decisions, update_weight_error
+from analysis.verify.decisions import resolution_failures
 from analysis.verify.problem import Findings, Problem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE

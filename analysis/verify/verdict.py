@@ -84,29 +84,31 @@ def tolerance_text(x: float) -> str:
     return f"{x:.2g}"
 
 
-def exact_lloyd(dtype: str = "float64") -> Verdict:
-    """Lloyd's circuit, float64, hard attention at every layer: every label Lloyd's, every centroid Lloyd's
-    within float64 rounding."""
-    return Verdict(True, "exact", f"VERIFIED (exact Lloyd's k-means, {dtype})", reference="Lloyd's k-means")
+def exact_lloyd(dtype: str = "float64", ties: str = "") -> Verdict:
+    """Lloyd's circuit, float64, hard attention at every layer: every label Lloyd's in exact arithmetic at the
+    data's precision, every centroid Lloyd's within float64 rounding. ``ties``: the ties at the data's precision,
+    in words (``analysis.verify.decisions.tie_text``), said after the verdict."""
+    return Verdict(True, "exact", f"VERIFIED (exact Lloyd's k-means, {dtype})" + _then(ties),
+                   reference="Lloyd's k-means")
 
 
-def approximate_lloyd(dtype: str, tolerance: float, why: str = "") -> Verdict:
+def approximate_lloyd(dtype: str, tolerance: float, why: str = "", ties: str = "") -> Verdict:
     """Lloyd's circuit that is not exact (``why``: attention not exactly hard, or a dtype that cannot hold
     ``beta * score``): its labels are Lloyd's, its centroids within ``tolerance`` (user units)."""
     because = f"; {why}" if why else ""
     return Verdict(True, "approximate",
                    f"VERIFIED (approximates Lloyd's k-means, {dtype}: Lloyd's labels, centroids to"
-                   f" {tolerance_text(tolerance)}{because})",
+                   f" {tolerance_text(tolerance)}{because})" + _then(ties),
                    reference="Lloyd's k-means", tolerance=tolerance, tolerance_units="user units")
 
 
 def matches_variant(reference: str, tolerance: float, params: dict | None = None, units: str = "user units",
-                    dtype: str = "float64") -> Verdict:
+                    dtype: str = "float64", ties: str = "") -> Verdict:
     """A variant circuit that matches its own reference: ``VERIFIED (matches soft k-means, beta = 30, to
     5.2e-12)``. ``reference``: the algorithm's name; ``params``: the parameters that make it that algorithm."""
     named = reference + "".join(f", {key} = {_number(value)}" for key, value in (params or {}).items())
     return Verdict(True, "variant",
-                   f"VERIFIED (matches {named}, to {tolerance_text(tolerance)}, {dtype}; not Lloyd's)",
+                   f"VERIFIED (matches {named}, to {tolerance_text(tolerance)}, {dtype}; not Lloyd's)" + _then(ties),
                    reference=named, tolerance=tolerance, tolerance_units=units)
 
 
@@ -143,6 +145,30 @@ def failure(cause: str, reference: str = "", layer: int | None = None, role: str
                    layer=layer, altered_by=list(altered_by), cause=cause)
 
 
+def tie_text(ties: list) -> str:
+    """Ties at the data's precision in words, after a verdict (and in the estimator's warning): how many
+    comparisons tied, the first one's point, centroids and gap ("" for none). ``ties``:
+    :class:`analysis.verify.report.Tie` records that carry their gaps and bounds."""
+    if not ties:
+        return ""
+    first = min(ties, key=lambda tie: (tie.iteration, tie.point))
+    n = sum(tie.comparisons for tie in ties)
+    other = next((c for c in first.candidates if c != first.nearest), first.candidates[-1])
+    k = first.candidates.index(other)
+    gap, bound = (first.gaps[k], first.bounds[k]) if first.gaps else (0.0, 0.0)
+    return (f"{n} comparison(s) tied at the data's precision and went to the lower index (first: point"
+            f" {first.point} at t = {first.iteration}, centroids {first.nearest} and {other}, squared distances"
+            f" {_gap_text(gap)} apart, within the {bound:.2g} the data's precision allows)")
+
+
+def _gap_text(gap: float) -> str:
+    return "0" if gap == 0 else f"{gap:.2g}"
+
+
+def _then(ties: str) -> str:
+    return f"; {ties}" if ties else ""
+
+
 def bound_text(x: float | None) -> str:
     """A leak bound (attention mass off the chosen key): a number below 1, else ``"no bound"`` (a bound of 1 or
     more bounds nothing; ``None``/nan: none computed)."""
@@ -173,7 +199,9 @@ def _number(x) -> str:
 
 #: One example of each kind, for the docs.
 EXAMPLES = (
-    exact_lloyd(),
+    exact_lloyd(ties="4 comparison(s) tied at the data's precision and went to the lower index (first: point 103"
+                     " at t = 0, centroids 0 and 2, squared distances 1.2e-15 apart, within the 4.3e-15 the"
+                     " data's precision allows)"),
     approximate_lloyd("float32", 1.2e-5, "float32 cannot hold beta * score exactly"),
     matches_variant("soft k-means", 5.2e-12, {"beta": 30.0}),
     matches_construction("the safeguarded swap", 1e-9),
@@ -186,8 +214,10 @@ RULES = """\
 Every verdict, on the report's badge, on the CLI's verdict line and in `--json` (`verdict`, `verdict_kind`), comes
 from one module, `analysis/verify/verdict.py`. It says what the run was checked against, and nothing more:
 
-- **exact**: only Lloyd's circuit in float64 with hard attention at every layer. Every label is Lloyd's (ties:
-  exact ties only, to the lower index), every centroid Lloyd's within float64 rounding.
+- **exact**: only Lloyd's circuit in float64 with hard attention at every layer. Every label is Lloyd's in exact
+  arithmetic at the data's precision (a comparison that moving each input by half an ulp can tie or turn is a tie,
+  to the lower index), every centroid Lloyd's within float64 rounding. The verdict says how many comparisons tied
+  and names the first.
 - **approximate**: Lloyd's circuit where attention was not exactly hard or the dtype cannot hold `beta * score`
   (float32): the labels are Lloyd's, the centroids within the stated tolerance.
 - **variant**: a variant circuit matches *its own* reference, named with its parameters, to the stated tolerance.

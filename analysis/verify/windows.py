@@ -11,7 +11,6 @@ from collections.abc import Callable
 import numpy as np
 
 from circuits.blockwise import row_counts
-from circuits.reference import ExactCosts
 from circuits.sharpness import UNIT_ROUNDOFF
 
 
@@ -114,77 +113,25 @@ def circuit_rows(window: Callable[[np.ndarray], np.ndarray], C: np.ndarray) -> n
     return window(C) if rows is None else RowsOnDemand(lambda points: rows(C, points))
 
 
-def exact_row(i: int, near: np.ndarray, exp_col: int, exact: ExactCosts) -> np.ndarray:
-    """Row ``i`` of :func:`analysis.verify.checks._exact_ties`: its ``near`` columns narrowed to those whose exact
-    cost is the expected column's."""
-    within = near.copy()
-    columns = np.flatnonzero(near)
-    costs = exact(i, columns)
-    own = costs[int(np.flatnonzero(columns == exp_col)[0])]
-    within[columns] = [c == own for c in costs]
-    return within
-
-
-def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: ExactCosts | None):
+def distance_ties(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray):
     """:func:`analysis.verify.checks.check_costs`' windows for distance costs without its ``n x k`` matrices: the
-    window of point ``i`` and column ``j`` is ``E_ij + E_i,exp``, near is ``|V_ij - V_i,exp| <= window`` and within
-    is near, narrowed by ``exact`` (:func:`exact_row`) where more than one column is near. Made block by block of
-    points (each row reads its own alone: the same numbers as the whole matrices, in cache); kept are the rows where
-    more than one column is within, as ``{point: within row}`` in point order, and ``row_of(i) -> (window, near,
-    within)`` of one point, made again by the same operations for the few points a caller asks about."""
-    return ties_of(near_rows(V, E, exp_col, exact), V, E, exp_col)
-
-
-def ties_of(several: dict[int, np.ndarray], V, E, exp_col: np.ndarray):
-    """:func:`distance_ties`' result from :func:`near_rows`' (computed earlier, or elsewhere: the reference's own
-    trajectory, :mod:`analysis.verify.prefetch`); ``V`` and ``E`` are read a row at a time, for the points a caller
-    asks about (a :class:`RowsOnDemand` serves)."""
-
-    def row_of(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        window = E[i] + E[i, exp_col[i]]
-        near = np.abs(V[i] - V[i, exp_col[i]]) <= window
-        return window, near, several.get(i, near)
-
-    return {i: row for i, row in several.items() if row.sum() > 1}, row_of
-
-
-def near_rows(V: np.ndarray, E: np.ndarray, exp_col: np.ndarray, exact: ExactCosts | None) -> dict[int, np.ndarray]:
-    """The rows of :func:`distance_ties` where more than one column is near, as ``{point: within row}`` (``near``
-    narrowed by ``exact``): the part of the check that reads every row."""
+    window of point ``i`` and column ``j`` is ``E_ij + E_i,exp`` and near is ``|V_ij - V_i,exp| <= window``. Made
+    block by block of points (each row reads its own alone: the same numbers as the whole matrices, in cache);
+    kept are the rows where more than one column is near, as ``{point: near row}`` in point order, and
+    ``row_of(i) -> (window, near)`` of one point, made again by the same operations for the few points a caller
+    asks about."""
     n, k = V.shape
     rows = max(1, _FUSED_ENTRIES // max(1, k))
     index = np.arange(min(rows, n))
-    several: dict[int, np.ndarray] = {}  # copies: a view would keep its whole block alive (and the heap fragmented)
+    several: dict[int, np.ndarray] = {}  # copies: a view would keep its whole block alive
     for start in range(0, n, rows):
         Vb, Eb, e = V[start : start + rows], E[start : start + rows], exp_col[start : start + rows]
         here = index[: len(Vb)]
         near = np.abs(Vb - Vb[here, e][:, None]) <= Eb + Eb[here, e][:, None]
-        for i in np.flatnonzero(row_counts(near) > 1):
-            point = start + int(i)
-            several[point] = near[i].copy() if exact is None else exact_row(point, near[i], int(e[i]), exact)
-    return several
+        several.update((start + int(i), near[i].copy()) for i in np.flatnonzero(row_counts(near) > 1))
 
+    def row_of(i: int) -> tuple[np.ndarray, np.ndarray]:
+        window = E[i] + E[i, exp_col[i]]
+        return window, np.abs(V[i] - V[i, exp_col[i]]) <= window
 
-def two_nearest(D: np.ndarray) -> np.ndarray:
-    """``np.argsort(D, axis=1, kind="stable")[:, :2]``: each row's smallest entry (the lowest index among equal ones)
-    and the next in that order. Block by block, for rows of finite entries without the sort: the first is
-    ``argmin`` (the lowest index of the smallest), the second ``argmin`` of the row with the first set to infinity
-    (the lowest index of the smallest among the rest: every other entry is finite, below infinity). A block with an
-    infinite or NaN entry is sorted as before."""
-    n, k = D.shape
-    if k < 2:
-        return np.argsort(D, axis=1, kind="stable")[:, :2]
-    two = np.empty((n, 2), dtype=np.intp)
-    rows = max(1, _FUSED_ENTRIES // max(1, k))
-    index = np.arange(min(rows, n))
-    for start in range(0, n, rows):
-        block = D[start : start + rows]
-        if not np.isfinite(block).all():
-            two[start : start + len(block)] = np.argsort(block, axis=1, kind="stable")[:, :2]
-            continue
-        first = np.argmin(block, axis=1)
-        rest = block.copy()
-        rest[index[: len(block)], first] = np.inf
-        two[start : start + len(block), 0] = first
-        two[start : start + len(block), 1] = np.argmin(rest, axis=1)
-    return two
+    return several, row_of

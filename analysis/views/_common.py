@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from jaxtyping import Float, Int
 from plotly.colors import qualitative
 
-from analysis.capture import AssignAttention, Capture
+from analysis.capture import AssignAttention, Capture, stream_activations
 from analysis.pipeline import as_run
 from circuits.build import KMeansCircuit
 
@@ -33,13 +33,16 @@ LOW_MARGIN_SHARE = 0.2
 
 @dataclass(repr=False)
 class View:
-    """What one view computed (``data``, over all points) and how it draws it (``figure``)."""
+    """What one view computed (``data``, over all points) and how it draws it (``figure``). ``notes`` explain the
+    figure (printed under it); ``caveats`` say what it cannot show of the run it is given (printed above it, and
+    empty whenever the figure is that run)."""
 
     name: str
     title: str
     figure: go.Figure
     data: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
 
     def show(self, *args, **kwargs) -> None:
         self.figure.show(*args, **kwargs)
@@ -80,6 +83,60 @@ def report_of(obj):
     if isinstance(obj, (Capture, KMeansCircuit)):
         return None
     return as_run(obj).report
+
+
+def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
+    """Hand each activation named in ``names`` (``hook_names``: residual streams, patterns) of problem ``b`` to
+    ``take(name, value)``, a batch of one, in the order of ``names``, *from the run as it ran*; return the caveats
+    for what could not be handed over.
+
+    A capture read from a user's ``ActivationCache`` (:attr:`~analysis.capture.Capture.from_user_cache`) is that run,
+    hooks and all: its activations are read from the cache, never from a re-run (:func:`analysis.capture.
+    stream_activations` knows none of the user's hooks, so it would show another run). Where the cache lacks some
+    of them (a ``names_filter``), a re-run stands in only when the verification found no hook that changed the run;
+    else those are left out and the caveat names them. Any other capture keeps only what the verification reads, so
+    the circuit is re-run on its input along its execution path (deterministic: the verified run, bit for bit).
+    """
+    cap = as_capture(obj)
+    if cap.from_user_cache:
+        held = set(cap.cache.keys())
+        missing = [name for name in names if name not in held]
+        rep = report_of(obj)
+        unaltered = rep is not None and not rep.alterations and not cap.hooked_patterns
+        if not missing or not unaltered:
+            for name in names:
+                if name not in missing:
+                    take(name, cap.cache[name][b : b + 1])
+            return [] if not missing else [
+                f"This run was changed by hooks and its cache lacks {len(missing)} of the activations this figure"
+                f" reads ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): they are left out, as a"
+                " re-run would not have the run's hooks. Run run_with_cache without a names_filter to see them."]
+    stream_activations(cap.circuit, cap.encoded.resid[b : b + 1], cap.path, names, take)
+    return []
+
+
+def alteration_caveats(obj) -> list[str]:
+    """For a view of the weights of a run that hooks changed: the weights are not what ran."""
+    rep = report_of(obj)
+    if rep is None or not rep.alterations:
+        return []
+    return [f"Hooks changed this run ({'; '.join(rep.alterations)}). Hooks act on activations, not on weights: these"
+            " are the circuit's weights as built, and where the hooks acted the run did not compute what they"
+            " compute."]
+
+
+def hooked_caveats(obj, kind: str) -> list[str]:
+    """For a view of ``kind`` heads ("assign", "update") of a run whose hooks replaced some of their patterns
+    (:attr:`~analysis.capture.Capture.hooked_patterns`): what the view shows there."""
+    cap = as_capture(obj)
+    hooked = {layer: rows for layer, rows in cap.hooked_patterns.items() if cap.circuit.schedule[layer] == kind}
+    if not hooked:
+        return []
+    where = ", ".join(f"{layer_title(cap.circuit, layer)} ({rows} query rows)"
+                      for layer, rows in sorted(hooked.items()))
+    return [f"A hook of this run replaced the attention pattern of {where}: the pattern drawn there is the one that"
+            " ran, not the softmax of its scores, so the margins there (the scores') certify nothing about it; its"
+            " leak bound is the pattern's own distance from the hard pattern."]
 
 
 def soft_clusters(assignments: Float[np.ndarray, "n k"]) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, " n"]]:

@@ -19,12 +19,14 @@ from analysis.views._common import (
     View,
     centroid_labels,
     head_layers,
+    hooked_caveats,
     layer_title,
     per_layer,
     point_labels,
     slider,
     visibility,
 )
+from circuits.blocks import ASSIGN
 from circuits.sharpness import FLOAT64_UNDERFLOW
 
 #: Margins are drawn on a log axis; smaller ones (exact ties without a tie-break, soft variants) sit here.
@@ -61,7 +63,7 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
     notes = [sample.note(),
              f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
              f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}."]
-    return View("assign_attention", "Assignment heads", fig, data, notes)
+    return View("assign_attention", "Assignment heads", fig, data, notes, hooked_caveats(obj, ASSIGN))
 
 
 def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:

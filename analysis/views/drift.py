@@ -64,14 +64,33 @@ def view_behaviour(a: DriftAnalysis) -> View:
     return View("drift-behaviour", "behaviour per step", fig, {"behaviour": beh.__dict__})
 
 
+def fitted_range(values, pad: float = 0.15) -> list[float]:
+    """An axis range around ``values`` (``pad`` of their span on each side), so that differences between them show:
+    cosines of 0.988 to 0.998 drawn on 0..1 are one flat line."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return [0.0, 1.0]
+    a, b = float(v.min()), float(v.max())
+    span = b - a if b > a else max(abs(a), 1.0) * 1e-3
+    return [a - pad * span, b + pad * span]
+
+
 def view_similarity(a: DriftAnalysis) -> View:
+    """Cosine and relative distance of each head circuit to the construction, as points on axes fitted to them."""
     labels = [f"{BLOCK_NAMES[c.block]} {c.which}" for c in a.circuits]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine similarity to the construction", "relative Frobenius distance"))
-    fig.add_trace(go.Bar(x=labels, y=[c.cosine for c in a.circuits], marker_color="#1f77b4", name="cosine"), 1, 1)
-    fig.add_trace(go.Bar(x=labels, y=[c.rel_frobenius for c in a.circuits], marker_color="#d62728", name="|W - W0| / |W0|"), 1, 2)
-    fig.update_layout(height=380, showlegend=False, title="Trained head circuits vs the construction (basis-invariant)")
-    return View("drift-similarity", "cosine and distance", fig,
-                {"cosine": [c.cosine for c in a.circuits], "rel_frobenius": [c.rel_frobenius for c in a.circuits]})
+    cosines, distances = [c.cosine for c in a.circuits], [c.rel_frobenius for c in a.circuits]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine similarity to the construction (1: same direction)",
+                                                        "relative Frobenius distance |W - W0| / |W0|"))
+    fig.add_trace(go.Scatter(x=labels, y=cosines, mode="markers", marker=dict(size=12, color="#1f77b4"),
+                             name="cosine", hovertemplate="%{x}: cosine %{y:.6f}<extra></extra>"), 1, 1)
+    fig.add_trace(go.Scatter(x=labels, y=distances, mode="markers", marker=dict(size=12, color="#d62728"),
+                             name="|W - W0| / |W0|", hovertemplate="%{x}: %{y:.4g}<extra></extra>"), 1, 2)
+    fig.update_yaxes(range=fitted_range(cosines), row=1, col=1)
+    fig.update_yaxes(range=fitted_range(distances), row=1, col=2)
+    fig.update_layout(height=380, showlegend=False, title="Trained head circuits vs the construction (basis-invariant;"
+                      " each axis spans its values)")
+    return View("drift-similarity", "cosine and distance", fig, {"cosine": cosines, "rel_frobenius": distances})
 
 
 def view_singular_values(a: DriftAnalysis, top: int = 40) -> View:

@@ -24,7 +24,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.views._common import View, as_circuit, dropdown, signed_log, signed_log_ticks, visibility
+from analysis.views._common import (
+    View, alteration_caveats, as_circuit, dropdown, signed_log, signed_log_ticks, visibility,
+)
 
 #: Above this ratio of largest to smallest non-zero magnitude a head is coloured on a signed log scale.
 LOG_RANGE = 100.0
@@ -184,7 +186,7 @@ def head_circuit(obj, which: str = "QK") -> View:
     if biased:
         notes.append(f"non-zero biases not shown in W_{which}: {', '.join(biased)}")
     titles = {"QK": "QK circuits (what each head compares)", "OV": "OV circuits (what each head moves)"}
-    return View(f"{which.lower()}_circuit", titles[which], fig, data, notes)
+    return View(f"{which.lower()}_circuit", titles[which], fig, data, notes, alteration_caveats(obj))
 
 
 def qk_circuit(obj) -> View:

@@ -1,7 +1,8 @@
 """The residual stream, layer by layer, in the layout's named basis.
 
 :func:`residual_streams` reads the residual at the input and after the attention (``resid_mid``) and the MLP
-(``resid_post``) of every block, from a re-run (:func:`analysis.capture.stream_activations`). Reading both halves of a block is what makes the
+(``resid_post``) of every block, from the run as it ran (:func:`analysis.views._common.run_activations`: a user's
+cache where the run was read from one, hooks and all, else a re-run). Reading both halves of a block is what makes the
 staging slots visible: a head writes ``Y_stage`` (or ``C_stage``), and the MLP of the same block commits it to
 ``Y`` (or ``C``) and empties the slot, so at ``resid_post`` the slots are always empty.
 
@@ -23,13 +24,14 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from analysis.capture import stream_activations
+from analysis.capture import ExecutionPath
 from analysis.views._common import (
     View,
     as_capture,
     below_plot,
     layer_title,
     min_assign_margin,
+    run_activations,
     slider,
     soft_clusters,
 )
@@ -37,6 +39,12 @@ from circuits import hook_names
 from circuits.encoding import UnitScaling, decode
 from circuits.layout import TOKEN_TYPES
 
+
+#: Why a structured re-run can differ from its capture (tests/unit/test_views.py reproduces it: a capture that keeps
+#: each block's input, as the re-run does, equals the re-run bit for bit).
+_STRUCTURED_ORDER = (": the verified run updated each block's residual in place, a chunk of positions at a time;"
+                     " the re-run keeps each block's input to draw it, so it evaluates each block whole and its"
+                     " float64 sums round in another order.")
 
 #: Up to this many tokens the streams keep every token's full residual; beyond it, only the chosen tokens'.
 ALL_TOKENS_LIMIT = 2000
@@ -58,6 +66,8 @@ class ResidualStreams:
     mean_norm: np.ndarray
     max_norm: np.ndarray
     notes: list[str] = field(default_factory=list)
+    #: What the streams cannot show of the run (read-out positions a hooked run's cache lacks), for above a figure.
+    caveats: list[str] = field(default_factory=list)
 
 
 def read_positions(circuit) -> list[tuple[str, str]]:
@@ -70,13 +80,14 @@ def read_positions(circuit) -> list[tuple[str, str]]:
 
 
 def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> ResidualStreams:
-    """The residual of problem ``b`` at every read-out position, from a re-run of the circuit.
+    """The residual of problem ``b`` at every read-out position, from the run as it ran.
 
-    The capture keeps only ``resid_pre``/``resid_post``, so the model is run again on the same input, along the
-    capture's execution path (:func:`analysis.capture.stream_activations`). The re-run's final state is compared with the
+    The capture keeps only ``resid_pre``/``resid_post`` decoded, so the streams come from
+    :func:`~analysis.views._common.run_activations`: a user's cache, read as it ran (hooks and all), or a re-run of
+    the circuit on the same input along the capture's execution path. A re-run's final state is compared with the
     verified capture and any difference is reported in ``notes`` (a deterministic circuit reproduces it bit for
-    bit). ``tokens``: the positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else
-    :func:`default_tokens`).
+    bit); read-out positions a hooked run's cache lacks are left out and named in ``caveats``. ``tokens``: the
+    positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else :func:`default_tokens`).
     """
     cap = as_capture(obj)
     circ, enc = cap.circuit, cap.encoded
@@ -89,35 +100,37 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
     values = np.zeros((P, len(tokens), layout.d_model))
     mean = np.zeros((P, len(TOKEN_TYPES), len(names)))
     peak = np.zeros_like(mean)
+    hooks = [hook for _, hook in positions]
+    slot = {hook: p for p, hook in enumerate(hooks)}
+    filled, last = [], None
 
-    def take(p: int, resid: torch.Tensor) -> None:
-        r = resid[0].detach().cpu().to(torch.float64)
+    def take(hook: str, resid: torch.Tensor) -> None:
+        nonlocal last
+        p, r = slot[hook], resid[0].detach().cpu().to(torch.float64)
         values[p] = r[tokens].numpy()
         for t, ttype in enumerate(TOKEN_TYPES):
             tok = r[seq.positions(ttype)]
             for s, name in enumerate(names):
                 norms = torch.linalg.vector_norm(tok[:, layout[name]], dim=-1)
                 mean[p, t, s], peak[p, t, s] = float(norms.mean()), float(norms.max())
-
-    hooks = [hook for _, hook in positions]
-    slot = {hook: p for p, hook in enumerate(hooks)}
-    last = None
-
-    def take_named(hook: str, resid: torch.Tensor) -> None:
-        nonlocal last
-        take(slot[hook], resid)
+        filled.append(p)
         last = resid
 
-    stream_activations(circ, enc.resid[b : b + 1], cap.path, hooks, take_named)
+    caveats = run_activations(obj, hooks, take, b)
     notes = []
-    final_state = decode(layout, last, seq, _scaling_of(enc.scaling, b))
-    final = cap.final
-    dc = float(np.abs(final_state.unit_centroids[0] - final.unit_centroids[b]).max())
-    dy = float(np.abs(final_state.assignments[0] - final.assignments[b]).max())
-    if dc or dy:
-        notes.append(f"the re-run for these views differs from the verified run (centroids by {dc:.3g}, "
-                     f"assignments by {dy:.3g}, unit-scaled): a stochastic variant, or batching rounding")
-    return ResidualStreams([label for label, _ in positions], hooks, list(tokens), values, mean, peak, notes)
+    if not cap.from_user_cache:
+        final_state = decode(layout, last, seq, _scaling_of(enc.scaling, b))
+        final = cap.final
+        dc = float(np.abs(final_state.unit_centroids[0] - final.unit_centroids[b]).max())
+        dy = float(np.abs(final_state.assignments[0] - final.assignments[b]).max())
+        if dc or dy:
+            notes.append(f"These figures are drawn from a re-run of the circuit on the same input, whose final state"
+                         f" differs from the verified run's by {dc:.3g} in the centroids and {dy:.3g} in the"
+                         " assignments (unit-scaled)" + (_STRUCTURED_ORDER if cap.path == ExecutionPath.STRUCTURED
+                                                         else "."))
+    kept = sorted(set(filled))
+    return ResidualStreams([positions[p][0] for p in kept], [hooks[p] for p in kept], list(tokens), values[kept],
+                           mean[kept], peak[kept], notes, caveats)
 
 
 def _scaling_of(scaling: UnitScaling, b: int) -> UnitScaling:
@@ -155,9 +168,30 @@ def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> V
     )
     notes = list(streams.notes) + [
         "Each cell is the mean Euclidean norm of one named subspace over all tokens of one type (hover for the "
-        "maximum), unit-scaled. Staging slots light up only after the attention of their block: the MLP commits "
-        "them and empties them."]
-    return View("residual_norms", "Residual stream by subspace", fig, data, notes)
+        "maximum), unit-scaled. " + _staging_sentence(streams, names, cap.circuit)]
+    return View("residual_norms", "Residual stream by subspace", fig, data, notes, list(streams.caveats))
+
+
+#: The layout's staging slots: a head writes them, the MLP of its block commits and empties them.
+STAGING = ("C_stage", "Y_stage")
+
+
+def _staging_sentence(streams: ResidualStreams, names: list[str], circuit) -> str:
+    """What the staging slots do in this run: empty after every block's MLP, or where they are not."""
+    posts = {hook_names.resid_post(layer) for layer in range(circuit.n_layers)}
+    held = []
+    for p, hook in enumerate(streams.hooks):
+        for slot in STAGING:
+            if hook in posts and slot in names and streams.max_norm[p, :, names.index(slot)].max() > 0:
+                t = int(streams.mean_norm[p, :, names.index(slot)].argmax())
+                held.append(f"{slot} at {streams.labels[p]} (mean norm {streams.mean_norm[p, t, names.index(slot)]:.3g}"
+                            f" on {TOKEN_TYPES[t]} tokens)")
+    if not held:
+        return ("Staging slots light up only after the attention of their block: the MLP commits them and empties "
+                "them.")
+    return (f"Staging slots are written by the attention of a block and, in the construction, committed and emptied"
+            f" by its MLP; in this run {len(held)} read-out(s) after an MLP still hold one: {'; '.join(held[:6])}"
+            + (" ..." if len(held) > 6 else "") + ".")
 
 
 def default_tokens(obj, b: int = 0, per_cluster: int = 1, max_centroids: int = 12) -> list[int]:
@@ -223,4 +257,4 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
     )
     notes = list(streams.notes) + ["Unit-scaled values. The slider starts at the last block's output; move it "
                                    "left to watch the slots fill and empty."]
-    return View("residual_tokens", "Residual of chosen tokens", fig, data, notes)
+    return View("residual_tokens", "Residual of chosen tokens", fig, data, notes, list(streams.caveats))

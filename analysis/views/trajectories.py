@@ -23,6 +23,7 @@ from analysis.views._common import (
     cluster_colour,
     point_labels,
     point_sample,
+    report_of,
     slider,
     soft_clusters,
     visibility,
@@ -120,7 +121,10 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
             legendgroup=name,
         ))
     always = list(range(len(labels[1])))
-    groups = [_add_iteration(fig, data, PR, labels, t) for t in range(T1)]
+    differing = _mismatches_by_iteration(obj, b, sample)
+    data["mismatches"] = differing
+    groups = [_add_iteration(fig, data, PR, labels, t) + _add_mismatches(fig, data, labels, differing.get(t, []), t)
+              for t in range(T1)]
     masks = visibility(len(fig.data), groups, always=always)
     steps = [dict(label=str(t), args=[{"visible": masks[t]}, {}]) for t in range(T1)]
     xt, yt = proj.axis_titles
@@ -134,7 +138,43 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
     notes.append("At step t: centroids after t iterations (read from C after the update layer) and the points' "
                  "assignment to them (read from Y after the next assign layer); colours match the centroid "
                  "labels in every view.")
+    if differing:
+        total = sum(len(v) for v in differing.values())
+        notes.append(f"Red rings: the {total} assignment(s) the verification found to differ from the reference"
+                     f" (at t = {', '.join(str(t) for t in sorted(differing))}); hover for what the reference"
+                     " assigns.")
     return View("centroid_trajectories", "Centroid trajectories", fig, data, notes)
+
+
+def _mismatches_by_iteration(obj, b: int, sample: PointSample) -> dict[int, list]:
+    """``{t: [Mismatch, ...]}``: the verification's mismatches at each t among the drawn points (the sample keeps
+    every mismatched point first), one per point and t (the trajectory check's where both checks found it)."""
+    rep = report_of(obj)
+    if rep is None or b != 0:
+        return {}
+    drawn = set(int(i) for i in sample.indices)
+    out: dict[int, dict[int, object]] = {}
+    for m in sorted(rep.mismatches, key=lambda m: str(m.check) != "trajectory"):
+        if m.point in drawn:
+            out.setdefault(m.iteration, {}).setdefault(m.point, m)
+    return {t: list(found.values()) for t, found in out.items()}
+
+
+def _add_mismatches(fig: go.Figure, data: dict, labels: tuple[list, list], found: list, t: int) -> list[int]:
+    """Iteration ``t``'s ring around each point whose assignment differs from the reference's; its index."""
+    if not found:
+        return []
+    plab, clab = labels
+    P = data["projected_points"]
+    points = [m.point for m in found]
+    text = [f"{plab[m.point]}: circuit {clab[m.got] if m.got >= 0 else 'none'}, reference {clab[m.expected]}"
+            f" ({m.kind}, {m.check} check)" for m in found]
+    fig.add_trace(go.Scatter(
+        x=P[points, 0], y=P[points, 1], mode="markers", name="differs from the reference", visible=t == 0,
+        marker=dict(symbol="circle-open", size=15, color="#d62728", line=dict(width=2.5)),
+        hovertext=text, hovertemplate="%{hovertext}<extra></extra>",
+    ))
+    return [len(fig.data) - 1]
 
 
 def _trajectory_data(obj, b: int, sample: PointSample, proj: Projection,

@@ -22,12 +22,14 @@ from analysis.views._common import (
     below_plot,
     cluster_colour,
     head_layers,
+    hooked_caveats,
     layer_title,
     per_layer,
     slider,
     soft_clusters,
     visibility,
 )
+from circuits.blocks import UPDATE
 
 
 def update_attention(obj, b: int = 0, sample: PointSample | None = None,
@@ -46,7 +48,7 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
     _layer_slider(fig, circ, layers, masks, rules, cap.encoded.sequence.k)
     notes = [sample.note(), "Weights on points that are not drawn are not shown in the heatmap; the bar chart's "
              "hover gives each centroid's total weight on its members over all points."]
-    return View("update_attention", "Update heads", fig, data, notes)
+    return View("update_attention", "Update heads", fig, data, notes, hooked_caveats(obj, UPDATE))
 
 
 def _update_data(cap, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:

@@ -42,7 +42,8 @@ def _table(header: list[str], columns: list[list], height: int | None = None) ->
 
 
 def verification_table(obj) -> View:
-    """One row per ``t = 0 .. T`` of the report (every number in a row is at its ``t``), as a plotly table."""
+    """One row per ``t = 0 .. T`` of the report (every number in a row is at its ``t``), as a plotly table of every
+    row (``data["header"]`` and ``data["rows"]`` hold them as text, for an HTML table)."""
     rep = _require_report(obj)
     records = rep.records
     header = ["t", "labels = ref", "max |dc|", "objective at t", "reference's objective at t", "min margin",
@@ -76,7 +77,9 @@ def verification_table(obj) -> View:
                          " variant (no softmax whose margin would certify it).")
     columns = [list(col) for col in zip(*rows)]
     data = dict(header=header, rows=rows, records=records)
-    return View("verification_table", "Verification at each t", _table(header, columns), data, notes)
+    # As tall as its rows: a table that scrolled hid the last iterations (the report draws it as an HTML table).
+    figure = _table(header, columns, height=70 + 26 * (len(rows) + 2))
+    return View("verification_table", "Verification at each t", figure, data, notes)
 
 
 def objective_plot(obj, b: int = 0, reference: np.ndarray | bool | None = None) -> View:

@@ -23,7 +23,7 @@ What is exact: everything, as in Lloyd's circuit (hard attention in float64); th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar, TYPE_CHECKING
 
 from circuits.blocks import UPDATE, assign_block, update_block, update_head
 from circuits.layout import ResidualLayout
@@ -46,6 +46,7 @@ class DampedKMeans(Reference):
 
     eta: float = 0.5
     name: str = "damped"
+    mean_update: ClassVar[bool] = False
 
     def update(self, X, R, C, u):
         mean_weights = Reference.update_weights(self, X, R, C, u)

@@ -19,7 +19,7 @@ probability ~0); the assignment as in Lloyd's circuit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar, TYPE_CHECKING
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class GumbelKMeans(Reference):
     seed: int = 0
     problem: int = 0
     name: str = "gumbel"
+    mean_update: ClassVar[bool] = False
 
     update = Reference.weighted_update
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import ClassVar, TYPE_CHECKING
 
 import numpy as np
 
@@ -64,6 +64,7 @@ class SoftKMeans(Reference):
     prior: float = 0.0
     growth: float = 1.0
     name: str = "soft"
+    mean_update: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.hard = False

@@ -23,7 +23,7 @@ in Lloyd's circuit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar, TYPE_CHECKING
 
 from circuits import hook_names
 from circuits.blocks import UPDATE, assign_block, layers_of, update_mlp, write_mean
@@ -48,6 +48,7 @@ class SparseKMeans(Reference):
 
     gamma: float = 1.0
     name: str = "sparse"
+    mean_update: ClassVar[bool] = False
 
     update = Reference.weighted_update
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar, TYPE_CHECKING
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class SphericalKMeans(Reference):
     sum of the members. The cost is ``-cos(x_i, c_j)`` (centroids may be given at any positive scale)."""
 
     name: str = "spherical"
+    mean_update: ClassVar[bool] = False
 
     def costs(self, X, C, t):
         k = C.shape[0]

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from browser import Chromium, check_page, find_chromium
+from browser import Chromium, check_page, find_chromium, read_drawn
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")
@@ -61,15 +60,7 @@ def cluster_out(tmp_path, *argv) -> tuple[int, dict, object]:
 
 
 def read_page(browser, path) -> dict:
-    session = browser.open(path.resolve().as_uri())
-    try:
-        deadline = time.monotonic() + 120
-        while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
-            assert time.monotonic() < deadline, "the page did not finish drawing"
-            browser.drain(0.1)
-        return browser.evaluate(session, READ_JS)
-    finally:
-        browser.close_tab(session)
+    return read_drawn(browser, path, READ_JS)
 
 
 def check_construction_page(browser, code: int, record: dict, page) -> dict:

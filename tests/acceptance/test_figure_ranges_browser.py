@@ -11,12 +11,18 @@ read back from plotly's computed figure (``_fullData``: the colour range plotly 
 * the drift page opens at a step where every attention panel has non-zero attention;
 * no text on the page (HTML or the figures' SVG) reads ``nan``.
 
+Panels on one colour axis (the sweep's betas, which share one scale so that they compare) are judged together: each
+panel's data within the bar, and their data together reaching over a quarter of it. The sweep's panels must all be
+on one scale (issue 39: each on its own bar hid the comparison across betas), and the patching page must state each
+unpatched run's verdict as a badge that is the one in its ``patching.json``.
+
 The checker is shown to fail on a heatmap drawn under a bar twenty times its data, on one whose data overflows its
 bar, and on a page that prints ``nan``.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -59,7 +65,13 @@ _RANGES_JS = r"""
       .map(function (t) {
         var s = stats(t.z);
         var zmin = t._zmin !== undefined ? t._zmin : t.zmin, zmax = t._zmax !== undefined ? t._zmax : t.zmax;
-        return {name: t.name || "", zmin: zmin, zmax: zmax, min: s.min, max: s.max, n: s.n, bad: s.bad};
+        var axis = t.coloraxis ? gd._fullLayout[t.coloraxis] : null;
+        if (axis) {
+          zmin = axis._cmin !== undefined ? axis._cmin : axis.cmin;
+          zmax = axis._cmax !== undefined ? axis._cmax : axis.cmax;
+        }
+        return {name: t.name || "", zmin: zmin, zmax: zmax, min: s.min, max: s.max, n: s.n, bad: s.bad,
+                axis: t.coloraxis || null};
       });
   }
   function controls(gd) {
@@ -135,12 +147,30 @@ def reach(h: dict) -> float:
     return (h["max"] - lo) / (hi - lo)
 
 
+def shared_axes(heatmaps: list[dict]) -> list[dict]:
+    """Heatmaps on one colour axis (a scale shared on purpose, so that panels compare) as one heatmap of all their
+    data, named by their names; the others as they are."""
+    out, groups = [], {}
+    for h in heatmaps:
+        if h.get("axis"):
+            groups.setdefault(h["axis"], []).append(h)
+        else:
+            out.append(h)
+    for axis, hs in groups.items():
+        out.append({**hs[0], "name": f"{axis} ({', '.join(h['name'] for h in hs)})", "n": sum(h["n"] for h in hs),
+                    "bad": sum(h["bad"] for h in hs), "min": min(h["min"] for h in hs if h["n"]) if any(
+                        h["n"] for h in hs) else 0, "max": max(h["max"] for h in hs if h["n"]) if any(
+                        h["n"] for h in hs) else 0})
+    return out
+
+
 def range_problems(states: list[dict]) -> list[str]:
-    """Heatmaps whose colour bar does not cover their data, or whose data reaches under a quarter of the bar."""
+    """Heatmaps whose colour bar does not cover their data, or whose data reaches under a quarter of the bar (for
+    panels on one shared colour axis: all their data together, since comparing them is what it is shared for)."""
     out = []
     for fig in states:
         for state in fig["states"]:
-            for h in state["heatmaps"]:
+            for h in shared_axes(state["heatmaps"]):
                 where = f"{fig['view']} ({state['label']}) heatmap {h['name']!r}"
                 if h["n"] == 0 or h["bad"]:
                     out.append(f"{where}: {h['n']} finite values, {h['bad']} not finite")
@@ -212,6 +242,43 @@ def test_every_heatmap_covers_its_data_and_no_nan_is_shown(pages, browser, page)
         patterns = next(f for f in states if f["view"] == "drift-patterns")
         assert len(patterns["states"]) > 2 and all(s["heatmaps"] for s in patterns["states"][1:])
         assert first_step_attended(states, "drift-patterns") == []
+
+
+def test_the_sweeps_panels_share_one_colour_scale(pages, browser):
+    states, _ = figure_states(browser, pages["sweep"])
+    heatmaps = [h for fig in states for h in fig["states"][0]["heatmaps"]]
+    rows = list(csv.DictReader(pages["sweep"].with_name("sweep.csv").open()))
+    panels = {(r["grid"], r["beta"]) for r in rows}
+    assert len(heatmaps) == len(panels) == 8  # the tiny grid: four pairs of axes at two betas
+    assert len({(h["zmin"], h["zmax"]) for h in heatmaps}) == 1, [(h["zmin"], h["zmax"]) for h in heatmaps]
+    lo, hi = heatmaps[0]["zmin"], heatmaps[0]["zmax"]
+    assert lo <= min(h["min"] for h in heatmaps) and max(h["max"] for h in heatmaps) <= hi
+
+
+_BADGES_JS = r"""
+Array.prototype.map.call(document.querySelectorAll("header .badges .verdict"), function (b) {
+  return {run: b.getAttribute("data-run"), verified: b.getAttribute("data-verified"), kind: b.getAttribute("data-kind"),
+          text: b.textContent, bad: b.classList.contains("bad")};
+})
+"""
+
+
+def test_the_patching_page_badges_each_run_as_its_json_does(pages, browser):
+    doc = json.loads(pages["patching"].with_name("patching.json").read_text())["unpatched"]
+    session = open_page(browser, pages["patching"])
+    try:
+        badges = browser.evaluate(session, _BADGES_JS)
+        text = browser.evaluate(session, _TEXT_JS)
+    finally:
+        browser.close_tab(session)
+    assert [b["run"] for b in badges] == ["clean", "corrupted"]
+    for badge in badges:
+        record = doc[badge["run"]]
+        assert badge["verified"] == str(record["verified"]).lower() and badge["bad"] == (not record["verified"])
+        assert badge["text"] == f"{badge['run']} run: {record['verdict']}" and badge["kind"] == record["verdict_kind"]
+        if not record["verified"]:  # the cause is on the badge: the first failure
+            assert record["failures"] and record["failures"][0] in badge["text"]
+    assert "Both unpatched runs" not in text
 
 
 # ---------------------------------------------------------------------------------- the checker can fail

@@ -133,8 +133,8 @@ def test_float32_unresolved_assignments_fail_with_cause_resolution():
 @pytest.mark.parametrize("dataset", ["iris", "blobs"])
 def test_float32_verified_runs_are_scikit_learns(dataset):
     """Whenever a float32 run is VERIFIED its labels are scikit-learn's at every iteration (and none of its decisions
-    was unresolved); iris, whose decimal ties are near ties in binary that exact arithmetic decides unlike the
-    circuit's tie-break, is NOT VERIFIED with that cause."""
+    was unresolved); iris, whose decimal ties are ties at the data's precision that float32's tie-break sends to the
+    lower index, is VERIFIED with them."""
     if dataset == "iris":
         X = load_iris().data
     else:
@@ -143,7 +143,7 @@ def test_float32_verified_runs_are_scikit_learns(dataset):
     result = run_problem(X, C0, 6, dtype=torch.float32)
     rep = result.report
     if dataset == "iris":
-        assert not rep.verified and any(f.startswith("near-tie:") for f in rep.failures), rep.summary()
+        assert rep.verified and rep.ties and all(tie.bounds for tie in rep.ties), rep.summary()
     if rep.verified:
         assert not rep.unresolved
         for t, ref in enumerate(_sklearn_labels(X, C0, 6)):

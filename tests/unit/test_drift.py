@@ -218,3 +218,21 @@ def test_drift_figures_titles_scales_and_labels(untrained_analysis):
     fig = views.view_sweep(a).figure
     ys = sorted(ann.y for ann in fig.layout.annotations)
     assert ys == pytest.approx(sorted([0.0, np.log10(a.behaviour.ratio["trained"][-1])]))
+
+
+def test_similarity_axes_span_the_values_they_draw(untrained_analysis):
+    """Cosines of 0.988 to 0.998 drawn on a 0..1 axis are one flat row (issue 39): each axis spans its values."""
+    from dataclasses import replace
+
+    from analysis.views.drift import view_similarity
+
+    cosines, distances = [0.9925, 0.9904, 0.9965, 0.9885], [0.129, 0.138, 0.087, 0.159]
+    a = copy.copy(untrained_analysis)
+    assert len(a.circuits) == 4
+    a.circuits = [replace(c, cosine=cos, rel_frobenius=r) for c, cos, r in zip(a.circuits, cosines, distances)]
+    fig = view_similarity(a).figure
+    for axis, values in ((fig.layout.yaxis, cosines), (fig.layout.yaxis2, distances)):
+        lo, hi = axis.range
+        span = max(values) - min(values)
+        assert lo < min(values) and max(values) < hi and hi - lo <= 1.5 * span, (axis.range, values)
+    assert [list(t.y) for t in fig.data] == [cosines, distances]

@@ -50,16 +50,17 @@ def _same_report(a, b) -> None:
 
 
 def test_corner_problem_has_its_corners():
-    """The problem exercises what it claims to: a tie window holds the bisector point, cluster 2 stays empty."""
+    """The problem exercises what it claims to: the bisector point ties at the data's precision, cluster 2 stays
+    empty."""
     X, C0 = corner_problem()
     run = run_problem(X, C0, 3, path="structured")
     assert run.report.verified
     assert all((run.capture.assignments(t)[0] != 2).all() for t in range(4))
     assert np.array_equal(run.centroids[2], C0[2])
-    # The bisector point is one the verifier had to decide exactly: its two distances to C0 lie within the tie
-    # window (float64 cannot order them).
-    D = reference.sq_distances(X, C0)
-    assert abs(D[len(X) // 2, 0] - D[len(X) // 2, 1]) <= run.report.tolerances.tie_window
+    # The bisector point, one ulp off it, is a tie at the data's precision at t = 0: its squared distances to C0
+    # differ by less than half an ulp of each input can change.
+    tie = [tie for tie in run.report.ties if tie.point == len(X) // 2 and tie.iteration == 0]
+    assert tie and tie[0].candidates == [0, 1] and 0 < max(tie[0].gaps) <= max(tie[0].bounds)
 
 
 @pytest.mark.parametrize("variant, dtype", [("lloyd", torch.float64), ("lloyd", torch.float32),

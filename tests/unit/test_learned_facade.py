@@ -155,3 +155,25 @@ def test_drift_page_draws_the_numbers():
     assert "a summary line" in html and "C_stage" in html and len(report.figures()) == 2
     off = learned_drift_report(replace(drift, steps=[replace(steps[0], alpha_read=2.5)]))
     assert not off.header.verified
+
+
+def test_every_marker_of_the_drift_page_shows_where_values_coincide():
+    """The factors read from the weights equal the checkpoint's, and the candidates' ratios nearly coincide: each
+    later trace's markers are smaller than the ones they sit on, and the reference lines lie under both (issue 39:
+    the checkpoint's markers were hidden under the crosses)."""
+    from analysis.drift.learned import LearnedDrift, StepWeights
+    from analysis.report.learned import factors_figure, ratio_figure
+
+    steps = [StepWeights(1, 1.0, 1.0, 0.0, 0.0, 1.41, ["C_stage"]), StepWeights(2, 4.0, 4.0, 4.24, 4.24, 5.66,
+                                                                                 ["C_stage"])]
+    drift = LearnedDrift([1.0, 4.0], steps, 0.0, {"trained": [1.0, 0.9, 0.9], "alphas 1": [1.0, 0.9, 0.9],
+                                                  "no learned": [1.0, 0.9, 0.9]}, {"lloyd": 1.0},
+                         {"count": 2, "n": 30, "steps": 2, "seed": 0}, [])
+    factors = factors_figure(drift)
+    names = [t.name for t in factors.data]
+    assert names.index("untrained construction (1)") < names.index("checkpoint alpha_t") < names.index(
+        "read from the weights")
+    ring, cross = factors.data[names.index("checkpoint alpha_t")], factors.data[names.index("read from the weights")]
+    assert list(ring.y) == list(cross.y) and cross.marker.size < ring.marker.size and "open" in ring.marker.symbol
+    sizes = [t.marker.size for t in ratio_figure(drift).data]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)

@@ -26,7 +26,7 @@ from conftest import run_circuit
 
 DEFAULT_KEYS = ["trajectories", "assign", "update", "residual", "weights", "verification"]
 DEFAULT_VIEWS = ["centroid_trajectories", "assign_attention", "update_attention", "residual_norms", "residual_tokens",
-                 "qk_circuit", "ov_circuit", "verification_table", "objective", "ties"]
+                 "qk_circuit", "ov_circuit", "objective", "ties"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,9 @@ def test_default_sections_in_order_with_every_view(iris_report):
     # The layout table sits in the residual section, one row per subspace.
     table = next(i for i in iris_report.section("residual").items if isinstance(i, R.Table))
     assert [row[0] for row in table.rows] == list(iris_report_layout_names())
+    # The verification table is an HTML table of every t = 0 .. T (a plotly table scrolled its last rows away).
+    table = next(i for i in iris_report.section("verification").items if isinstance(i, R.Table))
+    assert table.name == "verification_table" and [row[0] for row in table.rows] == [0, 1, 2, 3]
 
 
 def iris_report_layout_names():
@@ -123,6 +126,8 @@ def test_html_embeds_plotly_once_and_every_figure(iris_report, iris_html):
     assert "<script src" not in iris_html and "<link" not in iris_html
     blocks = figure_blocks(iris_html)
     assert list(blocks) == DEFAULT_VIEWS
+    table = re.search(r'<table class="data" data-view="verification_table">(.*?)</table>', iris_html, re.S).group(1)
+    assert re.findall(r"<tr><td>(\d+)</td>", table) == ["0", "1", "2", "3"]
     for view, spec in blocks.items():
         assert spec["data"], view
         assert "template" not in spec["layout"], "one shared template, not one per figure"
@@ -161,11 +166,14 @@ def test_static_scan_allows_what_stays_inside_the_file():
 
 def test_header_states_problem_construction_verdict_certificate(iris_run, iris_report, iris_html):
     h = iris_report.header
-    # Iris's decimal ties are near ties in binary, two of which exact arithmetic puts at the higher index: the badge
-    # names the first failing layer and that cause (docs/exactness.md, Verdicts).
-    assert h.verdict.startswith("NOT VERIFIED against Lloyd's k-means: first failing layer 1 (assign, t = 0);"
-                                " near-tie: 2 assignment(s)") and not h.verified and not h.exact
-    assert h.verdict_kind == "failure"
+    # Iris's decimal ties are ties at the data's precision: the badge says how many comparisons tied and names the
+    # first (docs/exactness.md, Verdicts).
+    ties = iris_run.report.ties
+    first = min(ties, key=lambda tie: (tie.iteration, tie.point))
+    assert h.verdict.startswith("VERIFIED (exact Lloyd's k-means, float64); "
+                                f"{sum(t.comparisons for t in ties)} comparison(s) tied at the data's precision"
+                                f" and went to the lower index (first: point {first.point} at t = {first.iteration},")
+    assert h.verified and h.exact and h.verdict_kind == "exact"
     facts = {f.label: f.value for group in h.groups.values() for f in group}
     assert facts["points x dimensions"] == "n = 150, d = 4" and facts["clusters"] == "k = 3"
     # beta is chosen from the data (circuits.sharpness.for_problem): the header shows what the circuit was built with.
@@ -176,8 +184,8 @@ def test_header_states_problem_construction_verdict_certificate(iris_run, iris_r
     # TransformerLens 4 has no HookedTransformer: the circuit is a HookedRootModule there (circuits/hooked/).
     tl_class = "HookedTransformer" if TL_MAJOR == 3 else "HookedRootModule"
     assert facts["model"].startswith(f"{tl_class}, 8 blocks: (U A) x 4")
-    assert facts["errors / ties"].startswith("2 errors, 0 exact ties")
-    assert 'class="verdict bad" id="verdict" data-verified="false" data-kind="failure"' in iris_html
+    assert facts["errors / ties"].startswith(f"0 errors, {len(ties)} ties at the data's precision")
+    assert 'class="verdict ok" id="verdict" data-verified="true" data-kind="exact"' in iris_html
     assert "All 150 points are drawn." in iris_html
 
 

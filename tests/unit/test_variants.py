@@ -138,7 +138,7 @@ def test_damped_equals_reference_at_every_layer(problem):
 def test_trimmed_equals_reference_at_every_layer(problem):
     def outliers_reported(result):
         # Outliers are reported as -1 labels and left out of every update.
-        assert result.report.per_iteration[-1].outliers == int((result.capture.assignments(T - 1)[0] < 0).sum())
+        assert result.report.per_iteration[-1].outliers == int((result.capture.assignments(T)[0] < 0).sum())
 
     check_hard_variant("trimmed:radius=0.4", *problem, then=outliers_reported)
 
@@ -331,11 +331,11 @@ def test_cli_spherical_iris_matches_a_spherical_kmeans_reference():
 def test_cli_trimmed_reports_outliers_and_bad_specs_exit_2():
     res = subprocess.run([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--init", "k-means++",
                           "--variant", "trimmed:radius=0.4", "--json"], capture_output=True, text=True, timeout=300)
-    # Exit 1: point 70 is a near tie (decimal, not binary) that exact arithmetic decides unlike the tie-break; the
-    # labels are still the trimmed reference's with the circuit's tie rule, checked below.
-    assert res.returncode == 1, res.stderr
+    # Point 70 is a decimal tie, a tie at the data's precision in binary: it goes to the lower index, as the
+    # circuit's tie rule sends it; the labels are the trimmed reference's, checked below.
+    assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["failures"] and all(f.startswith("near-tie:") for f in doc["failures"])
+    assert not doc["failures"] and doc["n_ties"] >= 1
     X = load_iris().data
     C0 = initial_centroids(X, 3, "k-means++", 0)
     s = reference.data_scale(X, C0)

@@ -18,7 +18,6 @@ import pytest
 
 from analysis.verify import checks, steps, windows
 from analysis.verify.checks import At, TieRule, check_costs
-from analysis.verify.nearest import exact_costs
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie
 from circuits import blockwise, memo, reference
 from circuits.onehot import one_hot
@@ -40,13 +39,7 @@ def old_assign_within(D, E, exact=None):
     rows = np.arange(D.shape[0])
     best = np.argmin(D, axis=1)
     candidate = D - D[rows, best][:, None] <= E + E[rows, best][:, None]
-    chosen = np.argmax(candidate, axis=1)
-    if exact is not None:
-        for i in np.flatnonzero(candidate.sum(axis=1) > 1):
-            columns = np.flatnonzero(candidate[i])
-            costs = exact(int(i), columns)
-            chosen[i] = columns[costs.index(min(costs))]
-    return chosen
+    return np.argmax(candidate, axis=1)
 
 
 def old_filled_means(X, labels):
@@ -84,24 +77,13 @@ def old_circuit_uncertainty(X, C, offset, scale, gamma, tie_break, ux=None):
     return gamma * scale**2 * m
 
 
-def old_exact_ties(near, exp_col, exact):
-    within = near.copy()
-    for i in np.flatnonzero(near.sum(axis=1) > 1):
-        columns = np.flatnonzero(near[i])
-        costs = exact(int(i), columns)
-        own = costs[int(np.flatnonzero(columns == exp_col[i])[0])]
-        within[i, columns] = [c == own for c in costs]
-    return within
-
-
 def old_check_costs(cost, got, margins, at, rule, expected=None):
     E, E_circuit, tie_break_abs = rule.E, rule.E_circuit, rule.tie_break_abs
     layer, iteration, check = at.layer, at.iteration, at.check
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
-    exact = rule.exact if E is not None else None
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else old_assign_within(V + cost.bias, E, exact)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else old_assign_within(V + cost.bias, E)
         expected = labels[exp_col]
     else:
         exp_col = np.array([col_of[int(e)] for e in expected])
@@ -111,7 +93,7 @@ def old_check_costs(cost, got, margins, at, rule, expected=None):
     else:
         window = E + E[rows, exp_col][:, None]
     near = np.abs(V - V[rows, exp_col][:, None]) <= window
-    within = near if exact is None else old_exact_ties(near, exp_col, exact)
+    within = near
     ties = [Tie(int(i), layer, iteration, [int(labels[c]) for c in np.flatnonzero(within[i])], int(got[i]),
                 float(margins[i])) for i in np.flatnonzero(within.sum(axis=1) > 1)]
     mismatches = []
@@ -122,16 +104,13 @@ def old_check_costs(cost, got, margins, at, rule, expected=None):
         kind = MismatchKind.TIE if g_col is not None and within[i, g_col] else MismatchKind.ERROR
         w = float(window[i, g_col]) if g_col is not None else 0.0
         cause = ""
-        if kind == MismatchKind.ERROR and exact is not None and g_col is not None and near[i, g_col]:
-            cause = checks.NEAR_TIE
-            got_cost, exp_cost = exact(int(i), np.array([g_col, exp_col[i]]))
-            gap = float(got_cost - exp_cost)
-        elif kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
+        if kind == MismatchKind.ERROR and E is not None and g >= 0 and e >= 0:
             if g < e and gap <= tie_break_abs * (e - g) + w:
                 cause = "tie-break"
             elif E_circuit is not None and abs(gap) <= E_circuit[i, g] + E_circuit[i, e] + w:
                 cause = "resolution"
-        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause))
+        mismatches.append(Mismatch(int(i), layer, iteration, e, g, float(margins[i]), gap, kind, Check(check), w, cause,
+                                   nearest=e))
     return mismatches, ties
 
 
@@ -263,24 +242,6 @@ def test_circuit_rows_on_demand_are_the_windows_entries():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("n,d,k", [(1, 1, 2), (37, 2, 3), (300, 8, 10), (257, 5, 33)])
-def test_two_nearest_is_the_stable_argsort(small_blocks, kind, n, d, k):
-    X, C = problem(n + k, n, d, k, kind)
-    D = old_sq_distances(X, C)
-    D[::5] = np.round(D[::5])  # more equal entries
-    cases = [D, np.where(D > np.median(D), np.inf, D)]
-    nan = D.copy()
-    nan[n // 2, k // 2] = np.nan
-    cases.append(nan)
-    for M in cases:
-        assert same_bits(windows.two_nearest(M), np.argsort(M, axis=1, kind="stable")[:, :2])
-    assert same_bits(windows.two_nearest(D[:, :1]), np.argsort(D[:, :1], axis=1, kind="stable")[:, :2])
-
-
-# --- assignment ---------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n,d,k", SHAPES)
 def test_assign_within_is_the_whole_matrix_form(small_blocks, kind, n, d, k):
     X, C = problem(2 * n + k, n, d, k, kind)
@@ -289,17 +250,13 @@ def test_assign_within_is_the_whole_matrix_form(small_blocks, kind, n, d, k):
     for E in (np.zeros_like(D), checks.distance_uncertainty(X, C, D, np.zeros(d)),
               rng.random(D.shape) * np.median(D)):
         bias = rng.integers(0, 2, size=k) * 1e-3
-        cost = Costs(D, np.arange(k), bias)
-        exact = exact_costs(X, C, Costs(D, np.arange(k), np.zeros(k)))
-        for ex in (None, exact):
-            assert same_bits(reference.assign_within(D, E, ex), old_assign_within(D, E, ex))
-            assert same_bits(reference.assign_within_biased(D, bias, E, ex), old_assign_within(D + bias, E, ex))
-        assert same_bits(reference.assign_within_biased(cost.values, None, E), old_assign_within(D, E))
+        assert same_bits(blockwise.assign_within_biased(D, bias, E), old_assign_within(D + bias, E))
+        assert same_bits(blockwise.assign_within_biased(D, None, E), old_assign_within(D, E))
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n,d,k", [(2, 1, 2), (37, 2, 3), (300, 8, 10), (257, 5, 33)])
-@pytest.mark.parametrize("check", [Check.STEP, Check.TRAJECTORY])
+@pytest.mark.parametrize("check", [Check.STEP])
 def test_check_costs_finds_the_same_mismatches_and_ties(small_blocks, kind, n, d, k, check):
     X, C = problem(3 * n + k, n, d, k, kind)
     D = old_sq_distances(X, C)
@@ -307,22 +264,21 @@ def test_check_costs_finds_the_same_mismatches_and_ties(small_blocks, kind, n, d
     cost = Costs(D, np.arange(k), np.zeros(k))
     E = checks.distance_uncertainty(X, C, D, np.zeros(d)) * 1e9  # wide: many columns near
     E_circuit = old_circuit_uncertainty(X, C, np.zeros(d), 1.0, 1e-6, 1e-3)
-    truth = old_assign_within(D, E, exact_costs(X, C, cost))
+    truth = old_assign_within(D, E)
     got = truth.copy()
     flip = rng.random(n) < 0.3
     got[flip] = rng.integers(0, k, size=int(flip.sum()))  # planted errors, ties and near ties among them
     margins = rng.random(n)
     at = At(5, 2, check)
-    for exact in (None, exact_costs(X, C, cost)):
-        for tie_break in (0.0, 1e-2):
-            for expected in (None, truth):
-                rule = TieRule(0.0, 1.0, E, tie_break, E_circuit, exact)
-                new = check_costs(cost, got, margins, at, rule, expected)
-                assert new == old_check_costs(cost, got, margins, at, rule, expected)
-                lazy = TieRule(0.0, 1.0, E, tie_break, windows.RowsOnDemand(lambda rows: E_circuit[rows]), exact)
-                assert check_costs(cost, got, margins, at, lazy, expected) == new
+    for tie_break in (0.0, 1e-2):
+        for expected in (None, truth):
+            rule = TieRule(0.0, 1.0, E, tie_break, E_circuit)
+            new = check_costs(cost, got, margins, at, rule, expected)
+            assert new == old_check_costs(cost, got, margins, at, rule, expected)
+            lazy = TieRule(0.0, 1.0, E, tie_break, windows.RowsOnDemand(lambda rows: E_circuit[rows]))
+            assert check_costs(cost, got, margins, at, lazy, expected) == new
     # Without E (cosine costs): the bias window, as before.
-    rule = TieRule(1e-9, 2.0, None, 0.0, None, None)
+    rule = TieRule(1e-9, 2.0, None, 0.0, None)
     bias_cost = Costs(D, np.arange(k), 1e-3 * np.arange(k))
     assert check_costs(bias_cost, got, margins, at, rule) == old_check_costs(bias_cost, got, margins, at, rule)
 
@@ -347,7 +303,7 @@ def test_labels_of_and_row_counts_are_the_row_reductions(small_blocks):
         assert same_bits(reference.labels_of(np.asfortranarray(R)), old_labels_of(R))
         assert same_bits(reference.labels_of(R.astype(np.float32)), old_labels_of(R.astype(np.float32)))
         B = rng.random((77, k)) < 0.4
-        assert np.array_equal(reference.row_counts(B), B.sum(axis=1))
+        assert np.array_equal(blockwise.row_counts(B), B.sum(axis=1))
     assert same_bits(reference.labels_of(np.zeros((0, 4))), old_labels_of(np.zeros((0, 4))))
 
 
@@ -382,13 +338,10 @@ def test_reference_run_is_the_one_hot_run(small_blocks, case, kind):
     C0[-1] = 50.0  # a far centroid: an empty cluster
     if case == 4:  # spherical k-means: no point at the origin
         X = X + 7.0
-    E = lambda C, D: old_distance_uncertainty(X, C, D, np.zeros(3), checks.UNIT_ROUNDOFF) * 1e6  # noqa: E731
-    for window, exact in ((None, None), (E, exact_costs))[: 1 if case == 4 else 2]:  # spherical: cosine costs
-        ref.tie_window, ref.exact_costs = window, exact
-        trace = ref.run(X, C0, 4)
-        cents, resps, objs = old_run(ref, X, C0, 4)
-        assert same_bits(trace.centroids, cents) and same_bits(trace.objectives, objs)
-        assert all(same_bits(a, b) for a, b in zip(trace.assignments, resps))
+    trace = ref.run(X, C0, 4)
+    cents, resps, objs = old_run(ref, X, C0, 4)
+    assert same_bits(trace.centroids, cents) and same_bits(trace.objectives, objs)
+    assert all(same_bits(a, b) for a, b in zip(trace.assignments, resps))
 
 
 def test_one_hot_error_is_the_whole_difference(small_blocks):

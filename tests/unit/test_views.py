@@ -217,6 +217,28 @@ def test_residual_streams_equal_the_captured_cache_and_read_mid_block():
                                       mid[0].numpy())
 
 
+def test_a_re_run_that_differs_says_by_how_much_and_why_without_guessing():
+    """A soft run on the structured path updates each block in place, chunk by chunk; the residual views' re-run
+    keeps each block's input, so it sums in another order (issue 39: the note called a 1e-16 difference "a
+    stochastic variant"). The cause the note names is reproduced: a capture that keeps each block's input, as the
+    re-run does, equals the re-run bit for bit; a dense run re-runs to the same bits and has no note."""
+    from sklearn.datasets import load_iris
+
+    from circuits.initialisation import initial_centroids
+
+    X = load_iris().data
+    C0 = initial_centroids(X, 3, "random", seed=0)
+    run = run_problem(X, C0, iterations=10, variant="soft", path="structured")
+    notes = views.residual_streams(run).notes
+    assert len(notes) == 1 and "in place, a chunk of positions at a time" in notes[0]
+    assert "stochastic" not in notes[0] and "batching" not in notes[0]
+    kept = capture(run.circuit, run.encoded, keep_cache=True, path="structured")
+    assert views.residual_streams(kept).notes == []
+    assert not np.array_equal(kept.final.unit_centroids, run.capture.final.unit_centroids)
+    dense = run_problem(X, C0, iterations=10, variant="soft", path="dense")
+    assert views.residual_streams(dense).notes == []
+
+
 def test_residual_tokens_are_labelled_by_the_layout(line_run):
     view = views.residual_tokens(line_run, tokens=["c1", "x4", 0])
     layout, seq = line_run.circuit.layout, line_run.encoded.sequence

@@ -67,6 +67,17 @@ def head_result(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_result"
 
 
+def qkv_input(layer: int, port: str) -> str:
+    """The residual copy a head's query, key or value reads (``port`` q, k or v); only with
+    ``cfg.use_split_qkv_input`` on."""
+    return f"blocks.{layer}.hook_{port}_input"
+
+
+def mlp_in(layer: int) -> str:
+    """The residual copy the MLP reads; only with ``cfg.use_hook_mlp_in`` on."""
+    return f"blocks.{layer}.hook_mlp_in"
+
+
 def attn_out(layer: int) -> str:
     return f"blocks.{layer}.hook_attn_out"
 

@@ -1,164 +1,310 @@
 """``kmeans-circuits discover``: run a circuit-discovery method on a construction and score it against the
-ground-truth graph derived from the construction's weights.
+task's ground truth (:mod:`analysis.discovery.truth`), beside the random and weights-only baselines.
 
-Makes a blobs problem (``--d``, ``--k``, ``--n``, ``--seed``), one clean/corrupted pair per ``--corruption``
-(:mod:`analysis.patching.pairs`), runs ``--method`` (ACDC with a threshold sweep, EAP or EAP-IG,
-:mod:`analysis.discovery`) and prints AUROC, precision and recall; ``--out DIR`` writes ``discovery.json`` and
-``discovery.html`` (ground truth beside the discovered graph, the ROC curve), all or nothing. ``--table`` runs
-every method on every construction over three corruptions and ``--seeds`` and prints the results table of
-docs/discovery.md. Exit codes: 0 done, 2 bad input.
+A *task* is a construction, corruption families (``--corruption``) and an ablation kind (``--ablation``); the
+method runs on ``--pairs`` pairs of each family, drawn from blobs (``--n --d --k``) or from the points of
+``--dataset/--data`` (initialisations drawn by the families' samplers from ``--seed``). ``--method`` is a
+built-in (ACDC, EAP, EAP-IG) or a plug-in ``module:function``. ``--out DIR`` writes ``discovery.json`` and
+``discovery.html``, all or nothing. ``--table`` runs every method on every construction, family, ablation and
+metric and prints docs/discovery.md's tables (``--out DIR``: also the table as JSON and as Markdown, and the ROC
+figures, one per construction). Exit codes: 0 done, 2 bad input (one line, nothing written).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
+from analysis.cli.options import seed as seed_type
 from analysis.errors import ProblemError
-from analysis.wording import count
 
 NAME = "discover"
-HELP = "circuit discovery (ACDC, EAP, EAP-IG) on a construction, scored against the ground truth from its weights"
+HELP = ("circuit discovery (ACDC, EAP, EAP-IG or a plug-in module:function) on a construction, scored against the"
+        " task's proven ground truth beside random and weights-only baselines")
 
-METHODS = ("acdc", "eap", "eap-ig")
-VARIANTS = ("lloyd", "soft", "trimmed", "spherical", "swap", "learned")
 CORRUPTIONS = ("move-centroid", "move-point", "swap-centroids", "add-outlier")
+ABLATIONS = ("resample", "zero", "mean")
+METRICS = ("kl", "l2")
 FILES = ("discovery.json", "discovery.html")
+TABLE_FILES = ("table.json", "table.md", "figures.html")
+#: Ranges of the integer options (stated in --help).
+RANGES = {"d": (1, 8), "k": (2, 6), "n": (2, 200), "iterations": (0, 8), "steps": (1, 64), "pairs": (1, 32),
+          "seeds": (1, 20), "step": (1, 20), "jobs": (1, 8), "sample": (2, 200)}
+#: At most this many candidate edges (the learned swap at one step has 3,938): ACDC tries each, EAP scores each.
+MAX_CANDIDATES = 4000
+#: Estimated work ``candidates x pairs x tokens^2 x blocks`` of one run, and of the whole table: about ten minutes
+#: on 2 cores each (the default run is 1.5e6; the default table 2.3e8).
+MAX_WORK = 1e9
+MAX_TABLE_WORK = 6e8
+
+
+def _constructions() -> tuple[str, ...]:
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+    from circuits.variants import REGISTERED
+
+    return tuple(v.name for v in REGISTERED) + SWAP_CONSTRUCTIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", choices=METHODS, default="acdc", help="discovery method")
-    parser.add_argument("--variant", choices=VARIANTS, default="lloyd",
-                        help="the construction (default lloyd; swap and learned: --iterations is their steps)")
-    parser.add_argument("--d", type=int, default=2, help="dimensions of the blobs problem")
+    limits = ", ".join(f"--{k} {lo}..{hi}" for k, (lo, hi) in RANGES.items())
+    parser.epilog = (f"Limits: {limits}; at most {MAX_CANDIDATES} candidate edges; estimated work (candidates x pairs"
+                     f" x tokens^2 x blocks) at most {MAX_WORK:g} for a run and {MAX_TABLE_WORK:g} for --table"
+                     " (about ten minutes on 2 cores each); a refusal names the limit.")
+    parser.add_argument("--method", default="acdc", metavar="NAME|MODULE:FUNCTION",
+                        help="acdc, eap, eap-ig, or a plug-in function (docs/discovery.md, 'Your own method')")
+    parser.add_argument("--variant", default="lloyd", metavar="NAME",
+                        help=f"the construction: {', '.join(_constructions())} (swap and learned: --iterations is"
+                             " their steps)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--dataset", metavar="NAME", help="points of a bundled dataset (iris, ...; blobs: --n --d)")
+    src.add_argument("--data", metavar="FILE", help="points of a .csv or .npy file, one row per point")
+    parser.add_argument("--sample", type=int, metavar="N", help="--dataset/--data: use N points of it, drawn by --seed")
+    parser.add_argument("--d", type=int, default=2, help="blobs: dimensions")
     parser.add_argument("--k", type=int, default=3, help="clusters (and centroid tokens)")
-    parser.add_argument("--n", type=int, default=12, help="points (--checkpoint: at least 3 per cluster of the model)")
+    parser.add_argument("--n", type=int, default=12, help="blobs: points (--checkpoint: at least 3 per cluster)")
     parser.add_argument("--iterations", type=int, default=2, help="Lloyd iterations of the circuit (2T+2 blocks)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the problem and its initial centroids")
+    parser.add_argument("--seed", type=seed_type, default=0, help="seed of the drawn problems (0 <= seed < 2**32)")
+    parser.add_argument("--pairs", type=int, default=6, help="pairs drawn per corruption family")
     parser.add_argument("--corruption", default="move-point", metavar="LIST",
-                        help=f"comma-separated corruptions, one pair each, from {', '.join(CORRUPTIONS)}"
-                             " (add-outlier alone: it adds a token)")
+                        help=f"comma-separated corruption families from {', '.join(CORRUPTIONS)} (add-outlier alone)")
+    parser.add_argument("--ablation", choices=ABLATIONS, default="resample",
+                        help="what a removed edge carries: the corrupted run's output (ACDC's default), 0, or the"
+                             " mean over the pairs' clean runs")
+    parser.add_argument("--metric", choices=METRICS, default="kl",
+                        help="kl: KL divergence of the soft assignment (ACDC's default); l2: the readout's position"
+                             " between the ablated and the clean run")
     parser.add_argument("--threshold", type=float, default=1e-3, help="ACDC: the threshold of the reported subgraph")
     parser.add_argument("--steps", type=int, default=8, help="EAP-IG: interpolation steps")
-    parser.add_argument("--out", metavar="DIR", help="write discovery.json and discovery.html here")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
-    parser.add_argument("--table", action="store_true",
-                        help="run every method on every construction (3 corruptions x --seeds) and print the table")
-    parser.add_argument("--seeds", type=int, default=3, help="--table, --checkpoint: problems per corruption")
-    parser.add_argument("--constructions", default="lloyd,soft,trimmed,spherical", metavar="LIST",
-                        help=f"--table: comma-separated constructions from {', '.join(VARIANTS)} (swap and learned"
-                             " at d=1 k=2 n=8, one step)")
     parser.add_argument("--group", action="store_true",
                         help="ACDC: test the edges from one source into one destination node together")
+    parser.add_argument("--out", metavar="DIR", help="write discovery.json and discovery.html (--table: the table's"
+                                                     " files) here")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    parser.add_argument("--table", action="store_true",
+                        help="run every method on every construction, family, ablation and metric (--seeds datasets)")
+    parser.add_argument("--seeds", type=int, default=3, help="--table: datasets per task; --checkpoint: problems")
+    parser.add_argument("--constructions", default="lloyd,soft,trimmed,spherical,distractor", metavar="LIST",
+                        help="--table: comma-separated constructions (swap and learned at d=1 k=2 n=8, one step)")
+    parser.add_argument("--jobs", type=int, default=2, help="--table: constructions run at once (processes)")
     parser.add_argument("--checkpoint", metavar="DIR",
                         help="a trained recurrent checkpoint (checkpoints/headline): discover on one step of it and"
                              " score against the construction it started from, edges training added marked")
     parser.add_argument("--step", type=int, default=2, help="--checkpoint: which recurrent step (>= 1)")
 
 
+def _names(text: str, allowed, flag: str) -> list[str]:
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in allowed]
+    if not names or unknown or len(set(names)) != len(names):
+        raise ProblemError(f"{flag}: give distinct names from {', '.join(allowed)}"
+                           + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    return names
+
+
 def check(args: argparse.Namespace) -> list[str]:
     """Validate before any heavy import; returns the corruptions."""
-    for name, low, high in (("d", 1, 8), ("k", 2, 6), ("n", 2, 200), ("iterations", 0, 8), ("steps", 1, 64),
-                            ("seeds", 1, 20)):
+    for name, (low, high) in RANGES.items():
         value = getattr(args, name)
-        if not low <= value <= high:
-            raise ProblemError(f"--{name} must be in {low}..{high} (discovery runs a forward pass per edge), got {value}")
+        if value is not None and not low <= value <= high:
+            raise ProblemError(f"--{name} must be in {low}..{high} (a limit of discover: --help lists them), got {value}")
     if args.n < args.k:
         raise ProblemError(f"--n {args.n} is fewer points than --k {args.k} clusters")
-    if args.seed < 0:
-        raise ProblemError(f"--seed must be >= 0, got {args.seed}")
-    if not 0 <= args.threshold < float("inf"):
+    if not 0 <= args.threshold < math.inf:
         raise ProblemError(f"--threshold must be a finite number >= 0, got {args.threshold}")
-    corruptions = [c.strip() for c in args.corruption.split(",") if c.strip()]
-    unknown = [c for c in corruptions if c not in CORRUPTIONS]
-    if not corruptions or unknown:
-        raise ProblemError(f"--corruption: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(CORRUPTIONS)}")
+    corruptions = _names(args.corruption, CORRUPTIONS, "--corruption")
     if "add-outlier" in corruptions and len(corruptions) > 1:
         raise ProblemError("--corruption add-outlier adds a point token: run it alone, not with other corruptions")
-    if len(set(corruptions)) != len(corruptions):
-        raise ProblemError("--corruption names a corruption twice")
-    if args.table and args.out:
-        raise ProblemError("--table prints the table; it writes no --out")
     if args.table and args.checkpoint:
         raise ProblemError("--table and --checkpoint are two different runs: give one")
-    if not 1 <= args.step <= 20:
-        raise ProblemError(f"--step must be in 1..20, got {args.step}")
-    if args.variant in ("swap", "learned") and args.iterations < 1:
+    if args.sample is not None and args.dataset is None and args.data is None:
+        raise ProblemError("--sample draws from --dataset/--data: give one of them")
+    constructions = _constructions()
+    if args.variant not in constructions:
+        raise ProblemError(f"--variant {args.variant!r}: choose one of {', '.join(constructions)}")
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+
+    swap = args.variant in SWAP_CONSTRUCTIONS
+    if swap and args.iterations < 1:
         raise ProblemError(f"--variant {args.variant} runs --iterations steps: at least 1, got 0")
-    if args.variant in ("swap", "learned") and "add-outlier" in corruptions:
+    if swap and "add-outlier" in corruptions:
         raise ProblemError(f"--variant {args.variant}: add-outlier adds a point token; use the other corruptions")
-    constructions = [c.strip() for c in args.constructions.split(",") if c.strip()]
-    unknown = [c for c in constructions if c not in VARIANTS]
-    if not constructions or unknown or len(set(constructions)) != len(constructions):
-        raise ProblemError(f"--constructions: give distinct names from {', '.join(VARIANTS)}"
-                           + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
-    args.construction_list = tuple(constructions)
+    args.construction_list = tuple(_names(args.constructions, constructions, "--constructions"))
     return corruptions
 
 
+def _load_points(args: argparse.Namespace):
+    """``(X, source)`` for --dataset/--data (``None`` for blobs), checked against the limits."""
+    import numpy as np
+
+    from analysis.data import load_dataset, load_points, validate_problem
+
+    if args.dataset in (None, "blobs") and args.data is None:
+        return None, f"blobs, d={args.d} n={args.n}"
+    X = load_dataset(args.dataset).X if args.dataset is not None else load_points(args.data)
+    source = args.dataset or args.data
+    if args.sample is not None:
+        if args.sample > len(X):
+            raise ProblemError(f"--sample {args.sample}: {source} has only {len(X)} points")
+        X = X[np.sort(np.random.default_rng(args.seed).choice(len(X), args.sample, replace=False))]
+        source += f" ({args.sample} points drawn with seed {args.seed})"
+    low, high = RANGES["n"]
+    if not low <= len(X) <= high or X.shape[1] > RANGES["d"][1]:
+        raise ProblemError(f"{source}: {len(X)} points in {X.shape[1]} dimensions; discover takes {low}..{high} points"
+                           f" in at most {RANGES['d'][1]} dimensions (--sample N draws fewer points)")
+    validate_problem(X, args.k)
+    return X, source
+
+
+def _strict(obj):
+    """JSON-safe: non-finite floats become ``null`` (strict JSON has no NaN or Infinity), numpy scalars numbers."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _strict(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def dumps(obj, **kwargs) -> str:
+    return json.dumps(_strict(obj), allow_nan=False, **kwargs)
+
+
 def run(args: argparse.Namespace) -> int:
-    from analysis.cli.output import check_out_dir, write_output_dir
+    from analysis.cli.output import check_out_dir
 
     corruptions = check(args)
-    out = check_out_dir(args.out, FILES)
     if args.table:
-        from analysis.discovery.table import run_table
-
-        result = run_table(args.construction_list, seeds=tuple(range(args.seeds)))
-        if args.json:
-            print(json.dumps({"rows": result.rows, "skipped": result.skipped}, default=float))
-            return 0
-        for key, what in (("auroc", "AUROC against the weight-derived circuit"),
-                          ("auroc_exercised", "AUROC against the circuit edges the pair exercises"),
-                          ("recall", "recall of the reported subgraph"), ("precision", "precision of the reported subgraph")):
-            print(f"{what} (mean ± std (min-max, runs)):\n{result.markdown(key=key)}\n")
-        for line in result.skipped:
-            print(f"skipped: {line}")
-        return 0
-
-    from analysis.discovery.report import discovery_report
-
+        return run_table(args, check_out_dir(args.out, TABLE_FILES))
+    out = check_out_dir(args.out, FILES)
     if args.checkpoint:
         return run_checkpoint(args, out, corruptions)
-    from analysis.discovery.edges import CorruptionInvisible
-    from analysis.discovery.run import blobs_problem, discover
-    from analysis.patching.pairs import make_pair
-    from analysis.discovery.run import build_construction
+    X, source = _load_points(args)
+    if X is not None:
+        args.n, args.d = X.shape
+    return run_one(args, out, corruptions, X, source, _edge_limit(args.variant, args.iterations))
 
-    X, C0 = blobs_problem(args.d, args.k, args.n, args.seed)
+
+def _edge_limit(name: str, iterations: int) -> int:
+    from analysis.discovery.graph import candidate_count
+    from analysis.discovery.run import construction_layers
+
+    edges = candidate_count(construction_layers(name, iterations))
+    if edges > MAX_CANDIDATES:
+        raise ProblemError(f"--variant {name} --iterations {iterations}: {edges} candidate edges; discover takes at"
+                           f" most {MAX_CANDIDATES} (the learned swap at one step has 3938)")
+    return edges
+
+
+def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: str, edges: int) -> int:
+    from analysis.discovery.edges import CorruptionInvisible
+    from analysis.discovery.methods import MethodError, load_method
+    from analysis.discovery.report import discovery_report, summary
+    from analysis.discovery.run import build_construction, discover, family_truth, make_patcher
+    from analysis.discovery.table import dataset_pairs
+
     try:
-        pairs = [make_pair(c, X, C0) for c in corruptions]
-    except ValueError as exc:
-        raise ProblemError(f"--corruption: {exc}") from None
+        load_method(args.method)  # a plug-in that cannot be imported is refused before any work
+    except MethodError as exc:
+        raise ProblemError(f"--method: {exc}") from None
+    pairs = [p for c in corruptions for p in dataset_pairs(c, args.d, args.k, args.n, args.seed, args.pairs, X)]
+    if not pairs:
+        raise ProblemError(f"--corruption {args.corruption}: applies to none of the {args.pairs} drawn problems")
     circuit = build_construction(args.variant, args.d, args.k, args.iterations)
     try:
-        result = discover(circuit, pairs, args.method, threshold=args.threshold, steps=args.steps, group=args.group)
+        patcher = make_patcher(circuit, pairs, None, args.ablation, args.metric, drop_invisible=True)
     except CorruptionInvisible as exc:
-        raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed or corruption") from None
-    rounds = count(args.iterations, "step" if args.variant in ("swap", "learned") else "iteration")
-    description = (f"{args.variant}, d={args.d} k={args.k} n={args.n}, {rounds}, seed {args.seed};"
-                   f" pairs: {'; '.join(p.description for p in pairs)}")
-    payload = {"problem": {"variant": args.variant, "d": args.d, "k": args.k, "n": args.n,
+        raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed") from None
+    except ValueError as exc:
+        raise ProblemError(f"--variant {args.variant}: {exc}") from None
+    tokens, blocks = patcher.clean.shape[1], patcher.graph.n_layers
+    work = float(edges) * len(patcher.pairs) * tokens**2 * blocks
+    if work > MAX_WORK:
+        raise ProblemError(f"estimated work {work:.3g} (candidates x pairs x tokens^2 x blocks = {edges} x"
+                           f" {len(patcher.pairs)} x {tokens}^2 x {blocks}) exceeds discover's limit {MAX_WORK:g}"
+                           " (about ten minutes on 2 cores); use fewer --pairs, --n or --iterations")
+    truth = family_truth(circuit, patcher.graph, patcher.pairs, args.ablation, X)
+    try:
+        result = discover(circuit, patcher.pairs, args.method, threshold=args.threshold, steps=args.steps,
+                          patcher=patcher, group=args.group, truth=truth)
+    except MethodError as exc:
+        raise ProblemError(f"--method: {exc}") from None
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+
+    rounds = "steps" if args.variant in SWAP_CONSTRUCTIONS else "iterations"
+    description = (f"{args.variant}, {source}, k={args.k}, {args.iterations} {rounds},"
+                   f" {len(patcher.pairs)} pairs ({', '.join(corruptions)}; seed {args.seed}), {args.ablation}"
+                   f" ablation, {args.metric} metric")
+    payload = {"problem": {"variant": args.variant, "source": source, "d": args.d, "k": args.k, "n": args.n,
                            "iterations": args.iterations, "seed": args.seed, "corruptions": corruptions,
-                           "grouped_acdc": args.group},
+                           "pairs": len(patcher.pairs), "grouped_acdc": args.group},
                **result.to_dict()}
     if out is not None:
-        write_output_dir(out, {"discovery.json": json.dumps(payload, indent=1, default=float),
+        from analysis.cli.output import write_output_dir
+
+        write_output_dir(out, {"discovery.json": dumps(payload, indent=1),
                                "discovery.html": discovery_report(result, description).to_html()})
     if args.json:
-        print(json.dumps(payload, default=float))
+        print(dumps(payload))
         return 0
-    pr = result.pr
     print(description)
-    print(f"{args.method}: AUROC {result.auroc:.3f} against the weights' circuit"
-          f" ({int(result.truth.sum())} of {len(result.truth)} candidate edges), {result.auroc_exercised:.3f} against"
-          f" the {int(result.exercised[result.truth].sum())} circuit edges these pairs exercise")
-    chosen = f"threshold {args.threshold:g}" if args.method == "acdc" else "top scores"
-    print(f"reported subgraph ({chosen}): precision {pr.precision:.3f}, recall {pr.recall:.3f}"
-          f" ({pr.found} found, {pr.missed} missed, {pr.spurious} spurious)")
+    print(summary(result))
     if out is not None:
         print(f"wrote {out / 'discovery.json'} and {out / 'discovery.html'}")
     return 0
+
+
+def run_table(args: argparse.Namespace, out) -> int:
+    from analysis.cli.progress import Stages
+    from analysis.discovery.figures import table_page, table_text
+    from analysis.discovery.table import TABLE_CORRUPTIONS, run_table as table
+
+    work = _table_work(args)
+    if work > MAX_TABLE_WORK:
+        raise ProblemError(f"--table with --seeds {args.seeds} and --constructions {args.constructions}: estimated work"
+                           f" {work:.3g} exceeds the table's limit {MAX_TABLE_WORK:g} (about ten minutes on 2 cores;"
+                           f" the default table is 2.3e8): use fewer --seeds or constructions")
+    with Stages(NAME, ["table"]) as stages:
+        step = stages.steps("table", len(args.construction_list), "construction")
+        result = table(args.construction_list, TABLE_CORRUPTIONS, tuple(range(args.seeds)),
+                       jobs=args.jobs, progress=step)
+    text = table_text(result)
+    payload = {"rows": result.rows, "truths": result.truths, "skipped": result.skipped, "seeds": args.seeds,
+               "constructions": list(args.construction_list)}
+    if out is not None:
+        from analysis.cli.output import write_output_dir
+
+        write_output_dir(out, {"table.json": dumps(payload, indent=1), "table.md": text,
+                               "figures.html": table_page(result).to_html()})
+    print(dumps(payload) if args.json else text)
+    return 0
+
+
+def _table_work(args: argparse.Namespace) -> float:
+    """The table's estimated work, from each construction's blocks and tokens (no circuit built)."""
+    from analysis.discovery.graph import candidate_count
+    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+    from analysis.discovery.run import construction_layers
+    from analysis.discovery.table import PAIRS, SWAP_SHAPE, TABLE_CORRUPTIONS, TABLE_SHAPE, table_tasks
+
+    tasks = len(table_tasks(TABLE_CORRUPTIONS, ABLATIONS)) * len(METRICS) * args.seeds * PAIRS
+    total = 0.0
+    for name in args.construction_list:
+        d, k, n, t = SWAP_SHAPE if name in SWAP_CONSTRUCTIONS else TABLE_SHAPE
+        blocks = construction_layers(name, t)
+        # A swap step holds a token per point, the sink, and three groups of k centroids (at most).
+        tokens = 1 + n + (3 * k if name in SWAP_CONSTRUCTIONS else k)
+        total += candidate_count(blocks) * tokens**2 * blocks * tasks
+    return total
 
 
 def run_checkpoint(args: argparse.Namespace, out, corruptions: list[str]) -> int:
@@ -175,11 +321,15 @@ def run_checkpoint(args: argparse.Namespace, out, corruptions: list[str]) -> int
         raise ProblemError(f"--checkpoint {args.checkpoint!r}: {exc}") from None
     summary = result.summary()
     if out is not None:
-        res = result.results[args.method]
-        write_files = {"discovery.json": json.dumps(result.to_dict(), indent=1, default=float),
-                       "discovery.html": discovery_report(res, summary.replace("\n", "; ")).to_html()}
         from analysis.cli.output import write_output_dir
 
-        write_output_dir(out, write_files)
-    print(json.dumps(result.to_dict(), default=float) if args.json else summary)
+        res = result.results[load_name(args.method)]
+        write_output_dir(out, {"discovery.json": dumps(result.to_dict(), indent=1),
+                               "discovery.html": discovery_report(res, summary.replace("\n", "; ")).to_html()})
+    print(dumps(result.to_dict()) if args.json else summary)
     return 0
+
+
+def load_name(method: str) -> str:
+    """--checkpoint runs the three built-ins; the page shows --method's (ACDC for a plug-in)."""
+    return method if method in ("acdc", "eap", "eap-ig") else "acdc"

@@ -28,17 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from analysis.discovery.edges import EdgePatcher
+from analysis.discovery.edges import ROUNDING, EdgePatcher
 from analysis.discovery.graph import OUTPUT
 
 #: The default sweep: 0 (exact patching: only edges whose removal changes nothing go) and 1e-6 .. 1.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (0.0, *np.logspace(-6, 0, 13).tolist())
-#: A change within this of the threshold counts as at it. The patched forward pass is exact up to float64
-#: rounding, and that rounding depends on where a subgraph sits in its batch: on the swap circuits the same input
-#: gives a metric differing by ~1e-15 on odd and even batch rows (the update head's fractional attention weights,
-#: summed with another vector alignment). Without the margin, "changes nothing" at threshold 0 (and "moves it by
-#: exactly 1" at threshold 1) would be decided by that rounding, not by the circuit.
-ROUNDING = 1e-12
 
 
 @dataclass

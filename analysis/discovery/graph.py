@@ -1,13 +1,13 @@
-"""The ground-truth circuit graph of a construction, derived from its weights in the named residual basis.
+"""The candidate edges of a construction's computational graph, and its weights' data flow among them.
 
 Circuit-discovery methods (ACDC, edge attribution patching) work on the *computational graph* of a transformer:
 source nodes are the residual input and every attention layer's and MLP's output; destination nodes are the
 query, key and value inputs of every head, the input of every MLP and the readout. Because the residual stream is
 a sum, every source that comes before a destination feeds it: that complete graph is the set of *candidate*
-edges. The circuit is the subset along which information actually flows.
+edges.
 
-Here the circuit is not learned but derived, block by block, from the weights (:class:`~circuits.weights.BlockWeights`
-of the construction), restricted to the named subspaces of :class:`~circuits.layout.ResidualLayout`:
+The *data-flow graph* is read block by block from the weights (:class:`~circuits.weights.BlockWeights` of the
+construction), in the named subspaces of :class:`~circuits.layout.ResidualLayout`:
 
 * a head **writes** subspace ``S`` when its OV circuit ``W_V W_O`` has a nonzero column block on ``S``; an MLP
   writes ``S`` when a unit whose gate and linear columns are not zero has a nonzero ``W_out`` row block on ``S``;
@@ -17,19 +17,17 @@ of the construction), restricted to the named subspaces of :class:`~circuits.lay
   when a live unit's gate or linear column is nonzero on ``S``; the readout reads ``Y`` (the rows of ``W_U``) and
   ``C`` (what the decoder reads as the centroids);
 * a subspace is **data** when the input carries different values on different problems (``X``, ``C_stage``) or
-  a head or MLP writes it; the others (``ID``, ``ONE``, the flags) hold the same constants on every problem of a
-  shape, so no clean/corrupted pair can make information flow through them, and no patching method can see an
-  edge that only they carry;
-* an edge ``u -> v.port`` is **in the circuit** when ``u`` comes before ``v`` and some data subspace is written by
-  ``u`` and read by ``v``'s port. The subspaces are kept on the edge (:attr:`Edge.subspaces`).
+  a head or MLP writes it; the others (``ID``, ``ONE``, the flags) hold the same constants on every problem;
+* an edge ``u -> v.port`` is **in the data flow** (:attr:`CircuitGraph.truth`, :attr:`CircuitGraph.circuit`)
+  when ``u`` comes before ``v`` and some data subspace is written by ``u`` and read by ``v``'s port; the
+  subspaces are kept on the edge (:attr:`Edge.subspaces`).
 
-This is the same notion of an edge that edge patching measures: in edge patching the destination sees the
-corrupted output of one source and the clean outputs of all others, so an edge matters even where a later MLP
-overwrites the subspace in an ordinary run (the overwrite cancels the clean contribution, not the patched one).
-An edge whose weights are zero carries exactly nothing in edge patching (the patched difference lives in the
-source's written subspaces, which the port's weights do not read), so every candidate outside the circuit has an
-exactly zero patching effect; the converse — that every circuit edge has an effect — depends on the data
-(:func:`analysis.discovery.acdc.exercised_edges` measures it).
+An edge outside the data flow has exactly no effect when patched with the corrupted run (the difference lives in
+subspaces the port does not read, or in constants that are equal in both runs); an edge inside it may still have
+none. What a task needs — the ground truth discovery is scored against — is proven per corruption family and
+ablation kind in :mod:`analysis.discovery.truth`; a zero ablation can make an edge that carries only constants
+matter. :attr:`Reads` (``CircuitGraph.io``) keeps the read and write sets, constants included: the weights-only
+baseline and the truth's ``weights`` reason read them.
 """
 
 from __future__ import annotations
@@ -47,6 +45,12 @@ MLP_PORT = "mlp"
 OUT_PORT = "out"
 INPUT = "in"
 OUTPUT = "out"
+
+
+#: The two swap circuits (safeguarded swap, learned swap): constructions beside the registered variants, whose
+#: ``iterations`` are their steps. Here, not in :mod:`~analysis.discovery.run`: the command line reads it for
+#: ``--help``, which must not load torch.
+SWAP_CONSTRUCTIONS: tuple[str, ...] = ("swap", "learned")
 
 
 def head_node(layer: int) -> str:
@@ -178,6 +182,12 @@ class CircuitGraph:
         return {"name": self.name, "n_layers": self.n_layers, "data_subspaces": sorted(self.data),
                 "edges": [{"src": e.src, "dst": e.dst, "port": e.port, "in_circuit": bool(e.subspaces),
                            "subspaces": list(e.subspaces)} for e in self.edges]}
+
+
+def candidate_count(n_layers: int) -> int:
+    """Candidate edges of ``n_layers`` blocks: block ``l`` has three head ports fed by ``1 + 2 l`` sources and an
+    MLP fed by ``2 + 2 l``, and the readout is fed by all ``1 + 2 L``: ``4 L^2 + 3 L + 1``."""
+    return 4 * n_layers**2 + 3 * n_layers + 1
 
 
 def _order(node: str) -> float:

@@ -13,8 +13,9 @@ Three graphs of that step, all from :func:`~analysis.discovery.graph.graph_from_
 * the **trained weights'**, where a block counts when an entry exceeds ``atol`` (training moves every weight a
   little; ``atol`` says how much is "something"); its circuit edges outside the construction's are the edges
   **training added** (``A0 -> A1.q/k`` through ``XB`` are docs/training.md's ``X -> XB`` and ``XB x XB``);
-* the **discovered** one, per method, scored against the construction's graph, with each added edge marked
-  found or missed.
+* the **discovered** one, per method, scored against the construction's graph (a truth given, not derived:
+  :meth:`~analysis.discovery.truth.GroundTruth.given`), with each added edge marked found or missed; the metric is
+  ``l2`` and the ablation ``resample``.
 
 The input's data subspaces are those that differ between the problems' step inputs (``X`` and the carried state
 ``C``, ``N``, ``Y``, ``BETA``, ``XB``); ``ID``, ``ONE`` and the flags are the re-embedded constants.
@@ -98,6 +99,7 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
     from analysis.discovery.edges import EdgePatcher
     from circuits.layout import SequenceLayout
     from analysis.discovery.run import blobs_problem, discover
+    from analysis.discovery.truth import GroundTruth
     from analysis.patching.pairs import make_pair
     from circuits.training.checkpoint import build_from_config, load_model
 
@@ -143,12 +145,13 @@ def headline_discovery(path: str = HEADLINE, step: int = 2, n: int = 30, seeds=(
     # the construction's circuit.
     patcher = EdgePatcher(hooked, construction, layout, seq, clean, corrupted)
     index = construction.index()
+    truth = GroundTruth.given(construction, construction.truth, "headline construction")
     for method in methods:
-        res = discover(None, None, method, patcher=patcher)
+        res = discover(None, None, method, patcher=patcher, truth=truth)
         result.results[method] = res
         kept = res.kept
         result.methods[method] = {
-            "auroc": res.auroc, "auroc_exercised": res.auroc_exercised, "precision": res.pr.precision,
+            "auroc": res.auroc, "step_auc": res.step_auc, "precision": res.pr.precision,
             "recall": res.pr.recall, "found": res.pr.found, "missed": res.pr.missed, "spurious": res.pr.spurious,
             "added_found": [e for e in result.added if kept[index[_key(e, construction)]]],
             "added_missed": [e for e in result.added if not kept[index[_key(e, construction)]]],

@@ -1,4 +1,5 @@
-"""The discovery page: the ground-truth graph beside the discovered one, the ROC curve, the edge table.
+"""The discovery page: the ground-truth graph beside the discovered one, the ROC curve with the baselines, the
+edge table with each edge's verdict; and the command line's summary of one result.
 
 Built on the project's report engine (:mod:`analysis.report.document`): one self-contained HTML page, plotly
 figures embedded. The two graph drawings are subplots with shared axes (zoom and pan one, the other follows). In
@@ -62,12 +63,13 @@ def _edge_traces(graph: CircuitGraph, groups: dict[str, list[int]], col: int, fi
                                  text=text, hoverinfo="text", showlegend=False), row=1, col=col)
 
 
-def graph_figure(graph: CircuitGraph, status: list[str], title: str) -> go.Figure:
-    """Ground truth (left) beside the discovered graph (right), axes shared: found, missed and spurious edges in
-    their colours."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("ground truth (from the weights)", title),
+def graph_figure(graph: CircuitGraph, status: list[str], title: str, truth=None) -> go.Figure:
+    """Ground truth (left; default: the weights' data flow) beside the discovered graph (right), axes shared:
+    found, missed and spurious edges in their colours."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("ground truth of the task", title),
                         shared_xaxes=True, shared_yaxes=True, horizontal_spacing=0.04)
-    truth = [i for i, e in enumerate(graph.edges) if e.subspaces]
+    truth = ([i for i, e in enumerate(graph.edges) if e.subspaces] if truth is None
+             else [int(i) for i in np.flatnonzero(truth)])
     groups = {s: [i for i, st in enumerate(status) if st == s] for s in (FOUND, MISSED, SPURIOUS)}
     nodes = graph.sources + [OUTPUT]
     xy = [node_xy(n, graph.n_layers) for n in nodes]
@@ -85,52 +87,79 @@ def graph_figure(graph: CircuitGraph, status: list[str], title: str) -> go.Figur
     return fig
 
 
-def roc_figure(curves: dict[str, tuple[np.ndarray, np.ndarray, float]]) -> go.Figure:
-    """ROC curves by name: ``{name: (fpr, tpr, auroc)}``."""
-    fig = go.Figure()
-    for name, (fpr, tpr, auc) in curves.items():
-        fig.add_trace(go.Scatter(x=fpr, y=tpr, mode="lines+markers", name=f"{name} (AUROC {auc:.3f})",
-                                 line_shape="linear"))
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="#999999"),
-                             name="chance"))
-    fig.update_layout(title="ROC against the ground-truth edges", xaxis_title="false-positive rate",
-                      yaxis_title="true-positive rate", height=460, xaxis=dict(range=[-0.02, 1.02]),
-                      yaxis=dict(range=[-0.02, 1.02]))
-    return fig
-
-
 def discovery_report(result, description: str = "") -> Report:
     """The page of one :class:`~analysis.discovery.run.DiscoveryResult`."""
+    from analysis.discovery.figures import roc_figure
+
     pr = result.pr
+    truth = result.ground_truth
+    random = result.baselines["random"]["edges"]
+    weights = result.baselines["weights-only"].edges
     header = Header(
         title=f"Circuit discovery: {result.method} on the {result.graph.name or 'k-means'} circuit",
         groups={"Result": [
-            Fact("AUROC", f"{result.auroc:.3f}", "against the weight-derived ground truth"),
-            Fact("AUROC (exercised edges)", f"{result.auroc_exercised:.3f}",
-                 "against the circuit edges these pairs exercise at all"),
-            Fact("precision / recall", f"{pr.precision:.3f} / {pr.recall:.3f}",
+            Fact("step AUC", _num(result.step_auc), f"random {_num(random['step_auc'][0])} ± {_num(random['step_auc'][1])},"
+                 f" weights-only {_num(weights['step_auc'])}"),
+            Fact("AUROC / AUPRC", f"{_num(result.auroc)} / {_num(result.scored.edges['auprc'])}",
+                 "trapezoid under the monotone ROC envelope; average precision"),
+            Fact("nodes: step AUC", _num(result.scored.nodes["step_auc"]), "heads and MLPs"),
+            Fact("precision / recall", f"{_num(pr.precision)} / {_num(pr.recall)}",
                  f"{pr.found} found, {pr.missed} missed, {pr.spurious} spurious"),
-            Fact("edges", f"{int(result.truth.sum())} in the circuit of {len(result.truth)} candidates",
-                 f"{int(result.exercised[result.truth].sum())} exercised by the pairs"),
+            Fact("ground truth", f"{int(truth.members.sum())} of {len(truth.verdicts)} candidate edges",
+                 f"{int((~truth.decided).sum())} undecided; {result.ablation} ablation, {result.metric} metric"),
         ]},
         messages=[description] if description else [],
     )
     report = Report(header)
     chosen = (f"ACDC at threshold {result.threshold:g}" if result.method == "acdc"
               else f"{result.method}: the {int(result.truth.sum())} highest scores")
-    report.add_section(Section("Graphs", "Left: the ground truth; right: what the method found (the axes are shared:"
-                               " zoom one, both follow). Top to bottom is the forward pass; heads in the left"
-                               " column, MLPs in the right. Green: found;"
-                               " red dotted: in the circuit but not discovered; orange: discovered but not in the"
-                               " circuit. Hover the dot on an edge for its name and subspaces.",
-                               [graph_figure(result.graph, result.status, chosen)]))
-    report.add_section(Section("ROC curve", "ACDC: one point per swept threshold; EAP and EAP-IG: the ranking of"
-                               " the absolute scores.", [roc_figure({result.method: (result.fpr, result.tpr,
-                                                                                      result.auroc)})]))
-    rows = [[e.label, ", ".join(e.subspaces) or "-", f"{s:.3g}", st, "yes" if x else "no"]
-            for e, s, st, x in zip(result.graph.edges, result.scores, result.status, result.exercised)
-            if e.subspaces or st != "absent"]
-    report.add_section(Section("Edges", "Circuit edges and every discovered edge; `exercised`: removing the edge"
-                               " alone changes the metric on these pairs.",
-                               [Table(["edge", "data subspaces", "score", "status", "exercised"], rows)]))
+    report.add_section(Section("Graphs", "Left: the ground truth of the task; right: what the method reported (the"
+                               " axes are shared: zoom one, both follow). Top to bottom is the forward pass; heads"
+                               " in the left column, MLPs in the right. Green: found; red dotted: in the truth but"
+                               " not reported; orange: reported but not in the truth. Hover the dot on an edge for"
+                               " its name and subspaces.",
+                               [graph_figure(result.graph, result.status, chosen, result.truth)]))
+    report.add_section(Section("ROC curve", "The monotone envelope of the method's subgraphs (ACDC: one per swept"
+                               " threshold; a score: one per distinct value), the weights-only baseline, and chance"
+                               " (the random baseline's mean curve).",
+                               [roc_figure({result.method: (result.fpr, result.tpr, result.step_auc)},
+                                           result.baselines)]))
+    rows = [[e.label, ", ".join(e.subspaces) or "-", f"{s:.3g}", st, v.status + (f" ({v.reason})" if v.reason else ""),
+             _witness(v.witness)]
+            for e, s, st, v in zip(result.graph.edges, result.scores, result.status, truth.verdicts)
+            if v.status != "inert" or st != "absent" or e.subspaces]
+    report.add_section(Section("Edges", "Every edge in the truth, reported, or carrying data in the weights; its"
+                               " verdict (member with its witness: sampler, seed and the readout's change; inert with"
+                               " the reason; undecided).",
+                               [Table(["edge", "data subspaces", "score", "status", "truth", "witness"], rows)]))
     return report
+
+
+def _num(x) -> str:
+    return "-" if x is None or x != x else f"{x:.3f}"
+
+
+def _witness(w) -> str:
+    return "" if not w else f"{w['sampler']} seed {w['seed']}: {w['change']:.2g}"
+
+
+def summary(result) -> str:
+    """The command line's lines for one result."""
+    truth = result.ground_truth
+    counts = truth.counts()
+    e, nd = result.scored.edges, result.scored.nodes
+    random = result.baselines["random"]["edges"]
+    weights = result.baselines["weights-only"].edges
+    pr = result.pr
+    chosen = f"threshold {result.threshold:g}" if result.method == "acdc" else "top scores"
+    inert = ", ".join(f"{v} {k[7:-1]}" for k, v in counts.items() if k.startswith("inert"))
+    return "\n".join([
+        f"ground truth: {counts['member']} of {len(truth.verdicts)} candidate edges (each with a witness), inert:"
+        f" {inert}; undecided {counts['undecided']}; {100 * truth.coverage:.0f}% of the {int(truth.graph.truth.sum())}"
+        f" data-flow edges; inert edges jointly inert: {'yes' if truth.jointly_inert else 'no'}",
+        f"{result.method}: step AUC {_num(e['step_auc'])}, AUROC {_num(e['auroc'])}, AUPRC {_num(e['auprc'])};"
+        f" nodes: step AUC {_num(nd['step_auc'])}",
+        f"baselines: random step AUC {_num(random['step_auc'][0])} ± {_num(random['step_auc'][1])}, weights-only"
+        f" {_num(weights['step_auc'])}",
+        f"reported subgraph ({chosen}): precision {_num(pr.precision)}, recall {_num(pr.recall)}"
+        f" ({pr.found} found, {pr.missed} missed, {pr.spurious} spurious)"])

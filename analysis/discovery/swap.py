@@ -66,7 +66,7 @@ def encode_swap_pair(circuit, pair) -> tuple[torch.Tensor, torch.Tensor, object]
 
 
 def stack_swap_pairs(circuit, pairs) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """:func:`analysis.discovery.edges.stack_pairs` for a swap circuit."""
+    """:func:`analysis.discovery.family.encode_pairs` for a swap circuit."""
     encoded = [encode_swap_pair(circuit, p) for p in pairs]
     sequences = {e[2] for e in encoded}
     if len(sequences) != 1:

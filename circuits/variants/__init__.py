@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from circuits.spec import VariantSpec
 from circuits.variants.damped import DAMPED
+from circuits.variants.distractor import DISTRACTOR
 from circuits.variants.gumbel import GUMBEL
 from circuits.variants.lloyd import LLOYD
 from circuits.variants.soft import ANNEALED, MAX_STIFFNESS, SOFT, stiffness_overflow
@@ -34,6 +35,7 @@ REGISTERED: tuple[VariantSpec, ...] = (
     GUMBEL,
     DAMPED,
     ANNEALED,
+    DISTRACTOR,
 )
 
 

@@ -135,7 +135,8 @@ def test_subgraph_auc_matches_sklearn_on_score_thresholds():
     scores = rng.permutation(10).astype(float)
     kept = np.array([scores >= t for t in np.unique(scores)])
     assert scoring.auc_from_subgraphs(kept, truth) == pytest.approx(roc_auc_score(truth, scores), abs=1e-12)
-    assert scoring.auc_from_scores(scores, truth) == pytest.approx(roc_auc_score(truth, scores), abs=1e-12)
+    family = scoring.subgraphs_from_scores(scores)
+    assert scoring.curve_metrics(family, truth)["auroc"] == pytest.approx(roc_auc_score(truth, scores), abs=1e-12)
 
 
 def test_subgraph_auc_hand_case():
@@ -147,16 +148,6 @@ def test_subgraph_auc_hand_case():
     assert scoring.auc_from_subgraphs(np.array([[1, 0, 0, 0]], dtype=bool), truth) == pytest.approx(0.75)
     with pytest.raises(ValueError):
         scoring.rates(np.ones((1, 2), dtype=bool), np.ones(2, dtype=bool))
-
-
-def test_precision_recall_and_status_hand_case():
-    truth = np.array([1, 1, 0, 0], dtype=bool)
-    pr = scoring.precision_recall(np.array([1, 0, 1, 0], dtype=bool), truth)
-    assert (pr.precision, pr.recall, pr.found, pr.missed, pr.spurious) == (0.5, 0.5, 1, 1, 1)
-    assert np.isnan(scoring.precision_recall(np.zeros(4, dtype=bool), truth).precision)
-    assert scoring.edge_status(np.array([1, 0, 1, 0], dtype=bool), truth) == ["found", "missed", "spurious", "absent"]
-    assert scoring.top_k(np.array([0.0, 3.0, 1.0, 2.0]), 2).tolist() == [False, True, False, True]
-    assert scoring.top_k(np.array([0.0, 0.0, 1.0, 0.0]), 2).tolist() == [False, False, True, False]
 
 
 def test_headline_weights_add_the_xb_path_that_drift_measured():

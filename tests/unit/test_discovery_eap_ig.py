@@ -39,7 +39,8 @@ def test_eap_and_eap_ig_differ_in_value_but_share_their_support(swap_patcher):
     # and the top-|circuit| edges are the support (recall = that share).
     share = support[truth].mean()
     for s in (s_eap, s_ig):
-        assert scoring.auc_from_scores(s, truth) == pytest.approx(0.5 + 0.5 * share, abs=1e-12)
+        assert scoring.curve_metrics(scoring.subgraphs_from_scores(s), truth)["auroc"] == pytest.approx(
+            0.5 + 0.5 * share, abs=1e-12)
         assert roc_auc_score(truth, s) == pytest.approx(0.5 + 0.5 * share, abs=1e-12)
         assert np.array_equal(scoring.top_k(s, int(truth.sum())), support)
 
@@ -53,7 +54,9 @@ def test_hard_attention_heads_have_exactly_zero_query_and_key_gradients(swap_pat
     circuit, p = swap_patcher
     L = p.graph.n_layers
     with_qk_gradient = set()
-    for a in np.arange(1, 9) / 8:
+    from analysis.discovery.eap import interpolation_points
+
+    for a in interpolation_points(8):
         x = p.corrupted + float(a) * (p.clean - p.corrupted)
         _, grads = p.run(torch.zeros(1, p.E, dtype=p.dtype), x=x, probe=True)
         names = [hook_names.pattern(layer) for layer in range(L)]

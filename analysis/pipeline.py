@@ -6,18 +6,18 @@ the same way.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from analysis.capture import LEAN_MIN_POINTS, Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture import EVERYTHING, Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.capture.hooked import certify_hooked_patterns
-from analysis.verify import VerificationReport, verify_problem
+from analysis.verify import VerificationReport, reads, verify_problem
 from analysis.verify.altered import find_alterations
-from analysis.verify.prefetch import ReferenceRun
+from analysis.scheduler import Scheduler
+from analysis.verify.prefetch import prefetch
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
@@ -189,15 +189,8 @@ def as_run(obj) -> RunResult:
 
 
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
-    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best.
-
-    A function of the values of ``X`` and ``C0``: a fit asks for the same one twice (choosing the sharpness, then
-    encoding), so within :func:`circuits.reference.memoised_distances` it is computed once
-    (:func:`circuits.reference.memoised`) and handed out as a copy."""
-    C0 = np.asarray(C0)
-    kept = reference.memoised(X, ("lloyd_scaling", C0.dtype.str, C0.shape, C0.tobytes()),
-                              lambda: fit_unit_scaling(X, C0, centre="median"))
-    return UnitScaling(kept.offset.copy(), kept.scale.copy())
+    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best."""
+    return fit_unit_scaling(X, np.asarray(C0), centre="median")
 
 
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
@@ -253,7 +246,7 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
                 on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
                 circuit: KMeansCircuit | None = None, path: str = "dense",
                 resolution: Resolution | None = None, device: str | torch.device | None = None,
-                lean: bool | None = False) -> RunResult:
+                lean: bool | None = False, threads: int | None = None) -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
     ``sharpness``: a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
@@ -264,9 +257,11 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     circuit's device, else the CPU. The verification is the same on any device (float64 reference, same tolerances).
     ``lean``: keep only what the verification reads (:func:`analysis.capture.capture`; the result's labels,
     centroids, report and JSON are the same, but no report or attention view can be drawn from its capture);
-    ``None``: lean from :data:`analysis.capture.LEAN_MIN_POINTS` points on.
+    ``None``: lean at scale (:data:`analysis.scheduler.AT_SCALE_POINTS` points on). ``threads``: how many threads
+    the run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``: its policy for this
+    many points).
 
-    Twelve parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
+    Keyword parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
     parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
@@ -276,14 +271,18 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
         circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
                                              device=str(device))
     scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
+    scheduler = Scheduler.for_points(X.shape[0], threads)
     if lean is None:
-        lean = X.shape[0] >= LEAN_MIN_POINTS
+        lean = scheduler.at_scale
+    # A lean structured run's encoding holds no stream: its forward makes its own (held once, not twice).
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
-                     feature_major=lean and path != "dense")
-    # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread), sharing
-    # the memo of distances that the verification then reads.
-    prefetch = lean and circuit.spec.input_map is None
-    with reference.memoised_distances() if prefetch else contextlib.nullcontext():
-        prefetched = ReferenceRun(circuit, encoded) if prefetch else None
-        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path, lean=lean)
-        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)
+                     hold_stream=not (lean and path != "dense"))
+    try:
+        # At scale the reference (then its bound) runs on a worker while the circuit runs on this thread.
+        prefetched = (prefetch(scheduler, circuit, encoded) if scheduler.at_scale and circuit.spec.input_map is None
+                      else None)
+        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path,
+                      keep=reads(circuit.spec) if lean else EVERYTHING, forward_threads=scheduler.forward_threads)
+        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, scheduler, prefetched), resolution)
+    finally:
+        scheduler.close()

@@ -10,7 +10,7 @@ import torch
 
 from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling
-from analysis.verify import verify_problem
+from analysis.verify import reads, verify_problem
 from circuits import structured, structured_attention
 from circuits.encoding import encode
 from circuits.structured_plans import RestrictedMap
@@ -126,17 +126,17 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append((g.queries.is_identity, g.pattern is None))
                         or structured_attention.pattern_of(g))
     lean = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
-                   path="structured", lean=True)
+                   path="structured", keep=reads(circuit.spec))
     assert spy == [False]
     # The fallback made each assign head's pattern again (ungrouped point queries); the update heads' certificates
     # read theirs through pattern_of too, kept where their queries are grouped.
     assigns = [remade_ for identity, remade_ in remade if identity]
     assert assigns and all(assigns)
     monkeypatch.setattr(structured, "structured_forward",
-                        lambda model, resid, hooks, recording: real(model, resid, hooks, structured.Recording(
-                            recording.on_record, recording.pre, recording.mid, True)))
+                        lambda model, resid, hooks, recording, **kw: real(model, resid, hooks, structured.Recording(
+                            recording.on_record, recording.pre, recording.mid, True), **kw))
     kept = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
-                   path="structured", lean=True)
+                   path="structured", keep=reads(circuit.spec))
     _assert_close_captures(lean, kept, rtol=0)
 
 

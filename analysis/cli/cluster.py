@@ -8,8 +8,8 @@ import io
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
-    cpu_only, sharpness_from, usable_results,
+    KEPT, LoadedProblem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem,
+    run_circuit, cpu_only, sharpness_from, usable_results,
 )
 from analysis.errors import ProblemError
 from analysis.wording import count
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.report.verified else 1
 
 
-def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int,
+def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: LoadedProblem, d: int,
                       more: dict[str, str] | None = None) -> None:
     """A trained model's or a construction's ``--out``: labels, centroids, the JSON document and ``more`` files
     (all or none)."""
@@ -141,7 +141,7 @@ def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Prob
     ))), **(more or {})})
 
 
-def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
+def run_checkpoint(args: argparse.Namespace, problem: LoadedProblem, out) -> int:
     """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluation.checkpoint.cluster_with_checkpoint`)."""
 
     model = check_checkpoint(args.checkpoint)["model"]
@@ -195,7 +195,7 @@ def checkpoint_verdict(doc: dict):
                               reference="the model's training forward")
 
 
-def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:
+def run_construction(args: argparse.Namespace, problem: LoadedProblem, out, name: str = "swap", learned=None) -> int:
     """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
     its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap); ``--out``
     gets its page too."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 
 from analysis.cli.exits import message
-from analysis.cli.options import Problem
+from analysis.cli.options import LoadedProblem
 from analysis.errors import ProblemError
 
 
-def construction_result(args: argparse.Namespace, problem: Problem, name: str, learned, command: str,
+def construction_result(args: argparse.Namespace, problem: LoadedProblem, name: str, learned, command: str,
                         page: bool = False):
     """Check the options of ``cluster --construction NAME`` (or ``--checkpoint`` of a learned checkpoint at
     ``learned``; ``report --construction NAME``) and run it: :func:`analysis.constructions.swap.run_swap` or

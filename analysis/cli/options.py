@@ -37,7 +37,12 @@ KEPT = Budget("n x k x (--iterations + 1)", 30_000_000, "with a report: what it 
 
 
 @dataclass
-class Problem:
+class LoadedProblem:
+    """The problem a command was given, as :func:`load_problem` read and validated it: the points ``X`` and the
+    initial centroids ``C0`` (the user's units), ``k``, the iterations, the variant spec string, where the data came
+    from (``source``: a dataset's name or the file) and how the centroids were chosen (``init``, in words), and a
+    bundled dataset's classes ``y`` (``None`` for a user's file)."""
+
     source: str
     X: np.ndarray
     C0: np.ndarray
@@ -150,7 +155,7 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
     return name
 
 
-def load_problem(args: argparse.Namespace) -> Problem:
+def load_problem(args: argparse.Namespace) -> LoadedProblem:
     check_variant_arg(args.variant, args.iterations, args)
     if args.dataset == "blobs":  # refused before the points are drawn
         check_run(args.n, args.d, args)
@@ -165,7 +170,7 @@ def load_problem(args: argparse.Namespace) -> Problem:
     if getattr(args, "construction", None) == "swap" and args.iterations < 1:
         raise ProblemError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
-    return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+    return LoadedProblem(source, X, C0, args.k, args.iterations, init, args.variant, y)
 
 
 def check_run(n: int, d: int, args: argparse.Namespace) -> None:
@@ -174,7 +179,7 @@ def check_run(n: int, d: int, args: argparse.Namespace) -> None:
               total=n * (d + args.k) * (args.iterations + 1))
 
 
-def check_kept(problem: Problem) -> None:
+def check_kept(problem: LoadedProblem) -> None:
     """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern."""
     KEPT.check({"n": problem.X.shape[0], "--k": problem.k, "--iterations": problem.iterations},
                total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
@@ -266,7 +271,7 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
     return shapes
 
 
-def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
+def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
                 lean: bool | None = False):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
     ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.

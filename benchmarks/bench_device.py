@@ -45,7 +45,7 @@ def _sync(device) -> None:
 
 def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, threads: int | None = None) -> dict:
     """Everything measured at one n, in this process (the forward alone unless ``verify``; ``threads``: torch's CPU
-    threads on the structured path, :data:`circuits.structured.CPU_THREADS`, by default its own)."""
+    threads on the structured path, :data:`circuits.structured.forward.CPU_THREADS`, by default its own)."""
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
     import numpy as np
     import torch
@@ -58,7 +58,7 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
     from benchmarks.make_scale_data import make
     from circuits.devices import resolve
     from circuits.encoding import encode
-    from circuits import structured
+    from circuits.structured import forward as structured
     from circuits.structured import Recording, structured_forward
     from circuits.variants import get_variant
 
@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--train-steps", type=int, default=10, help="steps of the training measurement (0: none)")
     parser.add_argument("--structured-threads", type=int, default=None,
-                        help="torch CPU threads on the structured path (default circuits.structured.CPU_THREADS)")
+                        help="torch CPU threads on the structured path (default circuits.structured.forward.CPU_THREADS)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--json", metavar="FILE", help="also write every row as JSON")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
@@ -191,7 +191,7 @@ def main() -> None:
     from circuits.devices import resolve
 
     device = str(resolve(args.device))
-    from circuits.structured import CPU_THREADS
+    from circuits.structured.forward import CPU_THREADS
 
     name = (torch.cuda.get_device_name(device) if device.startswith("cuda") else
             f"CPU, {torch.get_num_threads()} torch threads, {args.structured_threads or CPU_THREADS} on the structured path")

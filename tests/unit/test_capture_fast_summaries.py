@@ -38,8 +38,7 @@ from analysis.pipeline import choose_sharpness, lloyd_scaling
 from circuits import encoding
 from circuits.encoding import StreamDecoder, encode
 from circuits.onehot import OneHotStack, one_hot
-from circuits import structured_attention
-from circuits.structured import GroupedAttention, Groups, identity_groups
+from circuits.structured import GroupedAttention, Groups, identity_groups, pattern_of
 from circuits.variants import get_variant
 
 from conftest import lloyd_circuit
@@ -362,7 +361,7 @@ def test_lean_float32_capture_whose_update_queries_stop_compressing(monkeypatch)
     encoded = encode(circuit.layout, X[None], C0[None], dtype=torch.float32, scaling=lloyd_scaling(X, C0))
     remade = []
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append(g.pattern is None) or
-                        structured_attention.pattern_of(g))
+                        pattern_of(g))
     full = capture(circuit, encoded, path="structured")
     lean = capture(circuit, encoded, path="structured", lean=True)
     assert any(remade), "no update head without a kept pattern: the case is not exercised"

@@ -18,7 +18,8 @@ import torch
 from analysis.capture import capture
 from analysis.pipeline import choose_sharpness, lloyd_scaling, run_problem
 from analysis.verify import verify_problem
-from circuits import reference, structured
+from circuits import reference
+from circuits.structured import groups
 from circuits.build import build_lloyd_circuit
 from circuits.devices import resolve
 from circuits.encoding import encode
@@ -37,8 +38,8 @@ def _problem(n: int = 120, d: int = 3, k: int = 4, seed: int = 0) -> tuple[np.nd
 
 def _fresh_caches() -> None:
     """Forget what earlier runs cached on the CPU, so that the run under test creates its own tensors."""
-    structured._identity_groups.cache_clear()
-    structured._hash_direction.cache_clear()
+    groups._identity_groups.cache_clear()
+    groups.hash_direction.cache_clear()
 
 
 @pytest.mark.parametrize("path", ["structured", "dense"])
@@ -72,7 +73,7 @@ def test_the_leak_test_can_fail(monkeypatch):
     def full_without_device(*args, device=None, **kwargs):
         return real_full(*args, **kwargs)
 
-    monkeypatch.setattr(structured.torch, "full", full_without_device)
+    monkeypatch.setattr(groups.torch, "full", full_without_device)
     _fresh_caches()
     with torch.device("meta"), pytest.raises((RuntimeError, NotImplementedError)):
         capture(circuit, encoded, path="structured")

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     from analysis.cli.progress import Stages
     from analysis.drift import analyse, stages_of
     from analysis.report.drift import drift_report
-    from circuits.training.checkpoint import CheckpointError, load_model, read_log
+    from circuits.training.checkpoint import CheckpointError, load_model
+    from circuits.training.schema import read_log
 
     torch.set_num_threads(args.threads)
     try:

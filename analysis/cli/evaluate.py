@@ -34,7 +34,7 @@ WORK = Budget("(--tasks x --n x shapes + --dataset-inits x points) x --steps", 1
 #: residual row of the model per point (320 x 512 by default).
 POINTS = Budget("--tasks x --n", 500_000, "held-out points drawn at once; one forward holds up to all of them")
 
-FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.training.tasks.FAMILIES, import-free
+FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.problems.FAMILIES, import-free
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

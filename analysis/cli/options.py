@@ -275,15 +275,16 @@ def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, dev
                 lean: bool | None = False):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
     ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.
-    ``lean``: as :func:`analysis.pipeline.run_problem`'s (``None``: lean at scale, for a run no report reads)."""
+    ``lean``: as :class:`analysis.pipeline.RunOptions`'s (``None``: lean at scale, for a run no report reads)."""
     from analysis.capture import PathUnavailable
-    from analysis.pipeline import run_problem
+    from analysis.pipeline import RunOptions, run_problem
     from circuits.blocks import n_layers
 
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
+    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer)
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
-                           on_layer=on_layer, path=path, device=resolve_device(device), lean=lean)
+                           options=options)
     except PathUnavailable as exc:
         raise ProblemError(str(exc)) from None
 

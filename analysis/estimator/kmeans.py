@@ -25,7 +25,7 @@ from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.estimator.cache import built_circuit
 from analysis.estimator.initial import initial_runs
 from analysis.estimator.stopping import run_to_stop
-from analysis.pipeline import DTYPES, choose_sharpness, run_problem
+from analysis.pipeline import DTYPES, RunOptions, choose_sharpness, run_problem
 from analysis.verify.nearest import exact_nearest, misassigned
 from analysis.verify.verdict import tie_text
 from circuits import devices, reference
@@ -300,7 +300,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
             sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
             circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
-            return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution)
+            return run_problem(X, centres, 0, self.variant, circuit=circuit, resolution=resolution,
+                               options=RunOptions(path=self.path))
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""

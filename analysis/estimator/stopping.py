@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from analysis.pipeline import RunResult, run_problem
+from analysis.pipeline import RunOptions, RunResult, run_problem
 from circuits import reference
 
 
@@ -74,14 +74,17 @@ def run_to_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float, varian
     equals that of running all ``max_iter`` iterations in ``labels_``, ``cluster_centers_``, ``inertia_`` and
     ``n_iter_``; the run, its capture and its report cover the iterations run (``circuit.iterations``).
     """
+    options = RunOptions(path=path)
     # The stop's guess and the verification evaluate distances to the same centroids: computed once.
     with reference.memoised_distances():
         if variant == "lloyd" and max_iter > 1:
             guess = reference_stop(X, C0, max_iter, tol)
             if guess < max_iter:
-                result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), path=path, resolution=resolution)
+                result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), resolution=resolution,
+                                     options=options)
                 t = first_stop(result.capture, tol)
                 if t is not None:
                     return result, t
-        result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), path=path, resolution=resolution)
+        result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), resolution=resolution,
+                             options=options)
         return result, stopping_point(result.capture, tol)

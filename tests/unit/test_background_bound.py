@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from analysis.pipeline import run_problem
+from analysis.pipeline import RunOptions, run_problem
 from analysis.verify import procedure
 from analysis.verify.report import Deferred
 from tests.unit.test_lean_verify import corner_problem
@@ -49,7 +49,7 @@ def test_an_error_in_the_thread_is_raised_by_the_read():
 @pytest.mark.parametrize("variant", ["lloyd", "trimmed"])
 def test_background_bound_gives_the_same_report(monkeypatch, variant):
     X, C0 = corner_problem(n=60)
-    lazy = run_problem(X, C0, 3, variant=variant, path="structured")
+    lazy = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured"))
     monkeypatch.setattr(procedure, "BACKGROUND_BOUND_MIN_POINTS", 1)
     threads = []
     original = Deferred.start
@@ -59,7 +59,7 @@ def test_background_bound_gives_the_same_report(monkeypatch, variant):
         return original(self)
 
     monkeypatch.setattr(Deferred, "start", spy)
-    background = run_problem(X, C0, 3, variant=variant, path="structured")
+    background = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured"))
     assert threads  # the bound was started in the background
     assert json.dumps(background.report.to_dict(), sort_keys=True, default=str) == json.dumps(
         lazy.report.to_dict(), sort_keys=True, default=str)

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import pipeline
 from analysis.capture import capture
-from analysis.pipeline import lloyd_scaling, run_problem
+from analysis.pipeline import RunOptions, lloyd_scaling, run_problem
 from analysis.verify import prefetch, verify_problem
 from analysis.verify.prefetch import ReferenceRun
 from circuits.encoding import encode
@@ -36,7 +36,7 @@ def test_prefetched_reference_gives_the_same_report(monkeypatch, variant):
     X, C0 = corner_problem(n=60)
     started = []
     monkeypatch.setattr(pipeline, "ReferenceRun", lambda *a: started.append(1) or ReferenceRun(*a))
-    result = run_problem(X, C0, 3, variant=variant, path="structured", lean=True)
+    result = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=True))
     assert started  # run_problem took the prefetching path
     assert _report(result.report) == _report(verify_problem(result.capture, 0))
 

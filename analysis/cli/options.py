@@ -167,10 +167,17 @@ def load_problem(args: argparse.Namespace) -> LoadedProblem:
     validate_problem(X, args.k)
     check_work(args.iterations, X.shape[1], args.k)
     check_run(X.shape[0], X.shape[1], args)
-    if getattr(args, "construction", None) == "swap" and args.iterations < 1:
-        raise ProblemError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
     return LoadedProblem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+
+
+def circuit_options_given(args: argparse.Namespace) -> bool:
+    """Whether the options name an altered circuit (``--variant``) or an exactness knob: options of Lloyd's circuit
+    and its variants, which a trained model and a construction, with knobs of their own, do not take."""
+    from circuits.variants import get_variant
+
+    return (not get_variant(args.variant).unaltered
+            or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")))
 
 
 def check_run(n: int, d: int, args: argparse.Namespace) -> None:

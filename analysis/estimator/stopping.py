@@ -26,6 +26,7 @@ import numpy as np
 
 from analysis.pipeline import RunOptions, RunResult, run_problem
 from circuits import reference
+from circuits.variants import get_variant
 
 
 def first_stop(cap, tol: float, b: int = 0) -> int | None:
@@ -77,7 +78,7 @@ def run_to_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float, varian
     options = RunOptions(path=path)
     # The stop's guess and the verification evaluate distances to the same centroids: computed once.
     with reference.memoised_distances():
-        if variant == "lloyd" and max_iter > 1:
+        if get_variant(variant).unaltered and max_iter > 1:
             guess = reference_stop(X, C0, max_iter, tol)
             if guess < max_iter:
                 result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), resolution=resolution,

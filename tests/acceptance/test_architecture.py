@@ -171,3 +171,36 @@ def test_imports_run_from_the_command_line_down_to_the_measurements():
         or (under(target, "analysis.patching")
             and (under(name, "analysis.evaluation") or under(name, "analysis.drift"))))
     assert upward == []
+
+
+#: Where a registered name may be compared with a string: the declarations themselves (a variant's module, a
+#: construction's module and its circuits' packages, which name their own candidates), and two names that only
+#: share a spelling with a variant or a construction.
+NAME_TESTS_ALLOWED = ("circuits.variants.", "circuits.swap.", "circuits.learned.", "analysis.constructions.",
+                      "analysis.drift.learned",  # the learned construction's candidate "learned", left out in ablation
+                      "circuits.problems")  # the noise family "gumbel" of the tasks, not the variant
+
+
+def test_nothing_dispatches_on_a_variant_or_a_construction_name():
+    """Variants and constructions are declared once (:class:`circuits.spec.VariantSpec`,
+    :class:`analysis.constructions.spec.ConstructionSpec`): elsewhere a property is read from the declaration, never
+    from ``variant == "lloyd"`` or ``name == "swap"``."""
+    from analysis.constructions import CONSTRUCTIONS
+    from circuits.variants import REGISTERED
+
+    names = {variant.name for variant in REGISTERED} | set(CONSTRUCTIONS)
+
+    def strings(node) -> list[str]:
+        elements = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+    found = []
+    for name, path in modules().items():
+        if name.startswith(NAME_TESTS_ALLOWED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                     for op in node.ops):
+                named = {s for side in (node.left, *node.comparators) for s in strings(side)} & names
+                found += [f"{name}:{node.lineno}: {ast.unparse(node)}"] if named else []
+    assert found == []

@@ -6,18 +6,18 @@ the same way.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from analysis.capture import LEAN_MIN_POINTS, Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture import EVERYTHING, Capture, capture, decoded_capture, reencode, summarise_head
 from analysis.capture.hooked import certify_hooked_patterns
-from analysis.verify import VerificationReport, verify_problem
+from analysis.verify import VerificationReport, reads, verify_problem
 from analysis.verify.altered import find_alterations
-from analysis.verify.prefetch import ReferenceRun
+from analysis.scheduler import Scheduler
+from analysis.verify.prefetch import prefetch
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch, UnitScaling, encode, fit_unit_scaling
@@ -189,15 +189,8 @@ def as_run(obj) -> RunResult:
 
 
 def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
-    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best.
-
-    A function of the values of ``X`` and ``C0``: a fit asks for the same one twice (choosing the sharpness, then
-    encoding), so within :func:`circuits.reference.memoised_distances` it is computed once
-    (:func:`circuits.reference.memoised`) and handed out as a copy."""
-    C0 = np.asarray(C0)
-    kept = reference.memoised(X, ("lloyd_scaling", C0.dtype.str, C0.shape, C0.tobytes()),
-                              lambda: fit_unit_scaling(X, C0, centre="median"))
-    return UnitScaling(kept.offset.copy(), kept.scale.copy())
+    """Lloyd's circuit centres on the median: the bulk of the data then sits near 0, where float64 resolves best."""
+    return fit_unit_scaling(X, np.asarray(C0), centre="median")
 
 
 def encoder_scaling(spec, X: np.ndarray, C0: np.ndarray) -> UnitScaling:
@@ -267,13 +260,14 @@ class RunOptions:
     #: given circuit's device, else the CPU.
     device: str | torch.device | None = None
     #: Keep only what the verification reads (:func:`analysis.capture.capture`: no report or attention view can be
-    #: drawn from the capture); ``None``: lean from :data:`analysis.capture.LEAN_MIN_POINTS` points on.
+    #: drawn from the capture); ``None``: lean at scale (:data:`analysis.scheduler.AT_SCALE_POINTS` points on).
     lean: bool | None = False
     #: Keep the dense forward's ``ActivationCache`` in the capture.
     keep_cache: bool = False
     #: Called with each layer's index as the forward finishes it (progress).
     on_layer: Callable[[int], None] | None = None
-    #: Threads the run may use (None: the at-scale policy decides).
+    #: Threads the run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``: its policy
+    #: for this many points).
     threads: int | None = None
 
 
@@ -291,9 +285,10 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     ``sharpness`` (a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
     :func:`choose_sharpness` pick the rest from the data). ``circuit`` reuses a built model instead (it must match
     d, k and iterations; ``variant``, ``dtype`` and ``sharpness`` are then its own, and ``resolution`` says how its
-    knobs were chosen). How it runs: ``options`` (:class:`RunOptions`: path, device, lean, cache, progress;
-    ``threads`` is carried, not yet read). The encoder's unit scaling (:func:`encoder_scaling`) is computed once and serves both the choice of
-    the knobs and the encoding.
+    knobs were chosen). How it runs: ``options`` (:class:`RunOptions`: path, device, lean, cache, progress,
+    threads; the run makes one :class:`analysis.scheduler.Scheduler` from ``threads`` and passes it down). The
+    encoder's unit scaling (:func:`encoder_scaling`) is computed once and serves both the choice of the knobs and
+    the encoding.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
     device = run_device(circuit, options.device)
@@ -303,14 +298,17 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
         sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype, [scaling])
         circuit = spec.build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
                              device=str(device))
-    lean = X.shape[0] >= LEAN_MIN_POINTS if options.lean is None else options.lean
+    scheduler = Scheduler.for_points(X.shape[0], options.threads)
+    lean = scheduler.at_scale if options.lean is None else options.lean
+    # A lean structured run's encoding holds no stream: its forward makes its own (held once, not twice).
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
-                     feature_major=lean and options.path != "dense")
-    # At scale (a lean run) the reference runs on the second core while the circuit runs (one torch thread), sharing
-    # the memo of distances that the verification then reads.
-    prefetch = lean and circuit.spec.input_map is None
-    with reference.memoised_distances() if prefetch else contextlib.nullcontext():
-        prefetched = ReferenceRun(circuit, encoded) if prefetch else None
-        cap = capture(circuit, encoded, keep_cache=options.keep_cache, on_layer=options.on_layer,
-                      path=options.path, lean=lean)
-        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, prefetched), resolution)
+                     hold_stream=not (lean and options.path != "dense"))
+    try:
+        # At scale the reference (then its bound) runs on a worker while the circuit runs on this thread.
+        prefetched = (prefetch(scheduler, circuit, encoded) if scheduler.at_scale and circuit.spec.input_map is None
+                      else None)
+        cap = capture(circuit, encoded, keep_cache=options.keep_cache, on_layer=options.on_layer, path=options.path,
+                      keep=reads(circuit.spec) if lean else EVERYTHING, forward_threads=scheduler.forward_threads)
+        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, scheduler, prefetched), resolution)
+    finally:
+        scheduler.close()

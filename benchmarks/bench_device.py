@@ -45,26 +45,25 @@ def _sync(device) -> None:
 
 def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, threads: int | None = None) -> dict:
     """Everything measured at one n, in this process (the forward alone unless ``verify``; ``threads``: torch's CPU
-    threads on the structured path, :data:`circuits.structured.forward.CPU_THREADS`, by default its own)."""
+    threads on the structured path, by default the scheduler's, :data:`analysis.scheduler.FORWARD_THREADS`)."""
     warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
     import numpy as np
     import torch
     from sklearn.cluster import KMeans
 
-    from analysis.capture import LEAN_MIN_POINTS, capture
+    from analysis.capture import EVERYTHING, capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
-    from analysis.verify import verify_problem
+    from analysis.scheduler import FORWARD_THREADS, Scheduler
+    from analysis.verify import reads, verify_problem
     from benchmarks.make_scale_data import make
     from circuits.devices import resolve
     from circuits.encoding import encode
-    from circuits.structured import forward as structured
     from circuits.structured import Recording, structured_forward
     from circuits.variants import get_variant
 
     keep_freed_memory()
-    if threads is not None:
-        structured.CPU_THREADS = threads
+    threads = FORWARD_THREADS if threads is None else threads
     device = resolve(device_name)
     X, C0 = make(n, d, k)
     t0 = time.perf_counter()
@@ -77,7 +76,7 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
 
     def forward(circuit, encoded) -> None:
         structured_forward(circuit.runnable, encoded.resid, circuit.score_hooks,
-                           Recording(lambda layer, record: None, pre=False))
+                           Recording(lambda layer, record: None, pre=False), threads=threads)
         _sync(device)
 
     small = X[:1000]
@@ -96,12 +95,15 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
     t_capture = t_verify = verified = equal = None
     if verify:
         t0 = time.perf_counter()
-        # Lean from LEAN_MIN_POINTS on, as cluster (without --out) runs it.
-        cap = capture(circuit, encoded, path="structured", lean=n >= LEAN_MIN_POINTS)
+        # Lean at scale, as cluster (without --out) runs it.
+        scheduler = Scheduler.for_points(n)
+        cap = capture(circuit, encoded, path="structured", forward_threads=threads,
+                      keep=reads(circuit.spec) if scheduler.at_scale else EVERYTHING)
         _sync(device)
         t_capture = time.perf_counter() - t0
         t0 = time.perf_counter()
-        verified = bool(verify_problem(cap, 0).verified)
+        verified = bool(verify_problem(cap, 0, scheduler).verified)
+        scheduler.close()
         t_verify = time.perf_counter() - t0
         equal = bool(np.array_equal(cap.final.labels[0], km.labels_))
     return {
@@ -111,7 +113,7 @@ def one(n: int, d: int, k: int, T: int, device_name: str, verify: bool = True, t
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_data_mib": rss_before,
         "gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "verified": verified, "equal_sklearn": equal,
-        "torch_threads": torch.get_num_threads(), "structured_cpu_threads": structured.CPU_THREADS,
+        "torch_threads": torch.get_num_threads(), "structured_cpu_threads": threads,
     }
 
 
@@ -173,7 +175,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--train-steps", type=int, default=10, help="steps of the training measurement (0: none)")
     parser.add_argument("--structured-threads", type=int, default=None,
-                        help="torch CPU threads on the structured path (default circuits.structured.forward.CPU_THREADS)")
+                        help="torch CPU threads on the structured path (default analysis.scheduler.FORWARD_THREADS)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--json", metavar="FILE", help="also write every row as JSON")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
@@ -191,10 +193,11 @@ def main() -> None:
     from circuits.devices import resolve
 
     device = str(resolve(args.device))
-    from circuits.structured.forward import CPU_THREADS
+    from analysis.scheduler import FORWARD_THREADS
 
     name = (torch.cuda.get_device_name(device) if device.startswith("cuda") else
-            f"CPU, {torch.get_num_threads()} torch threads, {args.structured_threads or CPU_THREADS} on the structured path")
+            f"CPU, {torch.get_num_threads()} torch threads, {args.structured_threads or FORWARD_THREADS} on the"
+            " structured path")
     print(f"device {device} ({name}); d={args.d}, k={args.k}, T={args.iterations}, float64, blobs; scikit-learn on the"
           " CPU in the same process", flush=True)
     ns = [int(v) for v in args.ns.split(",") if v]

@@ -4,7 +4,7 @@ summaries) and of the verification, with the CPU time (user + system) and peak r
     python benchmarks/make_scale_data.py --n 1000000 --out /tmp/scale6
     python benchmarks/profile_scale.py /tmp/scale6/X.npy /tmp/scale6/C0.npy [--full]
 
-The capture is lean (what ``cluster`` without ``--out`` runs from ``analysis.capture.LEAN_MIN_POINTS`` points on);
+The capture is lean (what ``cluster`` without ``--out`` runs from ``analysis.scheduler.AT_SCALE_POINTS`` points on);
 ``--full`` keeps every layer's attention as a report needs.
 """
 
@@ -29,10 +29,10 @@ def cpu_s() -> float:
 def main(x_path: str, c0_path: str, iterations: int = 10, lean: bool = True) -> None:
     import numpy as np
 
-    from analysis.capture import capture
+    from analysis.capture import EVERYTHING, capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
-    from analysis.verify import verify_problem
+    from analysis.verify import reads, verify_problem
     from circuits.encoding import encode
     from circuits.variants import get_variant
 
@@ -41,12 +41,12 @@ def main(x_path: str, c0_path: str, iterations: int = 10, lean: bool = True) -> 
     start = cpu_s()
     sharpness, _ = choose_sharpness(X, [C0])
     circuit = get_variant("lloyd").build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness)
-    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
+    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0), hold_stream=not lean)
     built = cpu_s()
     print(f"knobs, build, encode: {built - start:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)
     profile = cProfile.Profile()
     profile.enable()
-    cap = capture(circuit, encoded, path="structured", lean=lean)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec) if lean else EVERYTHING)
     profile.disable()
     captured = cpu_s()
     print(f"capture: {captured - built:.1f} s CPU, peak {rss_mib():.0f} MiB", flush=True)

@@ -36,7 +36,7 @@ def main() -> None:
     from analysis.capture import capture
     from analysis.cli import keep_freed_memory
     from analysis.pipeline import choose_sharpness, lloyd_scaling
-    from analysis.verify import verify_problem
+    from analysis.verify import reads, verify_problem
     from circuits.encoding import encode
     from circuits.variants import get_variant
 
@@ -44,8 +44,8 @@ def main() -> None:
     X, C0 = np.load(args.points), np.load(args.init)
     sharpness, _ = choose_sharpness(X, [C0])
     circuit = get_variant("lloyd").build(X.shape[1], C0.shape[0], args.iterations, sharpness=sharpness)
-    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
-    cap = capture(circuit, encoded, path="structured", lean=True)
+    encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0), hold_stream=False)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
     start, wall = cpu_s(), time.perf_counter()
     report = verify_problem(cap, 0)
     print(f"verify: {cpu_s() - start:.2f} s CPU, {time.perf_counter() - wall:.2f} s wall, verified {report.verified}")

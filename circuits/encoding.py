@@ -14,8 +14,7 @@ commits them.
 from __future__ import annotations
 
 import functools
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -95,70 +94,38 @@ def fit_unit_scaling(X: Float[np.ndarray, "*batch n d"], C0: Float[np.ndarray, "
 
 @dataclass
 class EncodedBatch:
-    """A batch of equal-sized problems as residual-stream input, with what is needed to decode it."""
+    """A batch of equal-sized problems as residual-stream input, with what is needed to decode it.
 
-    resid: Float[torch.Tensor, "batch pos d_model"]
+    A plain record. ``resid`` is the stream :func:`encode` made, or ``None`` where it was asked not to hold one: a
+    run at scale, whose structured forward makes its own feature-major stream from the fields (:meth:`stream`), so
+    the stream is never held twice (0.47 GB at a million points). ``stream_dtype``/``stream_device``: the stream's,
+    for an encoding that holds none."""
+
+    resid: Float[torch.Tensor, "batch pos d_model"] | None
     layout: ResidualLayout
     sequence: SequenceLayout
     scaling: UnitScaling
     X: Float[np.ndarray, "batch n d"]
     C0: Float[np.ndarray, "batch k d"]
-    #: The tensor :func:`encode` made and its version counter then (``None`` for any other encoding, a
-    #: ``dataclasses.replace`` copy included): while ``resid`` is that tensor, unchanged, it is a function of the
-    #: fields above, so it may be released and made again (:meth:`release_resid`).
-    _made: tuple[weakref.ref, int] | None = field(default=None, init=False, repr=False, compare=False)
-    #: ``(dtype, device)`` of a released ``resid``, which the next read of ``resid`` makes again.
-    _released: tuple[torch.dtype, torch.device] | None = field(default=None, init=False, repr=False, compare=False)
-    #: :func:`encode` laid ``resid`` out feature-major (``feature_major=True``): each problem's ``resid[b].T`` is
-    #: contiguous, and a lean capture that released it runs its forward on that memory in place (no copy).
-    _forward_owned: bool = field(default=False, init=False, repr=False, compare=False)
+    stream_dtype: torch.dtype | None = None
+    stream_device: torch.device | None = None
 
-    def as_encoded(self) -> bool:
-        """Whether ``resid`` is (or, released, will be made again as) what :func:`encode` makes of ``X``, ``C0`` and
-        ``scaling``: the tensor it made, unchanged by any in-place torch operation. A reader may then compute a slot
-        from those fields instead of reading the stream (which a lean capture has let go)."""
-        if self._released is not None:
-            return True
-        made, resid = self._made, self.__dict__.get("resid")
-        return made is not None and resid is not None and made[0]() is resid and resid._version == made[1]
+    def stream(self, feature_major: bool = False) -> Float[torch.Tensor, "batch pos d_model"]:
+        """``resid``; or, where it holds none, the stream :func:`encode` makes of the fields (bit for bit), laid out
+        feature-major if asked (each problem's ``[b].T`` contiguous: what a structured forward runs on)."""
+        if self.resid is not None:
+            return self.resid
+        return make_stream(self.layout, self.sequence, self.scaling, self.X, self.C0, self.dtype, self.device,
+                           feature_major)
 
-    def release_resid(self) -> bool:
-        """Drop this encoding's residual stream (at a million points, 0.47 GB) when it can be made again bit for bit:
-        it is the tensor :func:`encode` made and no in-place torch operation has changed it since (its version
-        counter). The next read of ``resid`` encodes it again, so a reader after the release (the sharpness bound's
-        inputs, a dense fallback) gets the very same tensor values. Returns whether it was released; the memory
-        is freed once no one else holds the tensor (a caller that keeps its own reference keeps it alive).
-        A change made through a numpy view of the tensor is not seen by its version counter: an encoding written
-        that way must not be released."""
-        resid = self.__dict__.get("resid")
-        if resid is None or not self.as_encoded():
-            return False
-        self._released = (resid.dtype, resid.device)
-        del self.resid  # the instance attribute: the next read goes through __getattr__
-        return True
-
-    def __getstate__(self) -> dict:
-        # A weak reference does not pickle; a loaded copy's tensor is not the one encode made, so it stays held.
-        return {**self.__dict__, "_made": None}
-
-    def __getattr__(self, name: str):
-        # Only reached when normal lookup fails: ``resid`` after release_resid (no other attribute is ever missing).
-        released = self.__dict__.get("_released")
-        if name != "resid" or released is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        dtype, device = released
-        # Laid out as it was (a feature-major stream is made feature-major again, still the forward's to run on).
-        made = encode(self.layout, self.X, self.C0, dtype=dtype, scaling=self.scaling, device=device,
-                      feature_major=self._forward_owned)
-        self.resid, self._made, self._released = made.resid, made._made, None
-        self._forward_owned = made._forward_owned
-        return self.resid
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.resid.dtype if self.resid is not None else self.stream_dtype
 
     @property
     def device(self) -> torch.device:
-        """Where ``resid`` lives (or, released, will be made again), read without making it again."""
-        released = self.__dict__.get("_released")
-        return released[1] if released is not None else self.resid.device
+        """Where the stream lives (or, held by no one, will be made)."""
+        return self.resid.device if self.resid is not None else self.stream_device
 
     @property
     def batch(self) -> int:
@@ -179,8 +146,9 @@ class EncodedBatch:
 
 def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype = torch.float64,
            scaling: UnitScaling | None = None, device: str | torch.device = "cpu",
-           feature_major: bool = False) -> EncodedBatch:
-    """Residual input for points ``X`` (n, d) or (batch, n, d) and initial centroids ``C0`` (k, d) or (batch, k, d)."""
+           hold_stream: bool = True) -> EncodedBatch:
+    """Residual input for points ``X`` (n, d) or (batch, n, d) and initial centroids ``C0`` (k, d) or (batch, k, d).
+    ``hold_stream=False``: the record holds no stream (:class:`EncodedBatch`), its reader makes one."""
     X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
     if X.shape[0] != C0.shape[0]:
         raise ValueError(f"X has {X.shape[0]} problems but C0 has {C0.shape[0]}")
@@ -188,10 +156,19 @@ def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.d
         raise ValueError(f"layout is for d={layout.d}, got points of d={X.shape[2]} and centroids of d={C0.shape[2]}")
     if C0.shape[1] != layout.k:
         raise ValueError(f"layout is for k={layout.k}, got {C0.shape[1]} initial centroids")
-    batch, n, _ = X.shape
-    seq = SequenceLayout(n, layout.k)
+    seq = SequenceLayout(X.shape[1], layout.k)
     scaling = scaling if scaling is not None else fit_unit_scaling(X, C0)
-    # Feature-major: the same (batch, pos, d_model) array, as a view of (batch, d_model, pos) memory.
+    device = torch.device(device)
+    resid = make_stream(layout, seq, scaling, X, C0, dtype, device) if hold_stream else None
+    return EncodedBatch(resid, layout, seq, scaling, X, C0, dtype, device)
+
+
+def make_stream(layout: ResidualLayout, seq: SequenceLayout, scaling: UnitScaling, X: np.ndarray, C0: np.ndarray,
+                dtype: torch.dtype, device: torch.device, feature_major: bool = False
+                ) -> Float[torch.Tensor, "batch pos d_model"]:
+    """The residual stream of an encoding: flags, the points' and initial centroids' unit coordinates, identities;
+    feature-major, the same ``(batch, pos, d_model)`` values as a view of ``(batch, d_model, pos)`` memory."""
+    batch = X.shape[0]
     resid = (np.zeros((batch, layout.d_model, seq.n_tokens)).transpose(0, 2, 1) if feature_major
              else np.zeros((batch, seq.n_tokens, layout.d_model)))
     resid[:, :, layout["ONE"]] = 1.0
@@ -201,11 +178,7 @@ def encode(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.d
     resid[:, seq.centroids, layout["IS_CENTROID"]] = 1.0
     resid[:, seq.centroids, layout["ID"]] = np.eye(layout.k)
     resid[:, seq.centroids, layout["C_stage"]] = scaling.to_unit(C0)
-    tensor = torch.as_tensor(resid, dtype=dtype, device=device)
-    encoded = EncodedBatch(tensor, layout, seq, scaling, X, C0)
-    encoded._made = (weakref.ref(tensor), tensor._version)
-    encoded._forward_owned = feature_major and all(r.T.is_contiguous() for r in tensor)
-    return encoded
+    return torch.as_tensor(resid, dtype=dtype, device=device)
 
 
 @dataclass

@@ -5,14 +5,15 @@ or the structured path on the same weights) and decodes each layer; :mod:`~analy
 inside the hooks, the attention summaries and their certificates (margins, leak bounds) that the verification reads.
 """
 
+from analysis.capture.keep import EVERYTHING, Keep
 from analysis.capture.record import (
-    DENSE_MAX_TOKENS, LEAN_MIN_POINTS, PATHS, Capture, ExecutionPath, LayerCapture, PathUnavailable, capture,
+    DENSE_MAX_TOKENS, PATHS, Capture, ExecutionPath, LayerCapture, PathUnavailable, capture,
     decoded_capture, on_device, reencode, stream_activations,
 )
 from analysis.capture.summaries import AssignAttention, UpdateAttention, summarise_head, to_numpy
 
 __all__ = [
-    "DENSE_MAX_TOKENS", "LEAN_MIN_POINTS", "PATHS", "AssignAttention", "Capture", "ExecutionPath", "LayerCapture",
+    "DENSE_MAX_TOKENS", "EVERYTHING", "Keep", "PATHS", "AssignAttention", "Capture", "ExecutionPath", "LayerCapture",
     "PathUnavailable", "UpdateAttention", "capture", "decoded_capture", "on_device", "reencode", "stream_activations",
     "summarise_head", "to_numpy",
 ]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
+from analysis.capture.keep import EVERYTHING, Keep
 from analysis.capture.summaries import (
     AssignAttention,
     UpdateAttention,
@@ -86,10 +87,9 @@ class Capture:
     path: ExecutionPath = ExecutionPath.DENSE
     #: Why the dense path ran when the structured one was asked for (``path="auto"``); empty otherwise.
     path_note: str = ""
-    #: A lean capture (:func:`capture`, ``lean=True``) keeps per layer only what the verification reads: no
-    #: point x centroid attention scores or patterns (``None``), and a one-hot ``Y`` as its labels
-    #: (:class:`~circuits.onehot.OneHotStack`), so no report or attention view can be drawn from it.
-    lean: bool = False
+    #: What the capture kept of each layer (:mod:`analysis.capture.keep`): everything, or what its reader declared
+    #: (a lean capture: then no report or attention view can be drawn from it).
+    kept: Keep = EVERYTHING
     #: Read from a user's run (:func:`analysis.pipeline.capture_from_cache`): ``cache`` is that run as it ran, hooks
     #: and all, so a re-run (:func:`stream_activations`, which knows none of its hooks) is not that run.
     from_user_cache: bool = False
@@ -112,6 +112,11 @@ class Capture:
     def final(self) -> DecodedState:
         return self.layers[-1].post
 
+    @property
+    def lean(self) -> bool:
+        """Whether the capture left out any per-point part of a layer (:attr:`kept`)."""
+        return not self.kept.everything
+
 
 def reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
     """The problem as the variant's input map presents it to the circuit (e.g. projected onto the unit sphere)."""
@@ -119,7 +124,8 @@ def reencode(circuit: KMeansCircuit, encoded: EncodedBatch) -> EncodedBatch:
         X, C0, scaling = circuit.spec.prepare(encoded.X, encoded.C0)
     except ValueError as exc:
         raise ProblemError(f"variant {circuit.variant}: {exc}") from None
-    return encode(circuit.layout, X, C0, dtype=encoded.resid.dtype, scaling=scaling, device=encoded.resid.device)
+    return encode(circuit.layout, X, C0, dtype=encoded.dtype, scaling=scaling, device=encoded.device,
+                  hold_stream=encoded.resid is not None)
 
 
 def on_device(circuit: KMeansCircuit, encoded: EncodedBatch, device: str | torch.device | None) -> EncodedBatch:
@@ -129,8 +135,10 @@ def on_device(circuit: KMeansCircuit, encoded: EncodedBatch, device: str | torch
     wanted = circuit.device if device is None else resolve(device)
     if wanted.type != circuit.device.type:
         raise ValueError(f"the circuit was built on {circuit.device}, the run asks for {wanted}: build it there")
-    if encoded.resid.device.type == wanted.type:
+    if encoded.device.type == wanted.type:
         return encoded
+    if encoded.resid is None:
+        return replace(encoded, stream_device=circuit.device)
     return replace(encoded, resid=encoded.resid.to(circuit.device))
 
 
@@ -146,14 +154,9 @@ class PathUnavailable(RuntimeError):
     """No execution path can run this problem (the message says why)."""
 
 
-#: From this many points on, ``cluster`` without ``--out`` asks for a lean capture (:func:`capture`): below it
-#: every run keeps the full per-layer attention, as reports and views need.
-LEAN_MIN_POINTS = 50_000
-
-
 def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = False,
             on_layer: Callable[[int], None] | None = None, path: ExecutionPath | str = "dense",
-            device: str | torch.device | None = None, lean: bool = False) -> Capture:
+            device: str | torch.device | None = None, keep: Keep = EVERYTHING, forward_threads: int = 1) -> Capture:
     """Run ``circuit`` on ``encoded`` and decode every layer's input and output.
 
     ``path``: ``"dense"`` runs the ``HookedTransformer`` forward with TransformerLens hooks; ``"structured"`` runs
@@ -164,10 +167,10 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
     ``on_layer(layer)`` is called as each block finishes (for progress bars); ``keep_cache`` keeps an
     ``ActivationCache`` of the residual streams on the result. ``device``: where to run (``"auto"``: cuda where
     present); by default the circuit's. The encoding is moved there; the circuit must have been built there.
-    ``lean``: on the structured path, keep per layer only what :func:`analysis.verify.verify_problem` reads (the
-    attention certificates, not the point x centroid scores and patterns, which are ``n k`` numbers per layer: 5 GB
-    at a million points, ten clusters, ten iterations); the verification's result is the same. A variant whose
-    checks read them (an attention sink's scores, a swapped update's pattern) keeps those. The dense path ignores it.
+    ``keep``: on the structured path, which per-point parts of each layer to keep (:class:`Keep`: everything, or what
+    the verification declares it reads, :func:`analysis.verify.reads`, where its result is the same). The dense path
+    keeps everything.
+    ``forward_threads``: torch's threads for the structured forward (:class:`analysis.scheduler.Scheduler`).
     """
     if path not in PATHS:
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
@@ -180,7 +183,7 @@ def capture(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool = Fa
         from circuits.structured import StructuredPathUnavailable
 
         try:
-            return _capture_structured(circuit, encoded, keep_cache, on_layer, lean)
+            return _capture_structured(circuit, encoded, keep_cache, on_layer, keep, forward_threads)
         except StructuredPathUnavailable as exc:
             if path == ExecutionPath.STRUCTURED:
                 raise PathUnavailable(str(exc)) from None
@@ -248,22 +251,22 @@ def _dense_pattern(groups) -> Float[torch.Tensor, "batch 1 pos pos"]:
 class _LayerDecoder:
     """Decodes each block's output once (a block's input is the previous block's output) into LayerCaptures."""
 
-    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in, lean: bool = False):
+    def __init__(self, circuit: KMeansCircuit, encoded: EncodedBatch, resid_in, keep: Keep = EVERYTHING):
         self.circuit, self.encoded = circuit, encoded
         self.spec = circuit.spec
-        self.lean = lean
+        self.keep = keep
         # One decoder for the whole run: what a block left unchanged is copied from the last decoding, not recomputed.
-        # A lean capture's one-hot Y is held as its labels as it is decoded (soft responsibilities are read out
-        # from the whole matrix first, then compacted below).
-        self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling,
-                                    one_hot=lean and not self.spec.soft_assignments)
+        # A one-hot Y kept as its labels is held so as it is decoded where the stream says it is one-hot; any other
+        # (soft responsibilities read out first) is compacted below where it turns out to be one-hot.
+        self.decode = StreamDecoder(circuit.layout, encoded.sequence, encoded.scaling, one_hot=keep.labels_only)
         self._compact: tuple[np.ndarray, OneHotStack] | None = None  # the last Y held as its labels, and that Y
         self.pre = self.read(resid_in)
         self.layers: list[LayerCapture] = []
 
     def read(self, resid) -> DecodedState:
         state = self.spec.readout(self.decode(resid))
-        return self._compacted(state) if self.lean and not isinstance(state.assignments, OneHotStack) else state
+        return (self._compacted(state) if self.keep.labels_only and not isinstance(state.assignments, OneHotStack)
+                else state)
 
     def _compacted(self, state: DecodedState) -> DecodedState:
         """``state`` with ``Y`` held as its labels (:class:`~circuits.onehot.OneHotStack`) where it is exactly
@@ -290,50 +293,47 @@ class _LayerDecoder:
                     np.full(att.scores.shape[:2], np.nan) for _ in range(4))
             elif groups is not None:
                 update_certificate_grouped(att, groups, self.pre.labels, self.encoded)
-                if self.lean:
-                    att.scores = att.pattern = None
             else:
                 update_certificate(att, self.pre.labels, self.encoded)
-                if self.lean:  # the certificate is all the verification reads of a softmax update head
-                    att.scores = att.pattern = None
+            if not self.keep.update_columns:
+                att.scores = att.pattern = None
         self.layers.append(LayerCapture(layer, self.circuit.schedule[layer], self.pre, post, att))
         self.pre = post
 
 
 def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
-                        on_layer: Callable[[int], None] | None, lean: bool = False) -> Capture:
-    from circuits.structured import OwnedStreams, Recording, feature_major_copies, structured_forward
+                        on_layer: Callable[[int], None] | None, keep: Keep = EVERYTHING,
+                        forward_threads: int = 1) -> Capture:
+    from circuits.structured import OwnedStreams, Recording, structured_forward
 
     # The plain modules (no TransformerLens) unless the HookedTransformer exists (KMeansCircuit.runnable).
     model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
-    decoder = _LayerDecoder(circuit, encoded, encoded.resid, lean)
     resid = encoded.resid
-    if lean:
-        # The forward runs on its own feature-major copy; the encoding's is let go (made again, bit for bit, if
-        # a later reader asks for it: the sharpness bound's inputs, a dense fallback). Held twice, the residual
-        # stream was 0.47 GB of the peak at a million points.
-        owned = encoded._forward_owned
-        if owned and encoded.release_resid():
-            resid = OwnedStreams([r.T for r in resid])
-        else:
-            resid = OwnedStreams(feature_major_copies(resid))
-            encoded.release_resid()
+    if resid is None:
+        # An encoding that holds no stream (a run at scale): made here, feature-major, and handed to the forward,
+        # which runs on it in place: the stream is held once.
+        made = encoded.stream(feature_major=True)
+        decoder = _LayerDecoder(circuit, encoded, made, keep)
+        streams = [r.T for r in made]
+        del made
+        resid = OwnedStreams([s if s.is_contiguous() else s.contiguous() for s in streams])
+        del streams
+    else:
+        decoder = _LayerDecoder(circuit, encoded, resid, keep)
     entries: dict[str, torch.Tensor] = {}
 
     def take(layer: int, record) -> None:
         # Summarise and decode as each block finishes, so that no residual stream outlives its layer.
         kind = circuit.schedule[layer]
-        if kind == ASSIGN and lean and not with_sink and circuit.spec.sink_logit is None:
+        if kind == ASSIGN and not keep.assign_columns and not with_sink:
             att = assign_certificate_grouped(record.attention, encoded)  # margin and leak bound only
         elif kind == ASSIGN:
-            # An attention sink's certificate is computed from the kept scores (verify.checks.assign_certificate).
-            att = summarise_assign_grouped(record.attention, encoded, with_sink,
-                                           columns=not lean or circuit.spec.sink_logit is not None)
-            if lean:  # per point, but read by no check (views and the proof's observed leaks read them)
+            att = summarise_assign_grouped(record.attention, encoded, with_sink, columns=keep.assign_columns)
+            if not keep.assign_readouts:
                 att.chosen = att.leak_observed = None
-        elif kind == UPDATE and lean and not circuit.spec.swapped_update_normalisation:
-            att = UpdateAttention(scores=None, pattern=None)  # the certificate is all a lean capture keeps
+        elif kind == UPDATE and not keep.update_columns and not circuit.spec.swapped_update_normalisation:
+            att = UpdateAttention(scores=None, pattern=None)  # the certificate (computed as it is added) alone
         elif kind == UPDATE:
             att = update_rows_grouped(record.attention, encoded)
         else:
@@ -345,19 +345,17 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         if on_layer is not None:
             on_layer(layer)
 
-    # A lean capture of heads without a sink or a swapped update reads the scores alone of an assign head (its
-    # queries, the points, do not compress: assign_certificate_grouped) and nothing of an update head's.
-    scores_only = (lean and not with_sink and circuit.spec.sink_logit is None
-                   and not circuit.spec.swapped_update_normalisation)
+    # Patterns are made only where some part kept reads them (an assign head's certificate reads its scores alone).
+    patterns = keep.assign_columns or keep.update_columns or with_sink or circuit.spec.swapped_update_normalisation
     logits, _ = structured_forward(model, resid, circuit.score_hooks,
-                                   Recording(take, pre=keep_cache, patterns=not scores_only))
+                                   Recording(take, pre=keep_cache, patterns=patterns), threads=forward_threads)
     cache = None
     if keep_cache:
         from circuits.tl import ActivationCache
 
         cache = ActivationCache(entries, circuit.model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED, lean=lean)
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED, kept=keep)
 
 
 def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,
@@ -394,7 +392,7 @@ def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bo
             fwd_hooks.append((hook_names.resid_post(layer), report_done(layer)))
     with torch.no_grad(), model.hooks(fwd_hooks=fwd_hooks):
         logits, cache = model.run_with_cache(
-            encoded.resid, start_at_layer=0, names_filter=hook_names.names_filter(wanted)
+            encoded.stream(), start_at_layer=0, names_filter=hook_names.names_filter(wanted)
         )
     return decoded_capture(circuit, encoded, cache, summaries, logits, cache if keep_cache else None)
 

@@ -24,7 +24,7 @@ from circuits.structured import pattern_of
 class AssignAttention:
     """Point queries of an assign head (batch-first numpy). A lean capture leaves ``scores``, ``pattern``,
     ``chosen`` and ``leak_observed`` out (``None``) where the verification does not read them
-    (:data:`analysis.capture.LEAN_MIN_POINTS`)."""
+    (:data:`analysis.scheduler.AT_SCALE_POINTS`)."""
 
     scores: Float[np.ndarray, "batch n k"] | None
     pattern: Float[np.ndarray, "batch n k"] | None

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
         # Without --out no report is drawn: at scale the run keeps only what the verification reads.
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
-                             lean=None if out is None else False)
+                             lean=None if out is None else False, threads=args.threads)
         if out is not None:
             from analysis.report import build_report
 

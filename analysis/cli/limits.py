@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from analysis.errors import ProblemError
+from analysis.scheduler import usable_cpus
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,10 @@ def limit(action: argparse.Action, high: int, why: str) -> argparse.Action:
     return action
 
 
-def cpu_count() -> int:
-    """The CPUs this process may run on: the most ``--threads`` a command starts (torch fails on absurd counts)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def limit_threads(action: argparse.Action) -> argparse.Action:
     """``--threads``: at most this machine's CPUs (``torch.set_num_threads(100000)`` ends in a segmentation fault)."""
-    return limit(action, cpu_count(), "the CPUs this machine gives this process; more threads only wait on each other")
+    return limit(action, usable_cpus(), "the CPUs this machine gives this process; more threads only wait on each"
+                 " other")
 
 
 def amount(x: float) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import engine
-from analysis.cli.limits import Budget, add_budgets, limit
+from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.output import check_path_length
 from analysis.data import (
     DATASETS, MAX_ITERATIONS, check_work, load_dataset, load_points, resolve_init, validate_problem,
@@ -90,11 +90,17 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_path_argument(parser: argparse.ArgumentParser) -> None:
-    """``--path``: how the circuit is run (the same names as :class:`analysis.capture.ExecutionPath`)."""
+    """``--path``: how the circuit is run (the same names as :class:`analysis.capture.ExecutionPath`); ``--threads``:
+    how many threads the run may use (:class:`analysis.scheduler.Scheduler`)."""
     parser.add_argument("--path", choices=("auto", "dense", "structured"), default="auto",
                         help="execution path: the dense HookedTransformer forward, the structured path (same weights,"
                              " attention on groups of identical queries/keys, O(n k d)), or auto: structured when the"
                              " circuit is structured, else dense (default auto)")
+    limit_threads(parser.add_argument(
+        "--threads", type=int, default=None,
+        help="threads the run may use, this one included: at scale (50,000 points on) the reference, its bound and"
+             " the step checks run beside the circuit (default: 2 at scale where there are 2 CPUs, else 1; the"
+             " numbers do not depend on it)"))
 
 
 def sharpness_from(args: argparse.Namespace, from_data: bool = False):
@@ -279,7 +285,7 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
 
 
 def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
-                lean: bool | None = False):
+                lean: bool | None = False, threads: int | None = None):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
     ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.
     ``lean``: as :class:`analysis.pipeline.RunOptions`'s (``None``: lean at scale, for a run no report reads)."""
@@ -288,7 +294,7 @@ def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, dev
     from circuits.blocks import n_layers
 
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
-    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer)
+    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer, threads=threads)
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
                            options=options)

@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit", "report"]) as stages:
-        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device)
+        result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
+                             threads=args.threads)
         stages.start("report")
         # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
         from analysis.report import build_report

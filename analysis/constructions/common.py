@@ -136,19 +136,24 @@ CANDIDATE_LABELS = {"lloyd": "Lloyd step", "swap": "swap step", "learned": "lear
 
 
 def exact_lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int
-                ) -> tuple[np.ndarray, np.ndarray, int]:
+                ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Lloyd's algorithm in exact arithmetic at the data's precision (the reference Lloyd's circuit is held to:
     :mod:`analysis.verify.fast.certified`): the one Lloyd's reference the constructions are compared with.
     Returns the centroids ``[iterations + 1, k, d]`` (``[0] = C0``, then the exact means correctly rounded), the
     objectives at each ``t`` (of the nearest centroid, in float64) and how many assignments float64's argmin
-    (:func:`circuits.reference.assign`) would have made otherwise."""
+    (:func:`circuits.reference.assign`) would have made otherwise: ``(ties, decided)``, those of points tied at the
+    data's precision and those exact arithmetic decides the other way."""
     from analysis.verify.fast.certified import certified_run
 
     X = np.asarray(X, dtype=np.float64)
     run = certified_run(reference.Reference(), X, np.asarray(C0, dtype=np.float64), iterations)
     cents = run.trace.centroids
-    decided = sum(int((reference.assign(X, cents[t]) != run.trace.assignments[t]).sum()) for t in range(iterations))
-    return cents, np.array([reference.objective(X, C) for C in cents]), decided
+    tied = decided = 0
+    for t in range(iterations):
+        differ = np.flatnonzero(reference.assign(X, cents[t]) != run.trace.assignments[t])
+        at_tie = np.isin(differ, [tie.point for tie in run.ties[t]])
+        tied, decided = tied + int(at_tie.sum()), decided + int((~at_tie).sum())
+    return cents, np.array([reference.objective(X, C) for C in cents]), (tied, decided)
 
 
 def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]) -> list[str]:
@@ -185,7 +190,7 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
     tie_break = checked.tie_break
     scale = float(np.sqrt(tie_break / circ.knobs.sharpness.tie_break))  # the encoder's unit scale
     ref = checked.reference
-    lloyd_centroids, lloyd_objectives, decided = exact_lloyd(X, C0, iterations)
+    lloyd_centroids, lloyd_objectives, differ = exact_lloyd(X, C0, iterations)
     names = [c for c, _ in circ.SPEC.candidates]
     ref_values = construction.reference_candidates(X, ref)
     per_iteration = []
@@ -222,10 +227,12 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
              " precision (circuits/precision.py: the nearest centroid, the lowest index on a tie the data cannot"
              " decide, exact means, an empty cluster keeps its centroid), at t = the step's index"]
     notes.extend(chain_notes(per_iteration, names, checked.problems))
-    if decided:
-        notes.append(f"Lloyd's: {decided} assignment(s) differ from float64's argmin (what the construction's own"
-                     " Lloyd's chain uses): ties at the data's precision sent to the lower index, or comparisons"
-                     " exact arithmetic decides otherwise")
+    if sum(differ):
+        causes = [text for count, text in zip(differ, (
+            f"{differ[0]} tied at the data's precision and sent to the lower index",
+            f"{differ[1]} decided otherwise by exact arithmetic")) if count]
+        notes.append(f"Lloyd's: {sum(differ)} assignment(s) differ from float64's argmin (what the construction's"
+                     f" own Lloyd's chain uses): {', '.join(causes)}")
     return {
         "variant": f"construction:{construction.name}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),

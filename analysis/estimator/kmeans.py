@@ -95,6 +95,9 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     path : execution path, ``"auto"`` (the structured path for constructed circuits: a million points fit),
         ``"dense"`` (the plain ``HookedTransformer`` forward, up to ~12,000 tokens) or ``"structured"``.
     device : ``"cpu"`` (the default), ``"cuda"`` or ``"auto"`` (cuda where present); verified the same on either.
+    n_threads : threads each run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``:
+        two at scale, from 50,000 points, where there are two CPUs, else one), as ``KMeans`` takes OpenMP's.
+        The results do not depend on it.
 
     ``KMeans``'s ``algorithm`` and ``copy_x`` have no counterpart (it is Lloyd's; ``X`` is never modified), and
     ``fit``'s ``sample_weight`` is refused unless uniform: the update head averages members with equal weight
@@ -108,7 +111,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     @no_type_check
     def __init__(self, n_clusters: int = 8, *, max_iter: int = 10, init="random", n_init=1,
                  tol: float = 0.0, random_state=0, variant: str = "lloyd", sharpness=None, dtype: str = "float64",
-                 path: str = "auto", device: str = "cpu"):
+                 path: str = "auto", device: str = "cpu", n_threads: int | None = None):
         self.n_clusters = n_clusters
         self.max_iter = max_iter
         self.init = init
@@ -119,6 +122,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         self.sharpness = sharpness
         self.dtype = dtype
         self.path, self.device = path, device
+        self.n_threads = n_threads
 
     #: KMeans's own constraints, checked by scikit-learn's machinery (``_fit_context``) before ``fit`` runs, so the
     #: estimator refuses what ``KMeans`` refuses, in its words (``tol=inf``, ``random_state=-1`` or ``2**32``,
@@ -136,6 +140,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         "dtype": [StrOptions(set(DTYPES))],
         "path": [StrOptions(set(PATHS))],
         "device": [str],
+        "n_threads": [None, Interval(Integral, 1, None, closed="left")],
     }
 
     def _check_params(self) -> None:
@@ -165,7 +170,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         best = None
         for C0 in inits:
             # Up to the stopping point, not beyond: the same result as running all max_iter (analysis.estimator.stopping).
-            result, t = run_to_stop(X, C0, T, tol, self.variant, circuit_for, self.path, resolution)
+            result, t = run_to_stop(X, C0, T, tol, self.variant, circuit_for, self.path, resolution, self.n_threads)
             final = t == result.circuit.iterations
             labels = result.labels if final else result.capture.assignments(t)[0]
             centres = result.centroids if final else result.capture.centroids(t)[0]
@@ -192,10 +197,7 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         check_iterations(int(self.max_iter), X.shape[1], int(self.n_clusters), "max_iter")
         inits = self._inits(X)
-        # Choosing the knobs, the runs and their verification share what is computed from the same values (the
-        # median scaling, distances, cluster means: circuits.reference.memoised_distances).
-        with reference.memoised_distances():
-            C0, result, t, labels, centres, inertia = self._best_run(X, inits)
+        C0, result, t, labels, centres, inertia = self._best_run(X, inits)
         self.circuit_ = result.circuit
         self.capture_ = result.capture
         self.report_ = result.report
@@ -297,11 +299,10 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             # one (a radius of 2 data radii or more keeps every point, so 4, the largest allowed, is any more).
             scale = float(fit_unit_scaling(X, centres).scale[0])
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
-        with reference.memoised_distances():  # the knobs and the run share the median scaling (as in fit)
-            sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
-            circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
-            return run_problem(X, centres, 0, self.variant, circuit=circuit, resolution=resolution,
-                               options=RunOptions(path=self.path))
+        sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
+        circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
+        return run_problem(X, centres, 0, self.variant, circuit=circuit, resolution=resolution,
+                           options=RunOptions(path=self.path, threads=self.n_threads))
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""

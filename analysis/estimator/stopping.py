@@ -68,24 +68,23 @@ def reference_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float) -> 
 
 
 def run_to_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float, variant: str,
-                circuit_for: Callable[[int], object], path: str, resolution) -> tuple[RunResult, int]:
+                circuit_for: Callable[[int], object], path: str, resolution,
+                threads: int | None = None) -> tuple[RunResult, int]:
     """The verified run of ``C0`` that the fit reads, and ``n_iter_`` (the module docstring states the rule).
 
     ``circuit_for(iterations)`` gives the circuit of that many iterations (with the fit's knobs). The result
     equals that of running all ``max_iter`` iterations in ``labels_``, ``cluster_centers_``, ``inertia_`` and
     ``n_iter_``; the run, its capture and its report cover the iterations run (``circuit.iterations``).
     """
-    options = RunOptions(path=path)
-    # The stop's guess and the verification evaluate distances to the same centroids: computed once.
-    with reference.memoised_distances():
-        if get_variant(variant).unaltered and max_iter > 1:
-            guess = reference_stop(X, C0, max_iter, tol)
-            if guess < max_iter:
-                result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), resolution=resolution,
-                                     options=options)
-                t = first_stop(result.capture, tol)
-                if t is not None:
-                    return result, t
-        result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), resolution=resolution,
-                             options=options)
-        return result, stopping_point(result.capture, tol)
+    options = RunOptions(path=path, threads=threads)
+    if get_variant(variant).unaltered and max_iter > 1:
+        guess = reference_stop(X, C0, max_iter, tol)
+        if guess < max_iter:
+            result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), resolution=resolution,
+                                 options=options)
+            t = first_stop(result.capture, tol)
+            if t is not None:
+                return result, t
+    result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), resolution=resolution,
+                         options=options)
+    return result, stopping_point(result.capture, tol)

@@ -17,7 +17,7 @@
 from analysis.verify.checks import (
     circuit_converged, circuit_n_iter, distance_uncertainty, make_reference, reference_trace, resolution_window,
 )
-from analysis.verify.procedure import verify, verify_problem
+from analysis.verify.procedure import reads, verify, verify_problem
 from analysis.verify.report import (
     Check, IterationRecord, Mismatch, MismatchKind, Tie, Tolerances, VerificationReport, tolerances, verdict_of,
 )
@@ -25,7 +25,8 @@ from analysis.verify.swap import SwapReport, verify_swap
 
 __all__ = [
     "Check", "ExportParity", "IterationRecord", "MismatchKind", "Mismatch", "SwapReport", "Tie", "Tolerances", "VerificationReport",
-    "check_export", "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reference_trace",
+    "check_export", "circuit_converged", "circuit_n_iter", "distance_uncertainty", "make_reference", "reads",
+    "reference_trace",
     "resolution_window", "tolerances", "verdict_of", "verify", "verify_problem", "verify_swap",
 ]
 

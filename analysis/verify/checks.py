@@ -14,7 +14,6 @@ marked as caused by the tie-break, one within the circuit's own rounding as a re
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,11 +23,11 @@ import torch
 from analysis.capture import Capture
 from analysis.verify.report import Check, Mismatch, MismatchKind, Tie, Unresolved
 from analysis.verify.windows import RowsOnDemand, circuit_uncertainty, distance_ties, distance_uncertainty
-from circuits import memo, reference
+from analysis.verify.fast import blocks
+from circuits import reference
 from circuits.blocks import ASSIGN
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.blockwise import assign_within_biased
 from circuits.reference import Costs
 from circuits.sharpness import UNIT_ROUNDOFF, score_rounding
 
@@ -39,25 +38,12 @@ Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def resolution_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Window:
-    """``(C, D) -> E``: the tie window of problem ``b`` (:func:`distance_uncertainty`), float64's whatever the
-    circuit's dtype: the reference is Lloyd's algorithm in float64, and a tie is only what *it* cannot order (a
-    float32 circuit is held to that reference; what float32 cannot resolve is :func:`circuit_window`'s)."""
+    """``(C, D) -> E``: float64's window of the squared distances ``D`` to ``C`` in the user's units, for problem
+    ``b`` (:func:`distance_uncertainty`), whatever the circuit's dtype: what the step-wise checks tie within (what a
+    coarser dtype cannot resolve is :func:`circuit_window`'s)."""
     X, offset = enc.X[b], enc.scaling.offset[b]
     x_norms = np.linalg.norm(X, axis=1)
-    seen: dict[tuple, np.ndarray] = {}
-
-    def window(C: np.ndarray, D: np.ndarray) -> np.ndarray:
-        # Distances the memo of reference.memoised_distances holds stand for fixed values: their window (a function
-        # of C and D alone) is computed once.
-        D_key = reference.memoised_array_key(D)
-        compute = lambda: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)  # noqa: E731
-        return compute() if D_key is None else _kept(seen, C, (D_key,), compute)
-
-    # Rows of points on their own, given their distances (each row of distance_uncertainty reads its point alone):
-    # the same entries bit for bit, for a check that reads a few points' rows.
-    window.rows = lambda C, points, D_rows: distance_uncertainty(X[points], C, D_rows, offset, UNIT_ROUNDOFF,
-                                                                 x_norms[points])
-    return window
+    return lambda C, D: distance_uncertainty(X, C, D, offset, UNIT_ROUNDOFF, x_norms)
 
 
 def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -68,7 +54,7 @@ def circuit_input_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> 
         return None
     X, offset = enc.X[b], enc.scaling.offset[b]
     x_norms = np.linalg.norm(X, axis=1)
-    return lambda C: distance_uncertainty(X, C, reference.sq_distances(X, C), offset, u, x_norms)
+    return lambda C: distance_uncertainty(X, C, blocks.sq_distances(X, C), offset, u, x_norms)
 
 
 def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callable[[np.ndarray], np.ndarray]:
@@ -83,16 +69,10 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
 
     coarse = circuit_input_window(circ, enc, b)
     ux = np.linalg.norm((X - offset) / s, axis=1)
-    seen: dict[tuple, np.ndarray] = {}
-
-    def evaluate(C: np.ndarray) -> np.ndarray:
-        E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break, ux)
-        return E if coarse is None else E + coarse(C)
 
     def window(C: np.ndarray) -> np.ndarray:
-        # A function of C's values: the step-wise and the trajectory check (and, below float64, the resolution
-        # check) ask for the same centroids.
-        return _kept(seen, C, (), lambda: evaluate(C))
+        E = circuit_uncertainty(X, C, offset, s, gamma, circ.sharpness.tie_break, ux)
+        return E if coarse is None else E + coarse(C)
 
     if coarse is None:
         # Rows of points on their own (each row of circuit_uncertainty reads its point alone): what a check that
@@ -100,32 +80,6 @@ def circuit_window(circ: KMeansCircuit, enc: EncodedBatch, b: int = 0) -> Callab
         window.rows = lambda C, points: circuit_uncertainty(X[points], C, offset, s, gamma, circ.sharpness.tie_break,
                                                             ux[points])
     return window
-
-
-#: Held while :func:`_kept` changes a ``seen`` dict.
-_KEPT_LOCK = threading.Lock()
-#: At most this many windows are kept per problem (:func:`_kept`); the oldest are dropped first.
-WINDOWS_KEPT = 64
-
-
-def _kept(seen: dict, C: np.ndarray, extra: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
-    """``compute()``, a function of the values of ``C`` (and of what ``extra`` names), computed once per value and
-    kept in ``seen`` by ``C``'s bytes, handed out as a copy; afresh where ``C`` is not C-contiguous. At most
-    :data:`WINDOWS_KEPT` are kept, the oldest dropped first; :data:`circuits.memo.DISTANCES_KEPT` where that many
-    exceed :data:`circuits.memo.MEMO_BYTES` (each is ``n x k``: 64 would be 5 GB at a million points)."""
-    if not (isinstance(C, np.ndarray) and C.flags.c_contiguous):
-        return compute()
-    key = (C.dtype.str, C.shape, C.tobytes(), *extra)
-    window = seen.get(key)
-    if window is None:
-        window = compute()
-        limit = WINDOWS_KEPT if window.nbytes * WINDOWS_KEPT <= memo.MEMO_BYTES else memo.DISTANCES_KEPT
-        # Threads share ``seen`` (the step checks two at a time): the oldest key must still be there when popped.
-        with _KEPT_LOCK:
-            while len(seen) >= limit:
-                seen.pop(next(iter(seen)))
-            seen[key] = window
-    return window.copy()
 
 
 def unresolved_decisions(D: np.ndarray, got: np.ndarray, tie_break_abs: float, E_circuit: np.ndarray, layer: int,
@@ -214,7 +168,7 @@ def check_costs(cost: Costs, got: np.ndarray, margins: np.ndarray, at: At, rule:
     V, labels = cost.values, np.asarray(cost.labels)
     col_of = {int(label): c for c, label in enumerate(labels)}
     if expected is None:
-        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else assign_within_biased(V, cost.bias, E)
+        exp_col = np.argmin(V + cost.bias, axis=1) if E is None else blocks.assign_within_biased(V, cost.bias, E)
         expected = labels[exp_col]
     else:
         exp_col = _columns(labels, col_of, expected)

@@ -1,60 +1,56 @@
-"""The reference's run of a problem, started in a background thread before the circuit runs.
+"""The reference's run of a problem, and its proven sharpness bound, started on the run's workers before the
+circuit runs.
 
-The reference algorithm needs only the problem and the circuit's knobs, not the circuit's run, so at scale it can
-run on the second core while the structured forward (one torch thread) runs on the first. It shares the caller's
-distance memo (:func:`circuits.reference.memoised_distances`, entered before it starts): the distances it computes
-are the ones the checks then find there. :func:`analysis.verify.verify_problem` takes its result in place of running
-the reference itself; the numbers are the same either way. The proven sharpness bound is started in the background as soon as the reference is done.
+The reference algorithm needs only the problem and the circuit's knobs, not the circuit's run, so at scale it runs
+on a worker (:mod:`analysis.scheduler`) while the structured forward (one torch thread) runs on the calling thread;
+the bound, submitted after it, follows on the same worker. :func:`analysis.verify.verify_problem` takes their results
+in place of computing them itself; the numbers are the same either way.
 """
 
 from __future__ import annotations
 
-import contextvars
-import threading
+import functools
+from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.capture import Capture
+from analysis.scheduler import Scheduler, Task
 from analysis.verify.checks import certified, make_reference
 from analysis.verify.fast.certified import certified_run
-from analysis.verify.procedure import sharpness_deferred
+from analysis.verify.procedure import sharpness_task
 
 
-class ReferenceRun:
-    """``make_reference`` and the reference's run of problem ``b`` (certified at the data's precision where it
-    applies) in a background thread, started at once."""
+@dataclass
+class Prefetched:
+    """Problem ``b``'s reference run (a task of ``(reference, run)``: a :class:`CertifiedRun` or a trace) and its
+    sharpness bound (a task, or ``None`` where none applies), for the circuit and encoding they were made of."""
 
-    def __init__(self, circuit, encoded, b: int = 0):
-        self.circuit, self.encoded, self.b = circuit, encoded, b
-        self._value, self._error = None, None
-        # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
-        # stands for the run. The bound (a Deferred, or None) is started in the background once the reference is done.
-        self._problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
-        self.bound = sharpness_deferred(self._problem, b)
-        context = contextvars.copy_context()  # the memo (a context variable's value) is shared, not copied
-        self._thread = threading.Thread(target=context.run, args=(self._run,), name="reference", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            ref = make_reference(self._problem, self.b)
-            X, C0, T = self.encoded.X[self.b], self.encoded.C0[self.b], self.circuit.iterations
-            run = certified_run(ref, X, C0, T) if certified(ref, self.circuit) else ref.run(X, C0, T)
-            self._value = ref, run
-        except BaseException as exc:  # raised again by result(), in the verifying thread
-            self._error = exc
-            return
-        if self.bound is not None:
-            self.bound.start()
+    circuit: object
+    encoded: object
+    b: int
+    reference: Task
+    bound: Task | None
 
     def result(self, cap, b: int):
-        """``(reference, run)`` once the thread is done (``run``: a :class:`CertifiedRun` or a trace), for
-        ``cap``'s problem ``b`` (which must be the one it ran: the same circuit, points and initial centroids);
-        raises what the run raised."""
+        """``(reference, run)`` of ``cap``'s problem ``b``, which must be the one prefetched (the same circuit, points
+        and initial centroids); raises what the run raised."""
         if cap.circuit is not self.circuit or b != self.b or cap.encoded.X is not self.encoded.X or (
                 cap.encoded.C0 is not self.encoded.C0):
             raise ValueError("the prefetched reference run is of another problem")
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return self.reference.value()
+
+
+def prefetch(scheduler: Scheduler, circuit, encoded, b: int = 0) -> Prefetched:
+    """Submit problem ``b``'s reference run, then its sharpness bound, to ``scheduler``'s workers."""
+    # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
+    # stands for the run.
+    problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
+    reference = scheduler.submit(functools.partial(_reference_run, problem, b))
+    return Prefetched(circuit, encoded, b, reference, sharpness_task(problem, b, scheduler))
+
+
+def _reference_run(problem: Capture, b: int):
+    ref = make_reference(problem, b)
+    X, C0, T = problem.encoded.X[b], problem.encoded.C0[b], problem.circuit.iterations
+    return ref, (certified_run(ref, X, C0, T) if certified(ref, problem.circuit) else ref.run(X, C0, T))

@@ -19,10 +19,11 @@ from analysis.verify.checks import (
     At, TieRule, by_distance, certified, check_costs, circuit_input_window, circuit_window, make_reference,
     max_stiffness, resolution_window,
 )
+from analysis.verify.fast import blocks
 from analysis.verify.fast.certified import CertifiedRun, certified_run
 from analysis.verify.report import Mismatch, Tie, Tolerances, Unresolved, tolerances
 from analysis.verify.windows import circuit_rows, distance_uncertainty
-from circuits.reference import Costs, Reference, Trace, sq_distances
+from circuits.reference import Costs, Reference, Trace
 
 #: ``centroids -> per-entry rounding window`` of the squared distances to them (user units).
 Rounding = Callable[[np.ndarray], np.ndarray]
@@ -59,7 +60,7 @@ class CheckedProblem:
     @classmethod
     def of(cls, cap: Capture, b: int, prefetched=None) -> CheckedProblem:
         """The capture stage: read problem ``b``, run its reference (or take the run ``prefetched``, an
-        :class:`analysis.verify.prefetch.ReferenceRun` of the same problem), and state the tolerances."""
+        :class:`analysis.verify.prefetch.Prefetched` of the same problem), and state the tolerances."""
         circ, enc = cap.circuit, cap.encoded
         X, C0 = enc.X[b], enc.C0[b]
         d, s = circ.layout.d, float(enc.scaling.scale[b])
@@ -94,7 +95,7 @@ class CheckedProblem:
         """Point ``i``'s row of float64's window of the squared distances to ``C`` in the user's units
         (:func:`~analysis.verify.windows.distance_uncertainty`): what a float64 program cannot order there."""
         x = self.X[i : i + 1]
-        return distance_uncertainty(x, C, sq_distances(x, C), self.enc.scaling.offset[self.b])[0]
+        return distance_uncertainty(x, C, blocks.sq_distances(x, C), self.enc.scaling.offset[self.b])[0]
 
     def circuit_window(self, C: np.ndarray, i: int) -> np.ndarray | None:
         """Point ``i``'s row of the circuit's own rounding window of its scores for centroids ``C`` (``None``:
@@ -156,12 +157,24 @@ class CheckedProblem:
         output against the reference step on its decoded input (its rounding makes gaps within float64's window
         ties there), or the trajectory of a reference whose costs are not distances (spherical's cosines: the
         circuit's tie rule)."""
-        cost = self.ref.costs(self.X, C, at.iteration)
+        cost = self.costs(C, at.iteration)
         E = self._step_window(cost, C) if self.distance else None
         # check_costs reads the circuit's own rounding at its mismatches alone: their rows are made as read.
         rule = TieRule(self.tol.tie_window, self.bias_scale(state), E, self.tie_break_abs,
                        circuit_rows(self.own_rounding, C) if self.own_rounding is not None else None)
         return check_costs(cost, got, margins, at, rule, expected)
+
+    def costs(self, C: np.ndarray, t: int) -> Costs:
+        """The reference's costs of the points to centroids ``C`` at ``t``: from the certified run's fast forms
+        where there is one (the same numbers), else the reference's own."""
+        return self.certified.costs(self.X, C) if self.certified is not None else self.ref.costs(self.X, C, t)
+
+    def objective(self, C: np.ndarray, labels: np.ndarray, R=None) -> float:
+        """The reference's objective of centroids ``C`` and an assignment: from its labels (fast, no ``n x k``
+        matrix) for a certified reference, whose objective is Lloyd's; else the reference's own of ``R()``."""
+        if self.certified is not None:
+            return blocks.objective(self.X, C, labels)
+        return self.ref.objective(self.X, C, R())
 
     def _step_window(self, cost: Costs, C: np.ndarray) -> np.ndarray:
         """``E`` for every cost column of a block's input ``C``: float64's window on the centroid columns (plus, in

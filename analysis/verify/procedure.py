@@ -43,35 +43,47 @@ import math
 import numpy as np
 import torch
 
-from analysis.capture import Capture, capture
+from analysis.capture import Capture, Keep, capture
+from analysis.scheduler import Scheduler, Task
 from analysis.verify.checks import (
     FLOOR_FACTOR, At, assign_certificate, circuit_converged, circuit_n_iter, noise_floor,
 )
 from analysis.verify.decisions import NEAR_TIE, cause_failures, check_trajectory, tie_notes, trajectory_verdict
 from analysis.verify.problem import Findings, CheckedProblem
 from analysis.verify.report import (
-    Check, Deferred, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances,
+    Check, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances,
 )
 from analysis.verify.steps import check_blocks
 from circuits.build import KMeansCircuit
 from circuits.encoding import EncodedBatch
-from circuits.reference import memoised_distances
 from circuits.sharpness import FLOAT64_UNDERFLOW
 from circuits.variants.references import DegenerateUpdate
 
 
-def verify_problem(cap: Capture, b: int = 0, prefetched=None) -> VerificationReport:
+def verify_problem(cap: Capture, b: int = 0, scheduler: Scheduler | None = None,
+                   prefetched=None) -> VerificationReport:
     """Verify problem ``b`` of a captured batch against the circuit's reference algorithm.
 
     Where the reference algorithm itself is undefined (a spherical cluster whose members' directions cancel), the
-    report says so and is not verified: there is nothing to compare with. ``prefetched``: the reference's run of this
-    problem, started before the circuit ran (:class:`analysis.verify.prefetch.ReferenceRun`), taken instead of
-    running it here."""
+    report says so and is not verified: there is nothing to compare with. ``scheduler``: where the work goes
+    (:mod:`analysis.scheduler`; by default the policy for this many points). ``prefetched``: the reference's run of
+    this problem and its bound, started before the circuit ran (:func:`analysis.verify.prefetch.prefetch`), taken
+    instead of running them here."""
+    scheduler = scheduler if scheduler is not None else Scheduler.for_points(cap.encoded.n, threads=1)
     try:
-        with memoised_distances():  # the reference run, tie windows and checks share their distances
-            return _verify(cap, b, prefetched)
+        return _verify(cap, b, scheduler, prefetched)
     except DegenerateUpdate as exc:
         return _undefined_reference(cap, b, exc)
+
+
+def reads(spec) -> Keep:
+    """What :func:`verify_problem` reads of each layer of a captured run of a circuit of ``spec`` (so that a capture
+    for it alone keeps that, :mod:`analysis.capture.keep`): every certificate and decoded state; an assign head's
+    scores only where an attention sink's certificate is computed from them; an update head's pattern only where
+    a swapped normalisation is checked against the reference's weights; never a query's readouts; a one-hot ``Y``
+    as its labels (a soft one is read whole)."""
+    return Keep(assign_columns=spec.sink_logit is not None, assign_readouts=False,
+                update_columns=spec.swapped_update_normalisation, labels_only=not spec.soft_assignments)
 
 
 def verify(circuit: KMeansCircuit, encoded: EncodedBatch) -> list[VerificationReport]:
@@ -102,15 +114,13 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
     )
 
 
-def _verify(cap: Capture, b: int, prefetched=None) -> VerificationReport:
-    """The stages in order: capture (:meth:`CheckedProblem.of`), per-block checks (:func:`check_blocks`), trajectory,
-    certificate; then the report."""
+def _verify(cap: Capture, b: int, scheduler: Scheduler, prefetched=None) -> VerificationReport:
+    """The stages in order: capture (:meth:`CheckedProblem.of`), per-block checks (:func:`check_blocks`),
+    trajectory, certificate; then the report."""
     p = CheckedProblem.of(cap, b, prefetched)
-    sharpness_bound = prefetched.bound if prefetched is not None else sharpness_deferred(cap, b)
-    if sharpness_bound is not None and p.enc.n >= BACKGROUND_BOUND_MIN_POINTS:
-        sharpness_bound.start()
+    sharpness_bound = prefetched.bound if prefetched is not None else sharpness_task(cap, b, scheduler)
     found = Findings(notes=_variant_notes(p))
-    check_blocks(p, found)
+    check_blocks(p, found, scheduler)
     records, diverged, floor = _trajectory(p, found, sharpness_bound)
     _trajectory_notes(p, found, diverged, floor)
     hard_attention, (final_margin, final_leak) = _certificate(p, found)
@@ -129,11 +139,6 @@ def _verify(cap: Capture, b: int, prefetched=None) -> VerificationReport:
         initial=found.initial, centroid_limit=found.centroid_limit, reference_name=reference_name(p.spec),
         **_first_failure(p, found),
     )
-
-
-#: From this many points on, the sharpness bound is evaluated in a background thread while the checks run (at a
-#: million points it is about 9 s of numpy, which then runs on the second core), not when the report is first read.
-BACKGROUND_BOUND_MIN_POINTS = 50_000
 
 
 def reference_name(spec) -> str:
@@ -244,19 +249,23 @@ def _iteration_record(p: CheckedProblem, found: Findings, t: int, certificate, c
         step_assignment_error=a_err,
         update_weight_error=found.step_weight_error.get(t, 0.0),
         outliers=int((labels_t < 0).sum()),
-        proven_bound=(Deferred(functools.partial(_iteration_bound, bound, t)) if bound is not None and t > 0
+        proven_bound=(Task(functools.partial(_iteration_bound, bound, t)) if bound is not None and t > 0
                       else None),
     )
 
 
-def sharpness_deferred(cap: Capture, b: int = 0) -> Deferred | None:
+def sharpness_task(cap: Capture, b: int, scheduler: Scheduler) -> Task | None:
     """The proven finite-sharpness bound of problem ``b`` (Lloyd's, damped and trimmed circuits; ``None`` for the
-    others), as a :class:`Deferred`. It plays no part in the verdict: its inputs are read now, the bound evaluated
-    when the report is first read (or in the background, :meth:`Deferred.start`)."""
+    others), as a :class:`~analysis.scheduler.Task`. It plays no part in the verdict: its inputs are read now, the
+    bound evaluated on a worker at scale (at a million points it is about 9 s of numpy, on the second core while
+    the checks run), else when the report is first read."""
     from analysis.proof.bound.check import bound_inputs
 
     inputs = bound_inputs(cap, b)
-    return Deferred(functools.partial(_evaluate_bound, *inputs)) if inputs is not None else None
+    if inputs is None:
+        return None
+    compute = functools.partial(_evaluate_bound, *inputs)
+    return scheduler.submit(compute) if scheduler.at_scale else Task(compute)
 
 
 def _evaluate_bound(args: tuple, kwargs: dict):
@@ -267,7 +276,7 @@ def _evaluate_bound(args: tuple, kwargs: dict):
     return sharpness_bound(*args, **kwargs, trajectory_labels=False)[0]
 
 
-def _iteration_bound(bound: Deferred, t: int) -> float:
+def _iteration_bound(bound: Task, t: int) -> float:
     """The proven bound on the centroid error after ``t`` iterations, user units."""
     return bound.value().iteration_bound(t)
 

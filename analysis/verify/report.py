@@ -5,19 +5,20 @@ and the rest says why: per-iteration records with the certificate of each assign
 ``beta * gap`` and the leak bound it implies), ties, mismatches and the tolerances used.
 
 The proven sharpness bound (``sharpness_bound``, and each record's ``proven_bound``) may be held as a
-:class:`Deferred`: evaluated the first time it is read, from inputs read when the report was made. It is the same
+:class:`~analysis.scheduler.Task`: evaluated the first time it is read (or on a worker of the run's scheduler),
+from inputs read when the report was made. It is the same
 number either way; a fit that only asks whether it was verified (a model search) does not pay for it.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 import torch
 
+from analysis.scheduler import Task
 from analysis.verify import verdict as vocabulary
 from analysis.verify.verdict import Verdict, bound_text, convergence_text, tie_text
 
@@ -109,54 +110,8 @@ class Unresolved:
     window: float
 
 
-class Deferred:
-    """A value evaluated on first use, then kept: ``compute()``, a picklable callable (a report pickled before the
-    value was read carries what computes it). :meth:`start` begins the evaluation in a background thread at once
-    (a large run's bound: numpy releases the GIL, so the other core computes it while the verification goes on);
-    the first read then waits for it. Either way the value is what ``compute()`` returns."""
-
-    __slots__ = ("compute", "result", "done", "_thread", "_error")
-
-    def __init__(self, compute):
-        self.compute, self.result, self.done = compute, None, False
-        self._thread = self._error = None
-
-    def start(self) -> "Deferred":
-        if not self.done and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="deferred", daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            self.result = self.compute()
-        except BaseException as exc:  # raised again in the reading thread, by value()
-            self._error = exc
-
-    def value(self):
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-            if self._error is None:
-                self.done, self.compute = True, None
-            else:  # as if never started: this read computes again (and raises as compute() does)
-                self._error = None
-        if not self.done:
-            self.result, self.done = self.compute(), True
-            self.compute = None  # its inputs are no longer needed
-        return self.result
-
-    def __getstate__(self) -> tuple:
-        if self._thread is not None:  # a thread does not pickle: wait for its value instead
-            self.value()
-        return self.compute, self.result, self.done
-
-    def __setstate__(self, state: tuple) -> None:
-        (self.compute, self.result, self.done), self._thread, self._error = state, None, None
-
-
 class _Evaluated:
-    """A dataclass field that may be set to a :class:`Deferred`: reading it gives the evaluated value (so do
+    """A dataclass field that may be set to a :class:`~analysis.scheduler.Task`: reading it gives the value (so do
     ``asdict``, ``repr``, ``==`` and ``dataclasses.replace``, which read fields by attribute). Default ``None``."""
 
     def __set_name__(self, owner, name: str) -> None:
@@ -166,7 +121,7 @@ class _Evaluated:
         if obj is None:
             return None  # the field's default
         value = obj.__dict__.get(self.slot)
-        if isinstance(value, Deferred):
+        if isinstance(value, Task):
             value = obj.__dict__[self.slot] = value.value()
         return value
 
@@ -206,7 +161,7 @@ class IterationRecord:
     #: Proven bound on ``max_centroid_error`` from the finite sharpness (``analysis.proof.bound``; user units, real
     #: arithmetic, so compare with ``max_centroid_error - tolerances.centroid``). ``None`` where no bound applies.
     #: (Evaluated on first read: see the module docstring.)
-    proven_bound: float | Deferred | None = _Evaluated()
+    proven_bound: float | Task | None = _Evaluated()
 
 
 @dataclass

@@ -9,41 +9,28 @@ normalisation, its pattern must equal the reference's weights within ``tol_W``.
 
 from __future__ import annotations
 
-import contextvars
-
 import numpy as np
 
+from analysis.scheduler import Scheduler
 from analysis.verify.checks import At, assign_certificate, unresolved_decisions, update_weight_error
 from analysis.verify.decisions import resolution_failures
+from analysis.verify.fast import blocks
 from analysis.verify.problem import Findings, CheckedProblem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.onehot import OneHotStack
-from circuits.reference import Reference, cluster_means, objective, one_hot, sq_distances
+from circuits.reference import cluster_means, labels_of, one_hot
 
 
-#: From this many points on, the blocks are checked two at a time, in two threads (numpy's work releases the
-#: interpreter): at a million points the step-wise checks are 4 s of the main core's time, and by then the
-#: background work (the reference run, the sharpness bound) has left the second core idle.
-PARALLEL_MIN_POINTS = 50_000
-
-
-def check_blocks(p: CheckedProblem, found: Findings) -> None:
+def check_blocks(p: CheckedProblem, found: Findings, scheduler: Scheduler) -> None:
     """Check every captured block of ``p`` against its reference step; what fails goes to ``found``.
 
     Each block's check writes what it finds to a record of its own (they read nothing another writes), merged into
-    ``found`` in layer order: the same findings, in the same order, whether the blocks ran one after another or
-    (:data:`PARALLEL_MIN_POINTS`) two at a time."""
+    ``found`` in layer order: the same findings, in the same order, whether the blocks ran one after another or on
+    ``scheduler``'s threads (numpy's work releases the interpreter: at a million points the step-wise checks are
+    4 s, which two cores halve)."""
     layers = [lc for lc in p.cap.layers if lc.kind in (ASSIGN, UPDATE)]
-    if p.enc.n >= PARALLEL_MIN_POINTS and len(layers) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="step-check") as pool:
-            # Each check in a copy of this context: the distance memo (a context variable's value) is shared.
-            parts = list(pool.map(lambda lc, context: context.run(_check_block, p, lc), layers,
-                                  [contextvars.copy_context() for _ in layers]))
-    else:
-        parts = [_check_block(p, lc) for lc in layers]
+    parts = scheduler.map(lambda lc: _check_block(p, lc), layers)
     for part in parts:
         found.merge(part)
     n_step_errors = sum(m.kind == MismatchKind.ERROR for m in found.mismatches)
@@ -72,15 +59,12 @@ def _check_assign(p: CheckedProblem, lc, found: Findings) -> None:
     else:
         a_err = _one_hot_error(dense_Y(), labels)
     found.step_counts[t] = (sum(m.kind == MismatchKind.ERROR for m in mismatches), len(tied), a_err)
-    # The iteration record's objective (centroids after t updates, the assignment to them), while this block's
-    # distances are the memo's latest: where the block reads the update block's output directly, its input is them.
+    # The iteration record's objective (centroids after t updates, the assignment to them): where the block reads
+    # the update block's output directly, its input is them.
     if lc.pre is p.cap.layers[p.circ.centroid_layers[t]].post:
-        if held is not None and type(p.ref).objective is Reference.objective:
-            found.objective_circuit[t] = objective(p.X, C_in, held)  # labels_of(one_hot(held)) is held
-        else:
-            found.objective_circuit[t] = p.ref.objective(p.X, C_in, dense_Y())
+        found.objective_circuit[t] = p.objective(C_in, held if held is not None else labels_of(dense_Y()), dense_Y)
     if p.check_resolution:
-        found.unresolved.extend(unresolved_decisions(sq_distances(p.X, C_in), labels, p.tie_break_abs,
+        found.unresolved.extend(unresolved_decisions(blocks.sq_distances(p.X, C_in), labels, p.tie_break_abs,
                                                      p.own_rounding(C_in), lc.layer, t))
 
 
@@ -140,15 +124,15 @@ def _check_update(p: CheckedProblem, lc, found: Findings) -> None:
             W[:, -1] = 1.0
     else:
         C_in = lc.pre.centroids[b]
-        if isinstance(lc.pre.assignments, OneHotStack) and type(p.ref).update is Reference.update:
-            # Lloyd's update reads labels_of(R), which for R = one_hot(labels) are the labels: no n x k matrix.
+        if isinstance(lc.pre.assignments, OneHotStack) and p.ref.mean_update:
+            # A mean update reads labels_of(R), which for R = one_hot(labels) are the labels: no n x k matrix.
             R_in = None
             expected_c = cluster_means(p.X, lc.pre.assignments.labels[b], C_in)
         else:
             R_in = lc.pre.assignments[b]
             expected_c = p.ref.update(p.X, R_in, C_in, u)
-        # Read only for a swapped normalisation; Lloyd's own weights (which never raise) are skipped otherwise.
-        if p.spec.swapped_update_normalisation or type(p.ref).update_weights is not Reference.update_weights:
+        # Read only for a swapped normalisation, or an update whose weights can fail (a mean's never do).
+        if p.spec.swapped_update_normalisation or not p.ref.mean_update:
             R_in = lc.pre.assignments[b] if R_in is None else R_in
             W = p.ref.update_weights(p.X, R_in, C_in, u)
         else:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from circuits.blockwise import row_counts
+from analysis.verify.fast.blocks import row_counts
 from circuits.sharpness import UNIT_ROUNDOFF
 
 

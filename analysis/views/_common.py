@@ -111,7 +111,7 @@ def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
                 f"This run was changed by hooks and its cache lacks {len(missing)} of the activations this figure"
                 f" reads ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): they are left out, as a"
                 " re-run would not have the run's hooks. Run run_with_cache without a names_filter to see them."]
-    stream_activations(cap.circuit, cap.encoded.resid[b : b + 1], cap.path, names, take)
+    stream_activations(cap.circuit, cap.encoded.stream()[b : b + 1], cap.path, names, take)
     return []
 
 

@@ -70,9 +70,9 @@ def feature_major_copies(resid: Float[Tensor, "batch pos d_model"]) -> list[Floa
 
 class OwnedStreams:
     """Residual streams made by :func:`feature_major_copies` and handed over to :func:`structured_forward`, which
-    runs on them (in place when recording without ``pre``) instead of copying its input: a caller that lets go of
-    its own input once the copies exist (:meth:`circuits.encoding.EncodedBatch.release_resid`) holds the residual
-    stream once, not twice, during the forward (0.47 GB less at a million points, d = 8, k = 10)."""
+    runs on them (in place when recording without ``pre``) instead of copying its input: a caller that holds no
+    input stream of its own (an encoding without one, :meth:`circuits.encoding.EncodedBatch.stream`) holds the
+    residual stream once, not twice, during the forward (0.47 GB less at a million points, d = 8, k = 10)."""
 
     def __init__(self, streams: list[Float[Tensor, "d_model pos"]]):
         self._streams = streams
@@ -142,7 +142,7 @@ def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
 
 @torch.no_grad()
 def structured_forward(model, resid: Float[Tensor, "batch pos d_model"] | OwnedStreams, score_hooks: dict[int, object] | None = None,
-                       recording: Recording = KEEP_ALL, pair_budget: int = PAIR_BUDGET
+                       recording: Recording = KEEP_ALL, pair_budget: int = PAIR_BUDGET, threads: int = 1
                        ) -> tuple[Float[Tensor, "batch pos d_vocab_out"], list[LayerRecord]]:
     """Run ``model`` like ``model(resid, start_at_layer=0)``, with grouped attention and restricted linear maps.
 
@@ -151,13 +151,14 @@ def structured_forward(model, resid: Float[Tensor, "batch pos d_model"] | OwnedS
     logits and, per layer (as ``recording`` says: returned or streamed), the residual stream before and after the
     block and the grouped attention of each problem. Residuals in the records are ``(batch, pos, d_model)`` views
     of feature-major storage. ``resid`` may instead be an :class:`OwnedStreams`, which the forward runs on without
-    a copy of its own.
+    a copy of its own. ``threads``: torch's intra-op threads while it runs on the CPU (the caller's scheduler decides:
+    its operations are many and short, and one thread is faster on a loaded machine).
     Raises :class:`StructuredPathUnavailable` when the model or the run is not structured; nothing is computed
     approximately.
     """
     score_hooks = score_hooks or {}
     check_supported(model, score_hooks)
-    with torch_threads(CPU_THREADS if resid.is_cpu else None):
+    with torch_threads(threads if resid.is_cpu else None):
         return _structured_forward(model, resid, score_hooks, recording, pair_budget)
 
 
@@ -171,12 +172,6 @@ def _key_map_signature(attn, ln1, plan: AttentionPlan) -> tuple:
     inputs = (k.inputs.start, k.inputs.stop) if isinstance(k.inputs, slice) else tuple(k.inputs.tolist())
     return (inputs, k.W_T.dtype, tuple(k.W_T.shape), k.W_T.cpu().numpy().tobytes(),
             None if k.b is None else k.b.cpu().numpy().tobytes())
-
-
-#: torch's intra-op threads while the structured path runs on the CPU. Its operations are many and short (a chunk
-#: of positions, a few groups): on a loaded 2-core machine two threads waited on each other (n = 10,000, d = 8,
-#: k = 10, T = 10: a forward of 7.3 s with two threads against 0.65 s with one; benchmarks/bench_device.py).
-CPU_THREADS = 1
 
 
 def _structured_forward(model, resid, score_hooks: dict, recording: Recording, pair_budget: int):

@@ -15,7 +15,8 @@ import os
 import pytest
 
 from analysis.cli import build_parser, main
-from analysis.cli.limits import Budget, cpu_count
+from analysis.cli.limits import Budget
+from analysis.scheduler import usable_cpus as cpu_count
 
 from test_cli_bad_input import base_commands, checkpoint, usage_error, with_option  # noqa: F401 (a fixture)
 

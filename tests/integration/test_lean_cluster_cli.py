@@ -1,5 +1,5 @@
 """``cluster`` at scale (issue 31): without ``--out`` it keeps only what the verification reads (a lean capture,
-from ``analysis.capture.LEAN_MIN_POINTS`` points on) and prints what the full capture would; with ``--out`` (a
+from ``analysis.scheduler.AT_SCALE_POINTS`` points on) and prints what the full capture would; with ``--out`` (a
 report is drawn from every layer's attention) it never runs lean."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import numpy as np
 
 
 def test_cluster_without_out_is_lean_at_scale_and_prints_the_same(monkeypatch, capsys, tmp_path):
-    """``cluster --json`` (no ``--out``) from LEAN_MIN_POINTS points on runs lean and prints, byte for byte, what
+    """``cluster --json`` (no ``--out``) from AT_SCALE_POINTS points on runs lean and prints, byte for byte, what
     the full capture prints; with ``--out`` (a report is drawn) it never runs lean."""
     import analysis.pipeline as pipeline
+    from analysis import scheduler
     from analysis.cli import main
 
     rng = np.random.default_rng(6)
@@ -24,7 +25,7 @@ def test_cluster_without_out_is_lean_at_scale_and_prints_the_same(monkeypatch, c
     real_capture = pipeline.capture
 
     def spy(*args, **kwargs):
-        asked.append(kwargs["lean"])
+        asked.append(not kwargs["keep"].everything)
         return real_capture(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "capture", spy)
@@ -32,7 +33,7 @@ def test_cluster_without_out_is_lean_at_scale_and_prints_the_same(monkeypatch, c
             "--path", "structured", "--json"]
     printed = []
     for threshold in (10**9, len(X)):
-        monkeypatch.setattr(pipeline, "LEAN_MIN_POINTS", threshold)
+        monkeypatch.setattr(scheduler, "AT_SCALE_POINTS", threshold)
         assert main([str(a) for a in argv]) == 0
         printed.append(capsys.readouterr().out)
     assert asked == [False, True]

@@ -35,6 +35,7 @@ from analysis.capture.summaries import (
     update_rows_grouped,
 )
 from analysis.pipeline import choose_sharpness, lloyd_scaling
+from analysis.verify import reads
 from circuits import encoding
 from circuits.encoding import StreamDecoder, encode
 from circuits.onehot import OneHotStack, one_hot
@@ -324,7 +325,7 @@ def test_lean_capture_keeps_the_full_captures_numbers(monkeypatch, variant, dtyp
     for name, spy in spies.items():
         monkeypatch.setattr(summaries, name, spy)
     full = capture(circuit, encoded, path="structured")
-    lean = capture(circuit, encoded, path="structured", lean=True)
+    lean = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
     if variant == "lloyd" and dtype == torch.float64:  # the shortcuts decide a run that resolves its problem
         assert spies["_assign_certificate_rows"].hits > 0 and spies["_update_row_grouped"].hits > 0
     assert_same_captures(full, lean, circuit, encoded)
@@ -363,6 +364,6 @@ def test_lean_float32_capture_whose_update_queries_stop_compressing(monkeypatch)
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append(g.pattern is None) or
                         pattern_of(g))
     full = capture(circuit, encoded, path="structured")
-    lean = capture(circuit, encoded, path="structured", lean=True)
+    lean = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
     assert any(remade), "no update head without a kept pattern: the case is not exercised"
     assert_same_captures(full, lean, circuit, encoded)

@@ -1,4 +1,4 @@
-"""The structured forward's chunked block (circuits.structured.chunked_block) and sparse restricted maps
+"""The structured forward's chunked block (circuits.structured.forward.chunked_block) and sparse restricted maps
 (circuits.structured.SparseTerms): held to the unchunked block and the dense map they replace, to the
 dense HookedTransformer forward, and to their fallbacks when a grouping is not exact."""
 
@@ -10,7 +10,7 @@ import torch
 
 from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling
-from analysis.verify import verify_problem
+from analysis.verify import reads, verify_problem
 from circuits import structured
 from circuits.structured import attention, forward
 from circuits.encoding import encode
@@ -64,7 +64,7 @@ def test_chunked_block_in_many_chunks_is_the_unchunked_block(monkeypatch, varian
     assert calls and all(result is not None for result in calls)
     updates = [g for g in calls if g.keys.size <= 5]  # an update head's keys: clusters, centroids, BOS
     assert updates and all(not g.queries.is_identity for g in updates)
-    monkeypatch.setattr(structured, "chunked_block", lambda *args, **kwargs: None)
+    monkeypatch.setattr(forward, "chunked_block", lambda *args, **kwargs: None)
     whole = _capture(variant, X, C0)
     _assert_close_captures(chunked, whole, rtol=8 * np.finfo(np.float64).eps)
     assert verify_problem(chunked, 0).verified == verify_problem(whole, 0).verified
@@ -127,17 +127,17 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append((g.queries.is_identity, g.pattern is None))
                         or structured.pattern_of(g))
     lean = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
-                   path="structured", lean=True)
+                   path="structured", keep=reads(circuit.spec))
     assert spy == [False]
     # The fallback made each assign head's pattern again (ungrouped point queries); the update heads' certificates
     # read theirs through pattern_of too, kept where their queries are grouped.
     assigns = [remade_ for identity, remade_ in remade if identity]
     assert assigns and all(assigns)
     monkeypatch.setattr(structured, "structured_forward",
-                        lambda model, resid, hooks, recording: real(model, resid, hooks, structured.Recording(
-                            recording.on_record, recording.pre, recording.mid, True)))
+                        lambda model, resid, hooks, recording, **kw: real(model, resid, hooks, structured.Recording(
+                            recording.on_record, recording.pre, recording.mid, True), **kw))
     kept = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
-                   path="structured", lean=True)
+                   path="structured", keep=reads(circuit.spec))
     _assert_close_captures(lean, kept, rtol=0)
 
 

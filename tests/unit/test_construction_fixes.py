@@ -163,6 +163,22 @@ def test_lloyds_beside_the_constructions_is_lloyds_at_the_datas_precision_on_iri
         assert rec["candidate_objectives"]["reference"] == pytest.approx(186.35382, abs=1e-5)
         assert rec["reference_candidate_objectives"]["reference"] == pytest.approx(185.29516, abs=1e-5)
         assert any("Lloyd's chain candidate (not kept" in note for note in doc["notes"])
+        differ = [note for note in doc["notes"] if note.startswith("Lloyd's: ")]
+        assert differ == ["Lloyd's: 2 assignment(s) differ from float64's argmin (what the construction's own Lloyd's"
+                          " chain uses): 2 tied at the data's precision and sent to the lower index"]
+
+
+def test_a_comparison_the_data_decides_against_float64_is_counted_as_decided_not_as_a_tie():
+    """Point (1 + 8 ulps, 403.1) is 8 ulps nearer centroid (2, 0) than (0, 0), more than half an ulp of any input
+    can move it, but float64's squared distances (162,500 each) round the gap away and its argmin says 0."""
+    X = np.array([[0.0, 0.0], [2.0, 0.0], [1.0000000000000018, 403.11298644712923]])
+    C0 = np.array([[0.0, 0.0], [2.0, 0.0]])
+    assert reference.assign(X, C0)[2] == 0
+    assert exact_lloyd(X, C0, 1)[2] == (0, 1)
+    notes = swap.cluster_with_swap(X, C0, 1)["notes"]
+    assert [n for n in notes if n.startswith("Lloyd's: ")] == [
+        "Lloyd's: 1 assignment(s) differ from float64's argmin (what the construction's own Lloyd's chain uses): 1"
+        " decided otherwise by exact arithmetic"]
 
 
 def test_the_choice_gap_is_to_the_next_different_candidate():

@@ -113,26 +113,3 @@ def test_tied_layers_share_structured_plans_until_a_weight_changes():
     with torch.no_grad():
         dense = b.model(encoded.resid, start_at_layer=0)  # built now, from the edited weights
     torch.testing.assert_close(logits, dense, rtol=1e-9, atol=1e-9)
-
-
-def test_lloyd_scaling_kept_for_equal_values_is_a_fresh_copy_of_the_median_scaling(monkeypatch):
-    """``lloyd_scaling`` is kept within a memo (a fit asks twice): it must equal ``fit_unit_scaling`` by the
-    median for every call, not hand out arrays a caller may edit, and not answer for other values."""
-    from analysis import pipeline
-    from analysis.pipeline import lloyd_scaling
-    from circuits.encoding import fit_unit_scaling
-    from circuits.reference import memoised_distances
-
-    calls = []
-    monkeypatch.setattr(pipeline, "fit_unit_scaling", lambda *a, **kw: calls.append(1) or fit_unit_scaling(*a, **kw))
-    rng = np.random.default_rng(0)
-    X, C0 = rng.standard_normal((50, 3)), rng.standard_normal((4, 3))
-    with memoised_distances():
-        first = lloyd_scaling(X, C0)
-        first.offset[:] = 7.0
-        first.scale[:] = 7.0
-        cases = [(X.copy(), C0.copy()), (X + 1.0, C0), (X, C0 * 3.0), (X[:, :2].copy(), C0[:, :2].copy())]
-        for points, centres in cases:
-            got, expected = lloyd_scaling(points, centres), fit_unit_scaling(points, centres, centre="median")
-            assert got.offset.tobytes() == expected.offset.tobytes() and got.scale.tobytes() == expected.scale.tobytes()
-    assert len(calls) == 4  # the equal values (a copy) were answered from the memo, the three others computed

@@ -1,11 +1,9 @@
-"""Verification at scale (issue 31): a lean capture and a memo that drops old distances give the very report a
-full capture and an unbounded memo give.
+"""Verification at scale (issue 31): a lean capture gives the very report a full capture gives.
 
-At a million points ``cluster`` keeps per layer only what the verification reads (``capture(..., lean=True)``,
-no point x centroid attention scores or patterns), the distance memo keeps the last few ``n x k`` matrices
-(``circuits.memo.DISTANCES_KEPT``) and the objective reads one distance per point
-(``circuits.reference.own_sq_distances``). These tests hold each of them to the unchanged computation on small
-problems built to exercise the verdict's corners: a point a few ulps off the bisector of two centroids (a near
+At a million points ``cluster`` keeps per layer only what the verification reads (``capture(..., keep=reads(spec))``,
+no point x centroid attention scores or patterns) and the objective reads one distance per point
+(``analysis.verify.fast.blocks.own_sq_distances``). These tests hold each of them to the unchanged computation on
+small problems built to exercise the verdict's corners: a point a few ulps off the bisector of two centroids (a near
 tie decided in exact arithmetic), a centroid that never gets a member (an empty cluster), a planted wrong label
 (reported at its layer), and the variants whose checks read what a lean capture would otherwise drop (an
 attention sink's scores, a swapped update's pattern).
@@ -22,10 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from analysis.capture import LEAN_MIN_POINTS, capture
+from analysis.capture import EVERYTHING, capture
 from analysis.pipeline import RunOptions, lloyd_scaling, run_problem
-from analysis.verify import verify_problem
-from circuits import memo, reference
+from analysis.verify import reads, verify_problem
+from analysis.verify.fast import blocks
+from circuits import reference
 from circuits.encoding import encode
 
 
@@ -111,54 +110,13 @@ def test_planted_error_is_reported_at_its_layer(lean):
     X, C0 = corner_problem(2)
     circuit = run_problem(X, C0, 3, options=RunOptions(path="structured")).circuit
     encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
-    cap = capture(circuit, encoded, path="structured", lean=lean)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec) if lean else EVERYTHING)
     assert verify_problem(cap).verified
     layer = _plant(cap, 2, 5, 1)  # point 5 is in the left cluster (label 0)
     report = verify_problem(cap)
     assert not report.verified
     assert report.verdict_record.to_dict()["first_failing_layer"] == layer
     assert any(m.point == 5 and m.layer == layer for m in report.mismatches)
-
-
-@pytest.mark.parametrize("kept, dtype", [(1, torch.float64), (2, torch.float64), (1, torch.float32)])
-def test_memo_that_drops_distances_gives_the_same_report(monkeypatch, kept, dtype):
-    """With room for one or two distance matrices (and no other budget), old ones are dropped as new ones come:
-    the report is the unbounded memo's, bit for bit, and no more matrices are kept than asked for. (float32 also
-    checks each decision's resolution, on distances to the decoded, Fortran-ordered centroids.)"""
-    X, C0 = corner_problem(3)
-    wide = run_problem(X, C0, 4, dtype=dtype, options=RunOptions(path="structured"))
-    monkeypatch.setattr(memo, "MEMO_BYTES", 0)
-    monkeypatch.setattr(memo, "DISTANCES_KEPT", kept)
-    held = []
-    keep = memo.keep_distances
-
-    def watch(m, key, D, budget):
-        keep(m, key, D, budget)
-        held.append(len(m["distances"]))
-
-    monkeypatch.setattr(reference, "keep_distances", watch)
-    narrow = run_problem(X, C0, 4, circuit=wide.circuit, resolution=wide.resolution,
-                         options=RunOptions(path="structured"))
-    _same_report(wide, narrow)
-    assert held and max(held) == kept
-
-
-def test_dropped_distances_lose_their_key(monkeypatch):
-    """A kept matrix's key names its values; once dropped, the matrix has no key (a later one at the same address
-    could hold other values), and two kept matrices never share a key."""
-    monkeypatch.setattr(memo, "MEMO_BYTES", 0)
-    monkeypatch.setattr(memo, "DISTANCES_KEPT", 1)
-    rng = np.random.default_rng(4)
-    X, C1, C2 = rng.normal(size=(50, 3)), rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
-    with reference.memoised_distances():
-        D1 = reference.sq_distances(X, C1)
-        key1 = reference.memoised_array_key(D1)
-        assert key1 is not None and reference.sq_distances(X, C1) is D1
-        D2 = reference.sq_distances(X, C2)
-        assert reference.memoised_array_key(D1) is None  # dropped to make room for D2
-        assert reference.memoised_array_key(D2) not in (None, key1)
-        again = reference.sq_distances(X, C1)
-        assert again is not D1 and again.tobytes() == D1.tobytes()
 
 
 @settings(max_examples=40, deadline=None)
@@ -172,7 +130,7 @@ def test_own_distances_are_the_matrix_entries_bit_for_bit(n, d, k, seed, scale, 
     X = rng.normal(size=(n, d)) * scale + rng.normal() * scale
     C = np.asarray(rng.normal(size=(k, d)) * scale, order=order)
     labels = rng.integers(0, k, n)
-    own = reference.own_sq_distances(X, C, labels)
+    own = blocks.own_sq_distances(X, C, labels)
     assert own.tobytes() == reference.sq_distances(X, C)[np.arange(n), labels].tobytes()
 
 
@@ -186,16 +144,16 @@ def test_objective_is_the_sum_of_the_matrix_entries(X, k, seed):
     inside = labels >= 0
     expected = float(reference.sq_distances(X[inside], C)[np.arange(inside.sum()), labels[inside]].sum()) \
         if inside.any() else 0.0
-    assert reference.objective(X, C, labels) == expected
+    assert reference.objective(X, C, labels) == expected == blocks.objective(X, C, labels)
 
 
 def test_run_problem_is_lean_from_the_threshold_on(monkeypatch):
-    """``lean=None`` (what ``cluster`` without ``--out`` asks for) is lean from LEAN_MIN_POINTS points on."""
-    import analysis.pipeline as pipeline
+    """``lean=None`` (what ``cluster`` without ``--out`` asks for) is lean at scale, from AT_SCALE_POINTS points on."""
+    from analysis import scheduler
 
     X, C0 = corner_problem(5)
     assert not run_problem(X, C0, 2, options=RunOptions(path="structured", lean=None)).capture.lean
-    assert LEAN_MIN_POINTS > len(X)
-    monkeypatch.setattr(pipeline, "LEAN_MIN_POINTS", len(X))
+    assert scheduler.AT_SCALE_POINTS > len(X)
+    monkeypatch.setattr(scheduler, "AT_SCALE_POINTS", len(X))
     assert run_problem(X, C0, 2, options=RunOptions(path="structured", lean=None)).capture.lean
 

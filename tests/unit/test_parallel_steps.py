@@ -1,5 +1,5 @@
-"""The step-wise checks two blocks at a time (analysis.verify.steps.check_blocks from PARALLEL_MIN_POINTS points
-on): the same findings in the same order as the checks writing one after another into one record."""
+"""The step-wise checks on the run's threads (analysis.verify.steps.check_blocks with a scheduler of several threads,
+as at scale): the same findings in the same order as the checks writing one after another into one record."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from sklearn.datasets import load_iris
 
 from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling
+from analysis.scheduler import Scheduler
 from analysis.verify import steps, verify_problem
 from analysis.verify.problem import Findings, CheckedProblem
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import build_lloyd_circuit
 from circuits.encoding import encode
 from circuits.initialisation import initial_centroids
-from circuits.reference import memoised_distances
 
 pytestmark = pytest.mark.fast
 
@@ -53,18 +53,17 @@ def test_blocks_checked_two_at_a_time_find_the_same_in_the_same_order(monkeypatc
     """float32: step-wise errors and unresolved decisions; faulty updates: a failure at each update layer. The
     threads' findings, merged, are the oracle's, list order included; the reports agree too."""
     cap = _capture(dtype, faulty)
-    with memoised_distances():
-        p = CheckedProblem.of(cap, 0)
-        oracle = _one_after_another(p)
-        names = []
-        real = steps._check_block
-        monkeypatch.setattr(steps, "PARALLEL_MIN_POINTS", 0)
-        monkeypatch.setattr(steps, "_check_block",
-                            lambda *a: names.append(threading.current_thread().name) or real(*a))
-        found = Findings()
-        steps.check_blocks(p, found)
+    p = CheckedProblem.of(cap, 0)
+    oracle = _one_after_another(p)
+    names = []
+    real = steps._check_block
+    monkeypatch.setattr(steps, "_check_block", lambda *a: names.append(threading.current_thread().name) or real(*a))
+    found = Findings()
+    scheduler = Scheduler(threads=3)
+    steps.check_blocks(p, found, scheduler)
+    scheduler.close()
     assert len(names) == len(cap.circuit.assignment_layers) + len(cap.circuit.centroid_layers)
-    assert all(name.startswith("step-check") for name in names)  # the pool's threads ran them
+    assert any(name.startswith("kmc-worker") for name in names)  # the workers took some
     assert oracle.failures or oracle.mismatches  # something whose order can differ
     for name in ("mismatches", "ties", "unresolved", "failing_layers", "step_centroid_error", "step_counts",
                  "objective_circuit", "step_weight_error"):
@@ -76,5 +75,6 @@ def test_blocks_checked_two_at_a_time_find_the_same_in_the_same_order(monkeypatc
         assert len([f for f in oracle.failures if "update" in f]) == len(cap.circuit.centroid_layers) - 1
     monkeypatch.undo()
     one_by_one = json.dumps(verify_problem(cap, 0).to_dict(), sort_keys=True, default=str)
-    monkeypatch.setattr(steps, "PARALLEL_MIN_POINTS", 0)
-    assert json.dumps(verify_problem(cap, 0).to_dict(), sort_keys=True, default=str) == one_by_one
+    scheduler = Scheduler(threads=3)
+    assert json.dumps(verify_problem(cap, 0, scheduler).to_dict(), sort_keys=True, default=str) == one_by_one
+    scheduler.close()

@@ -1,5 +1,5 @@
-"""The reference run started in a background thread before the circuit runs (analysis.verify.prefetch, used by
-run_problem for lean runs): the same report as running it in the verification, its errors where they would be."""
+"""The reference run submitted to the run's worker before the circuit runs (analysis.verify.prefetch, used by
+run_problem at scale): the same report as running it in the verification, its errors where they would be."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import json
 import pytest
 
 from analysis import pipeline
+from analysis import scheduler as scheduling
 from analysis.capture import capture
 from analysis.pipeline import RunOptions, lloyd_scaling, run_problem
-from analysis.verify import prefetch, verify_problem
-from analysis.verify.prefetch import ReferenceRun
+from analysis.scheduler import Scheduler
+from analysis.verify import prefetch, reads, verify_problem
 from circuits.encoding import encode
-from circuits.reference import memoised_distances
 from circuits.variants import get_variant
 from circuits.variants.references import DegenerateUpdate
 from tests.unit.test_lean_verify import corner_problem
@@ -34,9 +34,10 @@ def test_prefetched_reference_gives_the_same_report(monkeypatch, variant):
     """run_problem's lean run (reference prefetched) against verifying its own capture again, the reference run
     in the verification."""
     X, C0 = corner_problem(n=60)
+    monkeypatch.setattr(scheduling, "AT_SCALE_POINTS", len(X))
     started = []
-    monkeypatch.setattr(pipeline, "ReferenceRun", lambda *a: started.append(1) or ReferenceRun(*a))
-    result = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=True))
+    monkeypatch.setattr(pipeline, "prefetch", lambda *a: started.append(1) or prefetch.prefetch(*a))
+    result = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=True, threads=2))
     assert started  # run_problem took the prefetching path
     assert _report(result.report) == _report(verify_problem(result.capture, 0))
 
@@ -46,14 +47,15 @@ def test_a_reference_error_is_raised_where_the_verification_would_meet_it(monkey
     it meets the error itself."""
     X, C0 = corner_problem(n=60)
     circuit, encoded = _encoded("lloyd", X, C0)
-    cap = capture(circuit, encoded, path="structured", lean=True)
+    cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
 
     def undefined(*args, **kwargs):
         raise DegenerateUpdate("members cancel")
 
     monkeypatch.setattr(prefetch, "make_reference", undefined)
-    with memoised_distances():
-        report = verify_problem(cap, 0, ReferenceRun(circuit, encoded))
+    scheduler = Scheduler(threads=2, at_scale=True)
+    report = verify_problem(cap, 0, scheduler, prefetch.prefetch(scheduler, circuit, encoded))
+    scheduler.close()
     assert not report.verified
     assert any("undefined" in failure for failure in report.failures)
 
@@ -62,6 +64,8 @@ def test_a_prefetched_run_of_another_problem_is_refused():
     X, C0 = corner_problem(n=60)
     circuit, encoded = _encoded("lloyd", X, C0)
     other = encode(circuit.layout, X[:-1], C0, scaling=lloyd_scaling(X, C0))
-    cap = capture(circuit, other, path="structured", lean=True)
+    cap = capture(circuit, other, path="structured", keep=reads(circuit.spec))
+    scheduler = Scheduler(threads=2, at_scale=True)
     with pytest.raises(ValueError, match="another problem"):
-        verify_problem(cap, 0, ReferenceRun(circuit, encoded))
+        verify_problem(cap, 0, scheduler, prefetch.prefetch(scheduler, circuit, encoded))
+    scheduler.close()

@@ -47,9 +47,9 @@ def bound_inputs(cap, b: int = 0) -> tuple[tuple, dict] | None:
         sink, update_sink = _sink_logits(circ, ASSIGN), _sink_logits(circ, UPDATE)
         if sink is None:
             return None
-    if enc.as_encoded():
-        # What encode wrote into those slots (float64: no cast), made from the encoding's own inputs: a lean capture
-        # has let the stream go, and making it again to read two slots costs 0.47 GB at a million points.
+    if enc.resid is None:
+        # What encode writes into those slots (float64: no cast), from the encoding's own inputs: an encoding of a
+        # run at scale holds no stream, and making one to read two slots costs 0.47 GB at a million points.
         X, C0 = enc.scaling.to_unit(enc.X)[b], enc.scaling.to_unit(enc.C0)[b]
     else:
         seq = enc.sequence

@@ -27,9 +27,10 @@ import numpy as np
 
 from analysis.verify.fast.exact_sums import Split, cluster_sums
 from circuits import precision
-from circuits.blockwise import row_counts
+from analysis.verify.fast import blocks
+from analysis.verify.fast.blocks import own_sq_distances, row_counts
 from circuits.onehot import OneHotStack, one_hot, stack_rows
-from circuits.reference import Reference, Trace, own_sq_distances
+from circuits.reference import Costs, Reference, Trace
 
 #: float64's unit roundoff.
 UNIT = 2.0**-53
@@ -86,6 +87,23 @@ def _rounding_of(values: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class LabelTrace(Trace):
+    """A hard run's :class:`~circuits.reference.Trace` held as its labels: ``responsibilities`` is a
+    :class:`~circuits.onehot.OneHotStack` (an iterate's one-hot rows are made when read), and the assignments are
+    the labels themselves (``labels_of(one_hot(l))`` is ``l``): 88 MB at a million points and T = 10, not 880."""
+
+    responsibilities: OneHotStack
+
+    @property
+    def assignments(self) -> np.ndarray:
+        return self.responsibilities.labels
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.responsibilities.labels[-1]
+
+
+@dataclass
 class CertifiedRun:
     """A run of ``ref`` (a hard reference whose centroid costs are squared distances) from ``C0`` at the data's
     precision. ``trace`` is the run as :meth:`Reference.run` records one (float64 centroids, labels, float64
@@ -95,7 +113,7 @@ class CertifiedRun:
     ref: Reference
     columns: precision.Columns
     X: np.ndarray = field(repr=False)
-    trace: Trace | None = None
+    trace: LabelTrace | None = None
     ties: list[list[precision.Tie]] = field(default_factory=list)
     decided: list[dict[int, tuple[int, list[int]]]] = field(default_factory=list)
     states: list[Centroids] = field(default_factory=list)
@@ -103,6 +121,19 @@ class CertifiedRun:
     @property
     def assignments(self) -> np.ndarray:
         return self.trace.assignments
+
+    def costs(self, X: np.ndarray, C: np.ndarray) -> Costs:
+        """``ref.costs(X, C, t)`` from the fast distances (:func:`analysis.verify.fast.blocks.sq_distances`) and the
+        columns: the same numbers bit for bit (a threshold column is its constant, its bias added by the caller
+        as the reference's is)."""
+        labels = np.array(self.columns.labels)
+        D = blocks.sq_distances(X, C)
+        if (labels >= 0).all():
+            values = D
+        else:
+            values = np.full((len(X), len(labels)), float(self.columns.threshold))
+            values[:, labels >= 0] = D[:, labels[labels >= 0]]
+        return Costs(values, labels, np.array([float(b) for b in self.columns.bias]))
 
     def point(self, i: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Point ``i`` exactly, its half ulps, and its weights in the centroids at ``t``."""
@@ -163,7 +194,7 @@ def certified_run(ref: Reference, X: np.ndarray, C0: np.ndarray, iterations: int
         objectives.append(objective)
         if t < iterations:
             state = _update(ref, X, split, state, labels, t, k)
-    run.trace = Trace(np.stack(centroids), OneHotStack(stack_rows(labels_by_t), k), np.array(objectives))
+    run.trace = LabelTrace(np.stack(centroids), OneHotStack(stack_rows(labels_by_t), k), np.array(objectives))
     return run
 
 

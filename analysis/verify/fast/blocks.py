@@ -1,15 +1,60 @@
-"""Block-by-block forms of the reference's ``n x k`` computations (:mod:`circuits.reference`), each the same numbers
-bit for bit as the whole-matrix form it replaced (tests/unit/test_verify_fast.py holds each to that form): a row of
-points is decided on its own, so blocks of rows small enough to stay in cache give what the whole matrix gives, a
-few times faster at a million points."""
+"""Block-by-block forms of the textbook's ``n x k`` computations (:mod:`circuits.reference`), each the same numbers
+bit for bit (tests/unit/test_verify_fast.py holds each to the textbook): a row of points is decided on its own, so
+blocks of rows small enough to stay in cache give what the whole matrix gives, a few times faster at a million
+points."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from circuits import reference
+
 
 #: Elements of the differences :func:`contiguous_sq_distances` holds at once (1 MiB: they stay in cache).
 _DIFF_ELEMENTS = 2**17
+
+
+def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """:func:`circuits.reference.sq_distances`, bit for bit: :func:`contiguous_sq_distances` for C-contiguous
+    float64 operands, the textbook's own loop otherwise (a non-contiguous ``C`` lays its differences out, and so
+    sums them, in another order)."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    if not (X.flags.c_contiguous and C.flags.c_contiguous and C.size):
+        return reference.sq_distances(X, C)
+    out = np.empty((X.shape[0], C.shape[0]))
+    contiguous_sq_distances(X, C, out, reference.CHUNK)
+    return out
+
+
+def own_sq_distances(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``sq_distances(X, C)[i, labels[i]]`` for every point (labels in ``0..k-1``), chunk by chunk, with no ``n x k``
+    matrix: for a C-contiguous ``C``, the same differences summed by the same ``einsum`` over a centroid axis of
+    length 1, at ``1/k`` of the work; otherwise each chunk of the distances is made as the textbook makes it, and
+    picked. The same numbers bit for bit either way."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    out = np.empty(X.shape[0])
+    rows = np.arange(min(reference.CHUNK, X.shape[0]))
+    for start in range(0, X.shape[0], reference.CHUNK):
+        chunk = labels[start : start + reference.CHUNK]
+        if C.flags.c_contiguous:
+            diff = X[start : start + reference.CHUNK, None, :] - C[chunk][:, None, :]
+            out[start : start + reference.CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[:, 0]
+        else:
+            diff = X[start : start + reference.CHUNK, None, :] - C[None, :, :]
+            out[start : start + reference.CHUNK] = np.einsum("pcd,pcd->pc", diff, diff)[rows[: len(chunk)], chunk]
+    return out
+
+
+def objective(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> float:
+    """:func:`circuits.reference.objective` of given labels, from each point's own distance (no ``n x k``
+    matrix): the same numbers summed in the same order."""
+    labels = np.asarray(labels)
+    inside = np.flatnonzero(labels >= 0)
+    if len(inside) == 0:
+        return 0.0
+    X = np.asarray(X, dtype=np.float64)
+    # Every point inside: X itself (the same values as its copy X[inside], so the same distances).
+    return float(own_sq_distances(X if len(inside) == len(X) else X[inside], C, labels[inside]).sum())
 
 
 def contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray, max_rows: int) -> None:
@@ -29,28 +74,16 @@ def contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray, max_r
         np.einsum("pcd,pcd->pc", diff, diff, out=out[start : start + len(block)])
 
 
-def small_keys(keys: np.ndarray) -> np.ndarray:
-    """Non-negative integer ``keys`` as the smallest unsigned dtype that holds them (up to 16 bits), for which a
-    stable ``argsort`` is a radix sort: the same order of equal keys, so the same permutation, as the keys'
-    own dtype gives, without the comparison sort."""
-    if keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0:
-        return keys
-    top = int(keys.max())
-    for small in (np.uint8, np.uint16):
-        if top <= np.iinfo(small).max:
-            return keys.astype(small)
-    return keys
-
-
 #: Entries of an ``n x k`` matrix that a pass of :func:`assign_within_biased` holds per temporary (512 KiB: in cache).
 _WITHIN_ENTRIES = 2**16
 
 
 def assign_within_biased(V: np.ndarray, bias: np.ndarray | None, E: np.ndarray) -> np.ndarray:
     """The lowest column among those whose cost ``D = V + bias`` (``bias`` ``None``: ``D = V``) is within ``E_ij +
-    E_imin`` of the smallest, block by block of points: the decision of a point reads its own row alone, so each
-    block decides as the whole matrix would, with the same numbers (``V + bias`` is added per block, as the whole
-    sum would be), and its temporaries stay in cache."""
+    E_imin`` of the smallest (what a step-wise check expects of a block's decoded input, analysis.verify.checks),
+    block by block of points: the decision of a point reads its own row alone, so each block decides as the whole
+    matrix would, with the same numbers (``V + bias`` is added per block, as the whole sum would be), and its
+    temporaries stay in cache."""
     n, k = V.shape
     chosen = np.empty(n, dtype=np.intp)
     rows = max(1, _WITHIN_ENTRIES // max(1, k))
@@ -62,6 +95,14 @@ def assign_within_biased(V: np.ndarray, bias: np.ndarray | None, E: np.ndarray) 
         candidate = D - D[here, best][:, None] <= Eb + Eb[here, best][:, None]
         chosen[start : start + len(D)] = np.argmax(candidate, axis=1)  # the first True: the lowest tied index
     return chosen
+
+
+def labels_of(R: np.ndarray) -> np.ndarray:
+    """:func:`circuits.reference.labels_of`, bit for bit: :func:`one_hot_labels` where it applies."""
+    R = np.asarray(R, dtype=np.float64)
+    if R.ndim != 2 or not R.flags.c_contiguous or R.shape[1] == 0 or R.shape[1] >= 2**24:
+        return reference.labels_of(R)
+    return one_hot_labels(R, reference.ASSIGNED_MASS)
 
 
 def one_hot_labels(R: np.ndarray, mass: float) -> np.ndarray:

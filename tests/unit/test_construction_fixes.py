@@ -175,7 +175,7 @@ def test_a_comparison_the_data_decides_against_float64_is_counted_as_decided_not
     C0 = np.array([[0.0, 0.0], [2.0, 0.0]])
     assert reference.assign(X, C0)[2] == 0
     assert exact_lloyd(X, C0, 1)[2] == (0, 1)
-    notes = swap.cluster_with_swap(X, C0, 1)["notes"]
+    notes = SWAP.cluster(X, C0, 1)["notes"]
     assert [n for n in notes if n.startswith("Lloyd's: ")] == [
         "Lloyd's: 1 assignment(s) differ from float64's argmin (what the construction's own Lloyd's chain uses): 1"
         " decided otherwise by exact arithmetic"]

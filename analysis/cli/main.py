@@ -83,9 +83,10 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
 def keep_freed_memory() -> None:
     """Ask glibc to keep freed memory in the heap instead of returning large blocks to the kernel.
 
-    A structured run over a million points allocates and frees hundreds of 200 MB temporaries; by default each
-    comes from a fresh ``mmap`` whose pages the kernel must fault in and zero, which measured 38 s of system time
-    out of 93 s at n = 1e6. Reusing the heap brings that to ~5 s. No effect (and no error) off glibc.
+    A structured run over a million points allocates and frees many large temporaries; by default each comes from
+    a fresh ``mmap`` whose pages the kernel must fault in and zero: 9-10 s of system time at n = 1e6, d = 8, k = 10
+    against 4-4.5 s with the heap reused, for about 0.1 GB more peak (docs/performance.md, "The textbook core and
+    one scheduler"). The command line calls this once; the library never does. No effect (and no error) off glibc.
     """
     import ctypes
     import ctypes.util

@@ -193,14 +193,22 @@ def lloyd_scaling(X: np.ndarray, C0: np.ndarray) -> UnitScaling:
     return fit_unit_scaling(X, np.asarray(C0), centre="median")
 
 
+def encoder_scaling(spec, X: np.ndarray, C0: np.ndarray) -> UnitScaling:
+    """The unit scaling a run of the variant ``spec`` encodes ``X`` and ``C0`` with: Lloyd's median scaling
+    (:func:`lloyd_scaling`) for the exact construction, the mean one (what :func:`circuits.encoding.encode` fits
+    by default) for a variant."""
+    return lloyd_scaling(X, C0) if spec.unaltered else fit_unit_scaling(X, C0)
+
+
 def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "lloyd",
-                     sharpness: Sharpness | dict | None = None,
-                     dtype: torch.dtype = torch.float64) -> tuple[Sharpness | None, Resolution | None]:
+                     sharpness: Sharpness | dict | None = None, dtype: torch.dtype = torch.float64,
+                     scalings: list[UnitScaling] | None = None) -> tuple[Sharpness | None, Resolution | None]:
     """The knobs a run uses: a :class:`Sharpness` as given; else, for Lloyd's assign head, tie-break and beta
     chosen from the data (:func:`circuits.sharpness.for_problem`) with the knobs of a ``dict`` kept as given.
 
-    ``inits`` are the initial centroids of every run that will share the circuit. Other variants keep their
-    defaults, so a ``dict`` for them is just the given knobs.
+    ``inits`` are the initial centroids of every run that will share the circuit; ``scalings``, where the caller
+    has them already, their unit scalings (:func:`encoder_scaling`), so that none is computed twice. Other variants
+    keep their defaults, so a ``dict`` for them is just the given knobs.
     """
     if isinstance(sharpness, Sharpness):
         return sharpness, None
@@ -211,10 +219,9 @@ def choose_sharpness(X: np.ndarray, inits: list[np.ndarray], variant: str = "llo
         return (Sharpness(**given) if given else None), None
     X = np.asarray(X, dtype=np.float64)
     d, k = X.shape[1], np.asarray(inits[0]).shape[0]
-    problems = []
-    for C0 in inits:
-        scaling = lloyd_scaling(X, C0) if declared.unaltered else fit_unit_scaling(X, C0)
-        problems.append((scaling.to_unit(X)[0], scaling.to_unit(C0)[0]))
+    if scalings is None:
+        scalings = [encoder_scaling(declared, X, C0) for C0 in inits]
+    problems = [(scaling.to_unit(X)[0], scaling.to_unit(C0)[0]) for scaling, C0 in zip(scalings, inits, strict=True)]
     u = float(torch.finfo(dtype).eps) / 2
     underflow = FLOAT64_UNDERFLOW if dtype == torch.float64 else FLOAT32_UNDERFLOW
     # The widest layout of these variants (one extra column), so gamma bounds every one of them.
@@ -241,47 +248,66 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How :func:`run_problem` executes a run, apart from what it computes: a problem gives the same labels,
+    centroids, verification report and JSON under any of these (the verification is the same on every path and
+    device: float64 reference, same tolerances)."""
+
+    #: The execution path: ``"dense"``, ``"structured"`` or ``"auto"`` (:func:`analysis.capture.capture`).
+    path: str = "dense"
+    #: Where the circuit is built and run: ``"cpu"``, ``"cuda"``, ``"auto"`` (cuda where present); ``None``: the
+    #: given circuit's device, else the CPU.
+    device: str | torch.device | None = None
+    #: Keep only what the verification reads (:func:`analysis.capture.capture`: no report or attention view can be
+    #: drawn from the capture); ``None``: lean at scale (:data:`analysis.scheduler.AT_SCALE_POINTS` points on).
+    lean: bool | None = False
+    #: Keep the dense forward's ``ActivationCache`` in the capture.
+    keep_cache: bool = False
+    #: Called with each layer's index as the forward finishes it (progress).
+    on_layer: Callable[[int], None] | None = None
+    #: Threads the run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``: its policy
+    #: for this many points).
+    threads: int | None = None
+
+
+#: The options of a run that names none: dense, on the given circuit's device (else the CPU), everything kept.
+DEFAULT_OPTIONS = RunOptions()
+
+
 def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: str = "lloyd",
-                dtype: torch.dtype = torch.float64, sharpness: Sharpness | dict | None = None,
-                on_layer: Callable[[int], None] | None = None, keep_cache: bool = False,
-                circuit: KMeansCircuit | None = None, path: str = "dense",
-                resolution: Resolution | None = None, device: str | torch.device | None = None,
-                lean: bool | None = False, threads: int | None = None) -> RunResult:
+                dtype: torch.dtype = torch.float64, sharpness: Sharpness | dict | None = None, *,
+                circuit: KMeansCircuit | None = None, resolution: Resolution | None = None,
+                options: RunOptions = DEFAULT_OPTIONS) -> RunResult:
     """Build the ``variant`` circuit for ``X`` (n, d) and ``C0`` (k, d), run it, and verify every layer.
 
-    ``sharpness``: a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
-    :func:`choose_sharpness` pick the rest from the data. Pass ``circuit`` to reuse a built model (it must match
-    d, k and iterations; ``resolution`` then says how its knobs were chosen). ``path`` chooses the execution path
-    (``"dense"``, ``"structured"`` or ``"auto"``, see :func:`analysis.capture.capture`). ``device``: where the
-    circuit is built and run (``"cpu"``, ``"cuda"``, ``"auto"``: cuda where present); by default the given
-    circuit's device, else the CPU. The verification is the same on any device (float64 reference, same tolerances).
-    ``lean``: keep only what the verification reads (:func:`analysis.capture.capture`; the result's labels,
-    centroids, report and JSON are the same, but no report or attention view can be drawn from its capture);
-    ``None``: lean at scale (:data:`analysis.scheduler.AT_SCALE_POINTS` points on). ``threads``: how many threads
-    the run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``: its policy for this
-    many points).
-
-    Keyword parameters, not a record: this keyword API is documented (docs/python.md, docs/report.md) and every
-    parameter but ``X`` and ``C0`` has a default, so a call names only what it changes.
+    What is computed: ``iterations``, ``variant`` (a spec such as ``"soft:beta=100"``), ``dtype`` and
+    ``sharpness`` (a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
+    :func:`choose_sharpness` pick the rest from the data). ``circuit`` reuses a built model instead (it must match
+    d, k and iterations; ``variant``, ``dtype`` and ``sharpness`` are then its own, and ``resolution`` says how its
+    knobs were chosen). How it runs: ``options`` (:class:`RunOptions`: path, device, lean, cache, progress,
+    threads; the run makes one :class:`analysis.scheduler.Scheduler` from ``threads`` and passes it down). The
+    encoder's unit scaling (:func:`encoder_scaling`) is computed once and serves both the choice of the knobs and
+    the encoding.
     """
     X, C0 = np.asarray(X, dtype=np.float64), np.asarray(C0, dtype=np.float64)
-    device = run_device(circuit, device)
+    device = run_device(circuit, options.device)
+    spec = circuit.spec if circuit is not None else get_variant(variant)
+    scaling = encoder_scaling(spec, X, C0)
     if circuit is None:
-        sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype)
-        circuit = get_variant(variant).build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
-                                             device=str(device))
-    scaling = lloyd_scaling(X, C0) if circuit.spec.unaltered else None
-    scheduler = Scheduler.for_points(X.shape[0], threads)
-    if lean is None:
-        lean = scheduler.at_scale
+        sharpness, resolution = choose_sharpness(X, [C0], variant, sharpness, dtype, [scaling])
+        circuit = spec.build(X.shape[1], C0.shape[0], iterations, sharpness=sharpness, dtype=dtype,
+                             device=str(device))
+    scheduler = Scheduler.for_points(X.shape[0], options.threads)
+    lean = scheduler.at_scale if options.lean is None else options.lean
     # A lean structured run's encoding holds no stream: its forward makes its own (held once, not twice).
     encoded = encode(circuit.layout, X, C0, dtype=circuit.dtype, scaling=scaling, device=device,
-                     hold_stream=not (lean and path != "dense"))
+                     hold_stream=not (lean and options.path != "dense"))
     try:
         # At scale the reference (then its bound) runs on a worker while the circuit runs on this thread.
         prefetched = (prefetch(scheduler, circuit, encoded) if scheduler.at_scale and circuit.spec.input_map is None
                       else None)
-        cap = capture(circuit, encoded, keep_cache=keep_cache, on_layer=on_layer, path=path,
+        cap = capture(circuit, encoded, keep_cache=options.keep_cache, on_layer=options.on_layer, path=options.path,
                       keep=reads(circuit.spec) if lean else EVERYTHING, forward_threads=scheduler.forward_threads)
         return RunResult(circuit, encoded, cap, verify_problem(cap, 0, scheduler, prefetched), resolution)
     finally:

@@ -49,7 +49,7 @@ def one(n: int, d: int, k: int, T: int, what: str) -> dict:
     from sklearn.datasets import make_blobs
 
     from analysis.cli import keep_freed_memory
-    from analysis.pipeline import run_problem
+    from analysis.pipeline import RunOptions, run_problem
     from circuits.build import build_lloyd_circuit
     from circuits.encoding import encode
     from circuits.initialisation import initial_centroids
@@ -69,7 +69,7 @@ def one(n: int, d: int, k: int, T: int, what: str) -> dict:
                               10 if n <= 10_000 else 3 if n <= 100_000 else 1)
     elif what == "verify":
         t0 = time.perf_counter()
-        result = run_problem(X, C0, T, circuit=circuit, path="structured")
+        result = run_problem(X, C0, T, circuit=circuit, options=RunOptions(path="structured"))
         out["seconds"] = time.perf_counter() - t0
         out["verified"] = bool(result.report.verified)
         out["labels_equal_sklearn"] = bool(np.array_equal(result.labels, km.labels_))

@@ -17,7 +17,7 @@ from jaxtyping import Float, Int
 
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.encoding import EncodedBatch
-from circuits.structured_attention import pattern_of
+from circuits.structured import pattern_of
 
 
 @dataclass

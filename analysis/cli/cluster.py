@@ -8,9 +8,10 @@ import io
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
-    cpu_only, sharpness_from, usable_results,
+    KEPT, LoadedProblem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept,
+    circuit_options_given, load_problem, run_circuit, cpu_only, sharpness_from, usable_results,
 )
+from analysis.constructions import CONSTRUCTIONS, choices_help, trained_constructions
 from analysis.errors import ProblemError
 from analysis.wording import count
 from circuits.strict_json import dumps
@@ -30,15 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--checkpoint", metavar="FILE", default=None,
                        help="run a trained model (checkpoint folder from `train`) instead of the construction;"
-                            " the data must have the model's d and --k its k. A learned safeguarded-swap checkpoint"
-                            " (a learned.json file, or a folder holding one such as checkpoints/learned) runs"
-                            " --construction learned with its factors")
-    which.add_argument("--construction", choices=("swap", "learned"), default=None,
+                            " the data must have the model's d and --k its k. A checkpoint of a trained construction"
+                            f" ({', '.join(trained_constructions())}: a file of its factors, or a folder holding one"
+                            " such as checkpoints/learned) runs that --construction with its factors")
+    which.add_argument("--construction", choices=tuple(CONSTRUCTIONS), default=None,
                        help="run a general construction instead of Lloyd's circuit, verified against its own numpy"
-                            " reference and compared with Lloyd's: swap = safeguarded swap (circuits/swap), learned ="
-                            " learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json;"
-                            " circuits/learned); k >= 2; --out gets labels.csv, centroids.csv, verification.json,"
-                            " report.html")
+                            f" reference and compared with Lloyd's: {choices_help()}; k >= 2; --out gets labels.csv,"
+                            " centroids.csv, verification.json, report.html")
     add_budgets(parser, KEPT)
 
 
@@ -68,27 +67,18 @@ CHECKPOINT_OUT_FILES = ("labels.csv", "centroids.csv", "evaluation.json")
 CONSTRUCTION_OUT_FILES = ("labels.csv", "centroids.csv", "verification.json", "report.html")
 
 
-def learned_checkpoint(args: argparse.Namespace):
-    """The learned checkpoint file ``--checkpoint`` names
-    (:func:`analysis.constructions.learned.find_checkpoint`), else ``None``."""
-    if getattr(args, "checkpoint", None) is None:
-        return None
-    from analysis.constructions.learned import find_checkpoint
-
-    return find_checkpoint(args.checkpoint)
-
-
 def run(args: argparse.Namespace) -> int:
+    from analysis.cli.constructions import selected_construction
+
     problem = load_problem(args)
-    learned = learned_checkpoint(args)
-    construction = "learned" if learned is not None else getattr(args, "construction", None)
-    out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction else
+    construction, checkpoint = selected_construction(args)
+    out = check_out_dir(args.out, CONSTRUCTION_OUT_FILES if construction is not None else
                         CHECKPOINT_OUT_FILES if getattr(args, "checkpoint", None) else OUT_FILES,
                         previous=OUT_FILES + CHECKPOINT_OUT_FILES)
     if construction is not None or getattr(args, "checkpoint", None) is not None:
         cpu_only(args, "--checkpoint" if getattr(args, "checkpoint", None) is not None else "--construction")
     if construction is not None:
-        return run_construction(args, problem, out, construction, learned)
+        return run_construction(args, problem, out, construction, checkpoint)
     if getattr(args, "checkpoint", None) is not None:
         return run_checkpoint(args, problem, out)
     sharpness = sharpness_from(args, from_data=True)
@@ -130,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.report.verified else 1
 
 
-def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Problem, d: int,
+def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: LoadedProblem, d: int,
                       more: dict[str, str] | None = None) -> None:
     """A trained model's or a construction's ``--out``: labels, centroids, the JSON document and ``more`` files
     (all or none)."""
@@ -141,12 +131,12 @@ def write_model_files(out, names: tuple[str, str, str], doc: dict, problem: Prob
     ))), **(more or {})})
 
 
-def run_checkpoint(args: argparse.Namespace, problem: Problem, out) -> int:
+def run_checkpoint(args: argparse.Namespace, problem: LoadedProblem, out) -> int:
     """``cluster --checkpoint``: a trained model on this problem (see :func:`analysis.evaluation.checkpoint.cluster_with_checkpoint`)."""
 
     model = check_checkpoint(args.checkpoint)["model"]
     d, k = model["d"], model["k"]
-    if args.variant != "lloyd" or any(getattr(args, name) is not None for name in ("beta", "beta_update", "tie_break")):
+    if circuit_options_given(args):
         raise ProblemError("--checkpoint runs a trained model: --variant and the exactness knobs do not apply")
     if model.get("general", False):
         if problem.X.shape[1] > d or problem.k > k:
@@ -195,13 +185,13 @@ def checkpoint_verdict(doc: dict):
                               reference="the model's training forward")
 
 
-def run_construction(args: argparse.Namespace, problem: Problem, out, name: str = "swap", learned=None) -> int:
-    """``cluster --construction swap|learned``: the construction's transformer on this problem, verified against
-    its numpy reference and compared with Lloyd's (and, for the learned one, with the untrained swap); ``--out``
-    gets its page too."""
+def run_construction(args: argparse.Namespace, problem: LoadedProblem, out, construction, checkpoint=None) -> int:
+    """``cluster --construction NAME`` (or ``--checkpoint`` of a trained construction's ``checkpoint``): the
+    construction's transformer on this problem, verified against its numpy reference and compared with Lloyd's
+    (and with the untrained swap where the document holds its objectives); ``--out`` gets its page too."""
     from analysis.cli.constructions import construction_result
 
-    result, page = construction_result(args, problem, name, learned, NAME, page=out is not None)
+    result, page = construction_result(args, problem, construction, checkpoint, NAME, page=out is not None)
     doc = result.doc
     d = doc["d"]
     if out is not None:
@@ -209,9 +199,7 @@ def run_construction(args: argparse.Namespace, problem: Problem, out, name: str 
     if args.json:
         print(dumps(doc))
         return 0 if doc["verified"] else 1
-    title = ("learned safeguarded-swap construction (factors " + ", ".join(f"{a:g}" for a in doc["alphas"]) + ")"
-             if name == "learned" else "safeguarded-swap construction")
-    print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, {title}"
+    print(f"{problem.source}: n={doc['n']} d={d} k={problem.k}, init {problem.init}, {construction.describe(doc)}"
           f" ({doc['layers']} layers), {count(problem.iterations, 'step')}, {doc['path']} path"
           + (f" ({doc['path_note']})" if doc["path_note"] else ""))
     swap = "objective_swap" in doc["per_iteration"][0]

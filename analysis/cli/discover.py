@@ -17,6 +17,7 @@ import json
 import math
 
 from analysis.cli.options import seed as seed_type
+from analysis.constructions import CONSTRUCTIONS
 from analysis.errors import ProblemError
 
 NAME = "discover"
@@ -40,10 +41,9 @@ MAX_TABLE_WORK = 6e8
 
 
 def _constructions() -> tuple[str, ...]:
-    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
     from circuits.variants import REGISTERED
 
-    return tuple(v.name for v in REGISTERED) + SWAP_CONSTRUCTIONS
+    return tuple(v.name for v in REGISTERED) + tuple(CONSTRUCTIONS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="acdc", metavar="NAME|MODULE:FUNCTION",
                         help="acdc, eap, eap-ig, or a plug-in function (docs/discovery.md, 'Your own method')")
     parser.add_argument("--variant", default="lloyd", metavar="NAME",
-                        help=f"the construction: {', '.join(_constructions())} (swap and learned: --iterations is"
-                             " their steps)")
+                        help=f"the construction: {', '.join(_constructions())} ({' and '.join(CONSTRUCTIONS)}:"
+                             " --iterations is their steps)")
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--dataset", metavar="NAME", help="points of a bundled dataset (iris, ...; blobs: --n --d)")
     src.add_argument("--data", metavar="FILE", help="points of a .csv or .npy file, one row per point")
@@ -122,9 +122,7 @@ def check(args: argparse.Namespace) -> list[str]:
     constructions = _constructions()
     if args.variant not in constructions:
         raise ProblemError(f"--variant {args.variant!r}: choose one of {', '.join(constructions)}")
-    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
-
-    swap = args.variant in SWAP_CONSTRUCTIONS
+    swap = args.variant in CONSTRUCTIONS
     if swap and args.iterations < 1:
         raise ProblemError(f"--variant {args.variant} runs --iterations steps: at least 1, got 0")
     if swap and "add-outlier" in corruptions:
@@ -238,9 +236,7 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
                           patcher=patcher, group=args.group, truth=truth)
     except MethodError as exc:
         raise ProblemError(f"--method: {exc}") from None
-    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
-
-    rounds = "steps" if args.variant in SWAP_CONSTRUCTIONS else "iterations"
+    rounds = "steps" if args.variant in CONSTRUCTIONS else "iterations"
     description = (f"{args.variant}, {source}, k={args.k}, {args.iterations} {rounds},"
                    f" {len(patcher.pairs)} pairs ({', '.join(corruptions)}; seed {args.seed}), {args.ablation}"
                    f" ablation, {args.metric} metric")
@@ -292,17 +288,19 @@ def run_table(args: argparse.Namespace, out) -> int:
 def _table_work(args: argparse.Namespace) -> float:
     """The table's estimated work, from each construction's blocks and tokens (no circuit built)."""
     from analysis.discovery.graph import candidate_count
-    from analysis.discovery.graph import SWAP_CONSTRUCTIONS
+    from analysis.constructions.common import group_names
     from analysis.discovery.run import construction_layers
     from analysis.discovery.table import PAIRS, SWAP_SHAPE, TABLE_CORRUPTIONS, TABLE_SHAPE, table_tasks
 
     tasks = len(table_tasks(TABLE_CORRUPTIONS, ABLATIONS)) * len(METRICS) * args.seeds * PAIRS
     total = 0.0
     for name in args.construction_list:
-        d, k, n, t = SWAP_SHAPE if name in SWAP_CONSTRUCTIONS else TABLE_SHAPE
+        construction = CONSTRUCTIONS.get(name)
+        d, k, n, t = TABLE_SHAPE if construction is None else SWAP_SHAPE
         blocks = construction_layers(name, t)
-        # A swap step holds a token per point, the sink, and three groups of k centroids (at most).
-        tokens = 1 + n + (3 * k if name in SWAP_CONSTRUCTIONS else k)
+        # A construction's step holds a token per point, the sink, and k centroid tokens per group of its step.
+        groups = 1 if construction is None else len(group_names(construction.step_groups()))
+        tokens = 1 + n + groups * k
         total += candidate_count(blocks) * tokens**2 * blocks * tasks
     return total
 

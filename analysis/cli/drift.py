@@ -8,6 +8,7 @@ from pathlib import Path
 from analysis.cli.limits import Budget, add_budgets, limit, limit_threads
 from analysis.cli.output import check_out_file, write_output_file
 from analysis.cli.options import check_checkpoint, parse_shapes, seed, usable_results
+from analysis.constructions import CONSTRUCTIONS, trained_constructions
 from analysis.data import MAX_ITERATIONS
 from analysis.errors import ProblemError
 from circuits.strict_json import dumps
@@ -24,11 +25,13 @@ WORK = Budget("--tasks x --n x --steps x shapes", 1_000_000, "about 5 minutes on
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="DIR",
-                       help="checkpoint folder written by train; a learned safeguarded-swap checkpoint (a learned.json"
-                            " file or a folder holding one, such as checkpoints/learned) gets the learned report")
-    which.add_argument("--construction", choices=("learned",), default=None,
-                       help="learned: the learned safeguarded swap with the shipped factors against the untrained"
-                            " construction (alpha = 1) it started from")
+                       help="checkpoint folder written by train; a checkpoint of a trained construction (a file of"
+                            " its factors or a folder holding one, such as checkpoints/learned) gets that"
+                            " construction's report")
+    which.add_argument("--construction", choices=trained_constructions(), default=None,
+                       help="a trained construction with its shipped factors against the untrained construction it"
+                            " started from: " + ", ".join(f"{name} = {CONSTRUCTIONS[name].summary}"
+                                                          for name in trained_constructions()))
     parser.add_argument("--out", metavar="FILE", required=True, help="HTML report to write (e.g. drift.html)")
     parser.add_argument("--tasks", type=int, default=16, help="held-out tasks for the behaviour views (default 16)")
     parser.add_argument("--n", type=int, default=None,
@@ -54,10 +57,11 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
     out = check_out_file(args.out, example="drift.html")
-    from analysis.constructions.learned import find_checkpoint
+    from analysis.cli.constructions import selected_construction
 
-    if args.construction is not None or find_checkpoint(args.checkpoint) is not None:
-        return run_learned(args, out)
+    construction, _ = selected_construction(args)
+    if construction is not None:
+        return run_trained(args, out, construction)
     checkpoint = check_checkpoint(args.checkpoint)
     model_cfg = checkpoint["model"]
     general = bool(model_cfg.get("general", False))
@@ -72,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from analysis.cli.progress import Stages
     from analysis.drift import analyse, stages_of
     from analysis.report.drift import drift_report
-    from circuits.training.checkpoint import CheckpointError, load_model, read_log
+    from circuits.training.checkpoint import CheckpointError, load_model
+    from circuits.training.schema import read_log
 
     torch.set_num_threads(args.threads)
     try:
@@ -112,34 +117,32 @@ def check_work(args: argparse.Namespace, n: int, shapes: int) -> None:
     WORK.check({"--tasks": args.tasks, "--n": n, "--steps": args.steps, "shapes": shapes})
 
 
-def run_learned(args: argparse.Namespace, out) -> int:
-    """``drift --construction learned`` (or ``--checkpoint`` of a learned checkpoint): the factors in the weights
-    against the untrained construction's, and the learned candidate on held-out tasks
-    (:func:`analysis.drift.learned.learned_drift`, drawn by :mod:`analysis.report.learned`)."""
-    flag = f"--checkpoint {args.checkpoint}" if args.checkpoint is not None else "--construction learned"
+def run_trained(args: argparse.Namespace, out, construction) -> int:
+    """``drift --construction NAME`` (or ``--checkpoint`` of a trained construction's checkpoint): the factors in
+    the weights against the untrained construction's, and the trained candidate on held-out tasks (the
+    construction's ``training.drift``, a :class:`~analysis.drift.learned.LearnedDrift` record, drawn by
+    :mod:`analysis.report.learned`: the layers of the code keep pages out of the declarations)."""
+    flag = f"--checkpoint {args.checkpoint}" if args.checkpoint is not None else f"--construction {construction.name}"
     if args.shapes is not None:
         raise ProblemError(f"--shapes: {flag} reads its weights at one shape (the factors do not depend on it)")
     n = args.n if args.n is not None else 128
     check_work(args, n, 1)
     if n < 12:
         raise ProblemError(f"--n must be >= 12 (the general tasks' largest k), got {n}")
-    from analysis.constructions.learned import load_alphas
-
     try:
-        alphas = load_alphas(args.checkpoint)
+        factors = construction.factors(args.checkpoint)
     except ValueError as exc:
         raise ProblemError(f"{flag}: {exc}") from None
     import torch
 
     from analysis.cli.progress import Stages
-    from analysis.drift.learned import learned_drift
     from analysis.report.learned import learned_drift_report
 
     torch.set_num_threads(args.threads)
     with Stages(NAME, ["weights and behaviour", "report"]) as stages:
         stages.start("weights and behaviour")
-        drift = learned_drift(alphas, steps=args.steps, tasks=args.tasks, n=n, seed=args.seed,
-                              with_behaviour=not args.no_ablations)
+        drift = construction.training.drift(factors, steps=args.steps, tasks=args.tasks, n=n, seed=args.seed,
+                                            with_behaviour=not args.no_ablations)
         stages.start("report")
         html = learned_drift_report(drift).to_html()
     write_output_file(out, html)

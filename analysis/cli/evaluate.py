@@ -15,6 +15,7 @@ from analysis.cli.options import (
     usable_results,
 )
 from analysis.cli.progress import Cells
+from analysis.constructions import CONSTRUCTIONS, choices_help, trained_constructions
 from analysis.data import DATASETS, EVALUATION_BLOBS_N, MAX_ITERATIONS, load_dataset
 from analysis.errors import ProblemError
 from analysis.wording import count
@@ -34,19 +35,18 @@ WORK = Budget("(--tasks x --n x shapes + --dataset-inits x points) x --steps", 1
 #: residual row of the model per point (320 x 512 by default).
 POINTS = Budget("--tasks x --n", 500_000, "held-out points drawn at once; one forward holds up to all of them")
 
-FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.training.tasks.FAMILIES, import-free
+FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal")  # circuits.problems.FAMILIES, import-free
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="DIR",
-                       help="checkpoint folder written by train; a learned safeguarded-swap checkpoint (a learned.json"
-                            " file or a folder holding one, such as checkpoints/learned) evaluates --construction"
-                            " learned with its factors")
-    which.add_argument("--construction", choices=("swap", "learned"), default=None,
+                       help="checkpoint folder written by train; a checkpoint of a trained construction"
+                            f" ({', '.join(trained_constructions())}: a file of its factors or a folder holding one,"
+                            " such as checkpoints/learned) evaluates that --construction with its factors")
+    which.add_argument("--construction", choices=tuple(CONSTRUCTIONS), default=None,
                        help="evaluate a general construction instead, like a general checkpoint (any d <= 64,"
-                            " 2 <= k <= 16): swap = safeguarded swap (circuits/swap), learned = learned safeguarded"
-                            " swap with the shipped factors (circuits/learned); exact, float64, CPU")
+                            f" 2 <= k <= 16): {choices_help()}; exact, float64, CPU")
     parser.add_argument("--tasks", type=int, default=320, help="held-out random tasks (default 320; 0: none)")
     limit(parser.add_argument("--steps", type=int, default=20, help="recurrent steps / Lloyd iterations (default 20)"),
           MAX_ITERATIONS, "each step runs every task through the model and Lloyd's once more")
@@ -86,32 +86,28 @@ def parse_datasets(text: str) -> list[str]:
 class Plan:
     """What ``evaluate`` runs, from its validated options: the real ``datasets``, and for a general checkpoint or a
     construction the ``shapes`` (d, k) of its held-out tasks (``None`` otherwise); ``construction`` the one it
-    evaluates (``--construction``, or ``learned`` for a learned checkpoint) and ``alphas`` a learned one's
-    factors."""
+    evaluates (its declaration: ``--construction``, or the trained construction whose checkpoint ``--checkpoint``
+    names) and ``factors`` a trained one's."""
 
     datasets: list[str]
     shapes: list[tuple[int, int]] | None = None
-    construction: str | None = None
-    alphas: object = None
+    construction: object = None
+    factors: object = None
 
 
-def construction_of(args: argparse.Namespace) -> tuple[str | None, object]:
-    """The construction ``evaluate`` runs and a learned one's factors: ``--construction``, or ``learned`` with
-    the factors of a learned checkpoint ``--checkpoint`` names; ``(None, None)`` for a trained model."""
-    if args.construction == "learned" or (args.checkpoint is not None and _learned_file(args.checkpoint)):
-        from analysis.constructions.learned import load_alphas
+def construction_of(args: argparse.Namespace) -> tuple[object, object]:
+    """The construction ``evaluate`` runs and a trained one's factors: ``--construction`` (the shipped factors),
+    or the trained construction whose checkpoint ``--checkpoint`` names, with its factors; ``(None, None)`` for a
+    trained model."""
+    from analysis.cli.constructions import selected_construction
 
-        try:
-            return "learned", load_alphas(args.checkpoint)
-        except ValueError as exc:
-            raise ProblemError(f"--checkpoint {args.checkpoint}: {exc}") from None
-    return args.construction, None
-
-
-def _learned_file(path: str) -> bool:
-    from analysis.constructions.learned import find_checkpoint
-
-    return find_checkpoint(path) is not None
+    construction, _ = selected_construction(args)
+    if construction is None:
+        return None, None
+    try:
+        return construction, construction.factors(args.checkpoint)
+    except ValueError as exc:
+        raise ProblemError(f"--checkpoint {args.checkpoint}: {exc}") from None
 
 
 def validate(args: argparse.Namespace) -> Plan:
@@ -122,7 +118,7 @@ def validate(args: argparse.Namespace) -> Plan:
         raise ProblemError(f"--tasks must be >= 0, got {args.tasks}")
     if args.threads is not None and args.threads < 1:
         raise ProblemError(f"--threads must be >= 1, got {args.threads}")
-    construction, alphas = construction_of(args)
+    construction, factors = construction_of(args)
     if construction is not None:
         from analysis.constructions.common import CAPACITY
 
@@ -138,7 +134,7 @@ def validate(args: argparse.Namespace) -> Plan:
     if general:
         shapes = parse_shapes(args.shapes, model["d"], model["k"])
         if construction is not None and any(k < 2 for _, k in shapes):
-            raise ProblemError(f"--shapes: the {construction} construction needs k >= 2")
+            raise ProblemError(f"--shapes: the {construction.name} construction needs k >= 2")
     default = "iris,wine,breast_cancer,digits" if general else "digits,blobs"
     datasets = parse_datasets(args.datasets if args.datasets is not None else default)
     if general and "blobs" in datasets:
@@ -153,7 +149,7 @@ def validate(args: argparse.Namespace) -> Plan:
                total=(args.tasks * n * shape_count + args.dataset_inits * points) * args.steps)
     POINTS.check({"--tasks": args.tasks, "--n": n})
     engine.check(args.engine, args.address)
-    return Plan(datasets, shapes, construction, alphas)
+    return Plan(datasets, shapes, construction, factors)
 
 
 def format_table(doc: dict) -> str:
@@ -189,17 +185,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if plan.construction is not None:
-        if plan.construction == "learned":
-            from analysis.constructions.learned import LearnedModel
-
-            model = LearnedModel(plan.alphas)
-        else:
-            from analysis.constructions.swap import SwapModel
-
-            model = SwapModel()
-        doc = {"construction": plan.construction, "general": True, "capacity": [model.config.d, model.config.k]}
-        if plan.construction == "learned":
-            doc["alphas"] = [float(a) for a in model.alphas]
+        model = plan.construction.model(plan.factors)
+        doc = {"construction": model.name, "general": True, "capacity": [model.config.d, model.config.k]}
+        if model.factors is not None:
+            doc["alphas"] = [float(a) for a in model.factors]
             if args.checkpoint is not None:
                 doc["checkpoint"] = str(args.checkpoint)
         return run_general(args, model, doc, args.n if args.n is not None else CONSTRUCTION_N, plan)

@@ -37,7 +37,12 @@ KEPT = Budget("n x k x (--iterations + 1)", 30_000_000, "with a report: what it 
 
 
 @dataclass
-class Problem:
+class LoadedProblem:
+    """The problem a command was given, as :func:`load_problem` read and validated it: the points ``X`` and the
+    initial centroids ``C0`` (the user's units), ``k``, the iterations, the variant spec string, where the data came
+    from (``source``: a dataset's name or the file) and how the centroids were chosen (``init``, in words), and a
+    bundled dataset's classes ``y`` (``None`` for a user's file)."""
+
     source: str
     X: np.ndarray
     C0: np.ndarray
@@ -156,7 +161,7 @@ def check_variant_arg(spec: str, iterations: int, args: argparse.Namespace | Non
     return name
 
 
-def load_problem(args: argparse.Namespace) -> Problem:
+def load_problem(args: argparse.Namespace) -> LoadedProblem:
     check_variant_arg(args.variant, args.iterations, args)
     if args.dataset == "blobs":  # refused before the points are drawn
         check_run(args.n, args.d, args)
@@ -168,10 +173,17 @@ def load_problem(args: argparse.Namespace) -> Problem:
     validate_problem(X, args.k)
     check_work(args.iterations, X.shape[1], args.k)
     check_run(X.shape[0], X.shape[1], args)
-    if getattr(args, "construction", None) == "swap" and args.iterations < 1:
-        raise ProblemError("--construction swap needs --iterations >= 1 (each iteration is one swap step)")
     C0, init = resolve_init(args.init, X, args.k, args.seed)
-    return Problem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+    return LoadedProblem(source, X, C0, args.k, args.iterations, init, args.variant, y)
+
+
+def circuit_options_given(args: argparse.Namespace) -> bool:
+    """Whether the options name an altered circuit (``--variant``) or an exactness knob: options of Lloyd's circuit
+    and its variants, which a trained model and a construction, with knobs of their own, do not take."""
+    from circuits.variants import get_variant
+
+    return (not get_variant(args.variant).unaltered
+            or any(getattr(args, knob) is not None for knob in ("beta", "beta_update", "tie_break")))
 
 
 def check_run(n: int, d: int, args: argparse.Namespace) -> None:
@@ -180,7 +192,7 @@ def check_run(n: int, d: int, args: argparse.Namespace) -> None:
               total=n * (d + args.k) * (args.iterations + 1))
 
 
-def check_kept(problem: Problem) -> None:
+def check_kept(problem: LoadedProblem) -> None:
     """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern."""
     KEPT.check({"n": problem.X.shape[0], "--k": problem.k, "--iterations": problem.iterations},
                total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
@@ -272,19 +284,20 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
     return shapes
 
 
-def run_circuit(problem: Problem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
+def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
                 lean: bool | None = False, threads: int | None = None):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
     ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.
-    ``lean``: as :func:`analysis.pipeline.run_problem`'s (``None``: lean at scale, for a run no report reads)."""
+    ``lean``: as :class:`analysis.pipeline.RunOptions`'s (``None``: lean at scale, for a run no report reads)."""
     from analysis.capture import PathUnavailable
-    from analysis.pipeline import run_problem
+    from analysis.pipeline import RunOptions, run_problem
     from circuits.blocks import n_layers
 
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
+    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer, threads=threads)
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
-                           on_layer=on_layer, path=path, device=resolve_device(device), lean=lean, threads=threads)
+                           options=options)
     except PathUnavailable as exc:
         raise ProblemError(str(exc)) from None
 

@@ -9,6 +9,7 @@ from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
     KEPT, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit, sharpness_from,
 )
+from analysis.constructions import CONSTRUCTIONS, choices_help
 from analysis.errors import ProblemError
 from analysis.wording import count
 
@@ -29,11 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plotly-js", choices=("inline", "shared"), default="inline",
                         help="inline (default): plotly.js embedded in the page; shared: written once beside it as "
                              "plotly-<version>.min.js and referenced relatively (for folders of reports; offline)")
-    parser.add_argument("--construction", choices=("swap", "learned"), default=None,
-                        help="the page of a general construction instead of Lloyd's circuit: swap = safeguarded swap,"
-                             " learned = learned safeguarded swap with the shipped factors; per step every candidate's"
-                             " objective, the one kept, the choosing heads' attention, the verification against its"
-                             " numpy reference")
+    parser.add_argument("--construction", choices=tuple(CONSTRUCTIONS), default=None,
+                        help=f"the page of a general construction instead of Lloyd's circuit: {choices_help()}; per"
+                             " step every candidate's objective, the one kept, the choosing heads' attention, the"
+                             " verification against its numpy reference")
     add_budgets(parser, KEPT)
 
 
@@ -81,10 +81,11 @@ def write_page(out, report, plotly_js: str) -> None:
 
 
 def run_construction(args: argparse.Namespace, problem, out) -> int:
-    """``report --construction swap|learned``: the construction's page (:mod:`analysis.report.construction`)."""
+    """``report --construction NAME``: the construction's page (:mod:`analysis.report.construction`)."""
     from analysis.cli.constructions import construction_result
 
-    result, report = construction_result(args, problem, args.construction, None, command=NAME, page=True)
+    result, report = construction_result(args, problem, CONSTRUCTIONS[args.construction], None, command=NAME,
+                                         page=True)
     write_page(out, report, args.plotly_js)
     print(f"{problem.source}: n={result.doc['n']} d={result.doc['d']} k={problem.k}, construction"
           f" {args.construction}, {count(problem.iterations, 'step')}: {result.doc['verdict']}; wrote {out}"

@@ -1,12 +1,14 @@
-"""What the hand-built general constructions share as users run them: the safeguarded swap (:mod:`analysis.constructions.swap`)
-and the learned safeguarded swap (:mod:`analysis.constructions.learned`).
+"""What every construction shares as users run it, driven by its declaration
+(:class:`~analysis.constructions.spec.ConstructionSpec`): one problem run and held to its reference
+(:func:`run_construction`), and held-out tasks as a general model (:class:`ConstructionModel`).
 
-Both are a circuit of :class:`circuits.swap.build.SwapCircuit`'s kind (one step's blocks run ``steps`` times, a
-choice among candidates per step) held to a numpy reference by :mod:`analysis.verify.swap`. Here: the execution
-path a problem may take (:func:`path_for`, :func:`run_on_path`), the sharpness chosen from the data
-(:func:`sharpness_for`), the ``cluster --json`` document (:func:`cluster_document`), the per-step diagnostics
-(:func:`label_agreement`, :func:`smallest_gap`, :func:`choice_gap`) and the evaluation's model
-(:class:`ConstructionModel`, the trajectory protocol of :mod:`analysis.evaluation.protocol`).
+Every construction is a circuit of :class:`circuits.swap.build.SwapCircuit`'s kind (one step's blocks run
+``steps`` times, a choice among candidates per step) held to a numpy reference by :mod:`analysis.verify.swap`.
+Here: the execution path a problem may take (:func:`path_for`, :func:`run_on_path`), the sharpness chosen from the
+data (:func:`sharpness_for`), the ``cluster --json`` document (:func:`cluster_document`), the per-step diagnostics
+(:func:`label_agreement`, :func:`smallest_gap`, :func:`choice_gap`) and the evaluation's model (the trajectory
+protocol of :mod:`analysis.evaluation.protocol`). Nothing here names a construction: what differs is the
+declaration's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-from analysis.verify.swap import CENTROID_TOLERANCE
 from analysis.errors import ProblemError
 from circuits import reference
 
@@ -29,12 +30,12 @@ class SwapPathUnavailable(ProblemError):
     path asked for is at fault)."""
 
 
-def group_names(spec=None) -> tuple[str, ...]:
+def group_names(step_groups=None) -> tuple[str, ...]:
     """The centroid groups' names of a step's :class:`~circuits.swap.layout.StepGroups` (the swap's when ``None``),
     in the order the token sequence holds them."""
-    if spec is None:
-        from circuits.swap.layout import SWAP_GROUPS as spec
-    return tuple(name for name, _, _ in spec.groups)
+    if step_groups is None:
+        from circuits.swap.layout import SWAP_GROUPS as step_groups
+    return tuple(name for name, _, _ in step_groups.groups)
 
 
 def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
@@ -46,15 +47,15 @@ def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
             " matrices per layer)")
 
 
-def path_for(n: int, k: int, path: str = "auto", spec=None) -> str:
+def path_for(n: int, k: int, path: str = "auto", step_groups=None) -> str:
     """The path to ask :meth:`SwapCircuit.run` for: ``path``, except structured only when the problem's tokens (a
-    sequence of the centroid groups of ``spec``, a :class:`~circuits.swap.layout.StepGroups`, the swap's when
+    sequence of the centroid groups of ``step_groups``, a :class:`~circuits.swap.layout.StepGroups`, the swap's when
     ``None``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is refused
     (:class:`SwapPathUnavailable`)."""
     from analysis.capture.record import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
-    groups = group_names(spec)
+    groups = group_names(step_groups)
     if SwapSequence(n, k, groups).n_tokens <= DENSE_MAX_TOKENS:
         return path
     if path == "dense":
@@ -155,21 +156,6 @@ def exact_lloyd(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], itera
     return cents, np.array([reference.objective(X, C) for C in cents]), (tied, decided)
 
 
-def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:
-    """Per step, every candidate's objective in the numpy reference ``ref``: the learned reference keeps them
-    (``candidate_objectives``, NaN where left out); the swap's are rebuilt from its trajectory
-    (:func:`circuits.swap.reference.step_candidates`)."""
-    kept = getattr(ref, "candidate_objectives", None)
-    if kept is not None:
-        from circuits.learned.reference import CANDIDATES as LEARNED_CANDIDATES
-
-        return [dict(zip(LEARNED_CANDIDATES, map(float, row))) for row in np.asarray(kept)]
-    from circuits.swap.reference import CANDIDATES, step_candidates
-
-    return [dict(zip(CANDIDATES, (reference.objective(X, c) for c in step_candidates(X, C, L))))
-            for C, L in zip(ref.centroids[:-1], ref.lloyd_centroids[1:])]
-
-
 def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]) -> list[str]:
     """Where the circuit named another kept candidate than the reference for the same state (``problems``: the
     run's, which name the steps where the state differs), and where a candidate the circuit did not keep differs
@@ -192,17 +178,13 @@ def chain_notes(per_iteration: list[dict], names: list[str], problems: list[str]
     return out
 
 
-#: Each construction's name in verdicts and pages.
-TITLES = {"swap": "the safeguarded swap", "learned": "the learned safeguarded swap"}
-
-
-def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], name: str,
-                     reference_note: str) -> dict:
-    """The ``cluster --json`` document of a construction's ``run`` on one problem, held to its reference by
-    ``checked`` (a :class:`~analysis.verify.swap.ConstructionReport`) and compared with Lloyd's from ``C0``
-    (:func:`exact_lloyd`). ``name``: the construction (``variant`` is ``construction:<name>``); ``reference_note``
-    names its reference. Step ``t`` (``iteration``) is the state after ``t`` updates, ``t = 0`` the start."""
-    from analysis.verify.swap import MAGNITUDE_ULPS
+def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"],
+                     construction) -> dict:
+    """The ``cluster --json`` document of a ``construction``'s (its declaration's) ``run`` on one problem, held to
+    its reference by ``checked`` (a :class:`~analysis.verify.swap.ConstructionReport`) and compared with Lloyd's
+    from ``C0`` (:func:`exact_lloyd`); ``variant`` is ``construction:<name>``. Step ``t`` (``iteration``) is the
+    state after ``t`` updates, ``t = 0`` the start."""
+    from analysis.verify.swap import CENTROID_TOLERANCE, MAGNITUDE_ULPS
 
     iterations = len(run.centroids) - 1
     tie_break = checked.tie_break
@@ -210,7 +192,7 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
     ref = checked.reference
     lloyd_centroids, lloyd_objectives, differ = exact_lloyd(X, C0, iterations)
     names = [c for c, _ in circ.SPEC.candidates]
-    ref_values = reference_candidates(X, ref)
+    ref_values = construction.reference_candidates(X, ref)
     per_iteration = []
     for t in range(1, iterations + 1):
         values = np.asarray(run.candidate_objectives[t - 1], dtype=np.float64)
@@ -236,8 +218,9 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
         })
     final = run.centroids[-1]
     inertia, lloyd_inertia = reference.objective(X, final), float(lloyd_objectives[-1])
-    verdict = checked.verdict(TITLES[name])
-    notes = [f"construction: 'verified' means the transformer equals its numpy reference ({reference_note}, no"
+    verdict = checked.verdict(construction.title)
+    notes = [f"construction: 'verified' means the transformer equals its numpy reference"
+             f" ({construction.reference_note}, no"
              " tie-break) at every step: the same candidate kept and every centroid coordinate within"
              f" {CENTROID_TOLERANCE:g} of its column's spread plus {MAGNITUDE_ULPS} float64 epsilons of its"
              " magnitude; objective_lloyd is Lloyd's from the same initial centroids in exact arithmetic at the data's"
@@ -251,7 +234,7 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
         notes.append(f"Lloyd's: {sum(differ)} assignment(s) differ from float64's argmin (what the construction's"
                      f" own Lloyd's chain uses): {', '.join(causes)}")
     return {
-        "variant": f"construction:{name}", "k": int(C0.shape[0]), "iterations": iterations,
+        "variant": f"construction:{construction.name}", "k": int(C0.shape[0]), "iterations": iterations,
         "labels": [int(v) for v in reference.assign(X, final)], "centroids": final.tolist(),
         **verdict.to_dict(), "verified": checked.verified, "problems": checked.problems,
         "objective_start": reference.objective(X, C0), "per_iteration": per_iteration, "candidates": names,
@@ -266,16 +249,35 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
 
 @dataclass
 class ConstructionResult:
-    """One construction's run on one problem: the circuit, its run, the run held to its reference (``checked``, a
-    :class:`~analysis.verify.swap.ConstructionReport`) and the ``cluster --json`` document; what its page draws
-    (:mod:`analysis.report.construction`)."""
+    """One construction's run on one problem: its declaration, the circuit, its run, the run held to its reference
+    (``checked``, a :class:`~analysis.verify.swap.ConstructionReport`) and the ``cluster --json`` document; what its
+    page draws (:mod:`analysis.report.construction`)."""
 
+    construction: object
     circuit: object
     run: object
     checked: object
     doc: dict
     X: np.ndarray
     C0: np.ndarray
+
+
+def run_construction(construction, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
+                     path: str = "auto", factors: Float[np.ndarray, " p"] | list[float] | None = None
+                     ) -> ConstructionResult:
+    """Run ``construction`` (its :class:`~analysis.constructions.spec.ConstructionSpec`) on one problem on ``path``
+    (:func:`run_on_path`; a path that cannot run it is refused before anything is built), held to its reference:
+    the circuit for this problem (its knobs from the data; a trained one's ``factors``, the shipped checkpoint's by
+    default), the run, the check and the ``cluster --json`` document (:func:`cluster_document`, with what the
+    construction adds)."""
+    path_for(X.shape[0], C0.shape[0], path, construction.step_groups())  # refuse before building
+    circ = construction.circuit_for([(X, C0)], iterations, factors)
+    run = run_on_path(circ, X, C0, path)
+    checked = construction.verify(run, X, C0, circ)
+    doc = cluster_document(circ, run, checked, X, C0, construction)
+    if construction.extend_document is not None:
+        construction.extend_document(doc, circ, run)
+    return ConstructionResult(construction, circ, run, checked, doc, X, C0)
 
 
 @dataclass(frozen=True)
@@ -290,17 +292,28 @@ class ConstructionConfig:
 class ConstructionModel:
     """A construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`): per task,
     its centroids after every step; its readout agreement is the fraction of points whose nearest centroid is the
-    same under the circuit's centroids and under its numpy reference's. A subclass gives :meth:`circuit` (one
-    circuit for a batch of problems of one shape) and :meth:`reference` (the reference run, without tie-break)."""
+    same under the circuit's centroids and under its numpy reference's (without tie-break). ``factors``: a trained
+    construction's (the shipped checkpoint's when ``None``)."""
 
-    name = "construction"
     config = ConstructionConfig()
 
+    def __init__(self, construction, factors: Float[np.ndarray, " p"] | list[float] | None = None):
+        self.construction = construction
+        if factors is None:
+            factors = construction.factors()
+        self.factors = None if factors is None else np.asarray(factors, dtype=np.float64).reshape(-1)
+
+    @property
+    def name(self) -> str:
+        return self.construction.name
+
     def circuit(self, problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
-        raise NotImplementedError
+        """One circuit for a batch of problems of one shape."""
+        return self.construction.circuit_for(problems, steps, self.factors)
 
     def reference(self, circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], steps: int):
-        raise NotImplementedError
+        """The reference run of ``circ`` on one problem, without tie-break."""
+        return self.construction.reference_run(circ, X, C0, steps)
 
     def trajectory(self, X: Float[np.ndarray, "batch n d"], C0: Float[np.ndarray, "batch k d"], steps: int
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -312,4 +325,3 @@ class ConstructionModel:
             cents.append(run.centroids)
             agree.append([label_agreement(x, a, b) for a, b in zip(run.centroids, ref.centroids)])
         return np.stack(cents, axis=1), np.mean(agree, axis=0)
-

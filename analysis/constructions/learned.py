@@ -1,6 +1,7 @@
-"""The learned safeguarded swap as users run it: one problem, verified against its numpy reference and compared
-with Lloyd's and the untrained swap (``cluster --construction learned``), held-out tasks as a general model
-(``evaluate --construction learned``), and what training changed (``drift --construction learned``).
+"""The learned safeguarded swap as users run it, declared as :data:`LEARNED`: one problem, verified against its
+numpy reference and compared with Lloyd's and the untrained swap (``cluster --construction learned``), held-out
+tasks as a general model (``evaluate --construction learned``), and what training changed (``drift --construction
+learned``).
 
 The circuit (:func:`circuits.learned.build.build_learned_circuit`) is built per shape ``(d, k)``, number of steps
 and trained factors, and cached. Its factors come from a learned checkpoint
@@ -9,9 +10,9 @@ given by path (:func:`find_checkpoint` recognises the file, or a folder holding 
 ``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
 every step, the same state kept and centroids within each column's tolerance; a difference the
-circuit's tie-break explains is NOT VERIFIED with that cause. What the construction shares with the swap's lives
-in :mod:`analysis.constructions.common`; the drift numbers are
-:func:`analysis.drift.learned.learned_drift` (:mod:`analysis.report.learned` draws them).
+circuit's tie-break explains is NOT VERIFIED with that cause. What every construction shares lives in
+:mod:`analysis.constructions.common`; the drift numbers are :func:`analysis.drift.learned.learned_drift`
+(:mod:`analysis.report.learned` draws them).
 """
 
 from __future__ import annotations
@@ -22,14 +23,8 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Float
 
-from analysis.constructions.common import (ConstructionConfig, ConstructionModel, ConstructionResult, cluster_document,
-                                   path_for, run_on_path)
 from analysis.constructions.common import sharpness_for
-from analysis.verify.swap import verify_learned
-from circuits.learned.reference import reach
-
-__all__ = ["LearnedModel", "circuit_for", "cluster_with_learned", "extent", "find_checkpoint", "learned_circuit", "load_alphas",
-           "reach", "run_learned"]
+from analysis.constructions.spec import ConstructionSpec, Training
 
 #: The file a learned checkpoint folder holds.
 CHECKPOINT_FILE = "learned.json"
@@ -130,49 +125,83 @@ def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int,
                            f" need mask {mask:.3g} ({exc})") from None
 
 
-def run_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto",
-                alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> ConstructionResult:
-    """Run the learned construction on one problem on ``path``, held to its reference: the circuit, the run, the
-    check and the ``cluster --json`` document of the swap (:func:`analysis.constructions.common.cluster_document`) with the
-    factors (``alphas``), each step's untrained swap objective (``objective_swap``) and how often each candidate
-    was kept (``kept``)."""
-    from circuits.learned.reference import CANDIDATES
-    from circuits.learned.stages import LEARNED_GROUPS
+def verify(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], circ):
+    """``run`` held to :func:`~circuits.learned.reference.learned_swap` with the circuit's factors, margin and
+    candidates (:func:`analysis.verify.swap.verify_learned`)."""
+    from analysis.verify.swap import verify_learned
 
-    path_for(X.shape[0], C0.shape[0], path, LEARNED_GROUPS)  # refuse before building
-    circ = circuit_for([(X, C0)], iterations, alphas)
-    run = run_on_path(circ, X, C0, path)
-    checked = verify_learned(run, X, C0, circ)
-    doc = cluster_document(circ, run, checked, X, C0, "learned", "circuits/learned/reference.py learned_swap")
+    return verify_learned(run, X, C0, circ)
+
+
+def reference_run(circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], steps: int):
+    """The reference's trajectory with the circuit's factors, margin and candidates, without tie-break."""
+    from circuits.learned.reference import learned_swap
+    from circuits.learned.stages import CIRCUIT_CANDIDATES
+
+    return learned_swap(X, C0, steps, circ.alphas, circ.knobs.select_margin, candidates=CIRCUIT_CANDIDATES)
+
+
+def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:
+    """Per step, every candidate's objective in the reference trajectory ``ref``, which keeps them
+    (``candidate_objectives``, NaN where a candidate is left out)."""
+    from circuits.learned.reference import CANDIDATES
+
+    return [dict(zip(CANDIDATES, map(float, row))) for row in np.asarray(ref.candidate_objectives)]
+
+
+def extend_document(doc: dict, circ, run) -> None:
+    """What the learned construction's ``cluster --json`` document adds to every construction's: the factors
+    (``alphas``), each step's untrained swap objective (``objective_swap``) and the last (``swap_inertia``), and how
+    often each candidate was kept (``kept``)."""
+    from circuits.learned.reference import CANDIDATES
+
     for rec in doc["per_iteration"]:
         rec["objective_swap"] = float(run.swap_objectives[rec["iteration"]])
     doc["alphas"] = [float(a) for a in circ.alphas]
     doc["swap_inertia"] = float(run.swap_objectives[-1])
     doc["kept"] = {name: run.choices.count(name) for name in CANDIDATES}
-    return ConstructionResult(circ, run, checked, doc, X, C0)
 
 
-def cluster_with_learned(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-                         path: str = "auto", alphas: Float[np.ndarray, " p"] | list[float] | None = None) -> dict:
-    """The ``cluster --json`` document of the learned construction on one problem (:func:`run_learned`)."""
-    return run_learned(X, C0, iterations, path, alphas).doc
+def step_groups():
+    from circuits.learned.stages import LEARNED_GROUPS
+
+    return LEARNED_GROUPS
 
 
-class LearnedModel(ConstructionModel):
-    """The learned construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`),
-    as :class:`analysis.constructions.swap.SwapModel`: its readout agreement is against ``learned_swap`` with its factors."""
+def step_blocks() -> int:
+    from circuits.learned.stages import STEP_BLOCKS
 
-    name = "learned"
-    config = ConstructionConfig()
+    return len(STEP_BLOCKS)
 
-    def __init__(self, alphas: Float[np.ndarray, " p"] | list[float] | None = None):
-        self.alphas = load_alphas() if alphas is None else np.asarray(alphas, dtype=np.float64).reshape(-1)
 
-    def circuit(self, problems, steps: int):
-        return circuit_for(problems, steps, self.alphas)
+def build(d: int, k: int, steps: int):
+    """The circuit with the shipped factors and the builder's default knobs
+    (:func:`circuits.learned.build.build_learned_circuit`)."""
+    from circuits.learned.build import build_learned_circuit
 
-    def reference(self, circ, X, C0, steps: int):
-        from circuits.learned.reference import learned_swap
-        from circuits.learned.stages import CIRCUIT_CANDIDATES
+    return build_learned_circuit(d, k, steps)
 
-        return learned_swap(X, C0, steps, circ.alphas, circ.knobs.select_margin, candidates=CIRCUIT_CANDIDATES)
+
+def drift(factors: Float[np.ndarray, " p"], **options):
+    """What training changed (:func:`analysis.drift.learned.learned_drift`, ``options`` its keywords)."""
+    from analysis.drift.learned import learned_drift
+
+    return learned_drift(factors, **options)
+
+
+LEARNED = ConstructionSpec(
+    name="learned",
+    title="the learned safeguarded swap",
+    heading="learned safeguarded-swap construction",
+    summary="learned safeguarded swap with the shipped factors (checkpoints/learned/learned.json; circuits/learned)",
+    reference_note="circuits/learned/reference.py learned_swap",
+    step_groups=step_groups,
+    step_blocks=step_blocks,
+    circuit_for=circuit_for,
+    verify=verify,
+    reference_run=reference_run,
+    reference_candidates=reference_candidates,
+    build=build,
+    extend_document=extend_document,
+    training=Training(find_checkpoint, load_alphas, drift),
+)

@@ -1,17 +1,15 @@
-"""The safeguarded-swap construction as users run it: one problem, verified against its numpy reference and
-compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as a general model
-(``evaluate --construction swap``).
+"""The safeguarded-swap construction as users run it, declared as :data:`SWAP`: one problem, verified against its
+numpy reference and compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as a general
+model (``evaluate --construction swap``).
 
 The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
-Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.SwapReport`'s contract: the
+Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract: the
 transformer's result *is* its reference's (:func:`circuits.swap.reference.safeguarded_swap` without a tie-break)
 at every step, the same state kept and every centroid coordinate within its column's tolerance
-(:func:`analysis.verify.swap.column_tolerances`); a difference the circuit's tie-break explains is NOT VERIFIED with
-that cause. Lloyd's
-(:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the construction is meant to
-beat, never to match. ``CENTROID_TOLERANCE``, ``spread`` and ``differences`` live in :mod:`analysis.verify.swap`
-and are importable from here as before; what this construction shares with the learned one (paths, the
-document, the diagnostics, the evaluation's model) lives in :mod:`analysis.constructions.common` and is importable from here.
+(:func:`analysis.verify.swap.column_tolerances`); a difference the circuit's tie-break explains is NOT VERIFIED
+with that cause. Lloyd's (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the
+construction is meant to beat, never to match. What every construction shares (paths, the document, the
+diagnostics, the evaluation's model) is in :mod:`analysis.constructions.common`.
 """
 
 from __future__ import annotations
@@ -21,18 +19,9 @@ import functools
 import numpy as np
 from jaxtyping import Float
 
-from analysis.constructions.common import (CAPACITY, ConstructionConfig, ConstructionModel, ConstructionResult,
-                                   SwapPathUnavailable, choice_gap,
-                                   cluster_document, label_agreement, path_for, run_on_path, sharpness_for,
-                                   smallest_gap)
-from analysis.verify.swap import CENTROID_TOLERANCE, differences, spread, verify_swap
-
-__all__ = ["CAPACITY", "CENTROID_TOLERANCE", "CONSTRUCTIONS", "ConstructionConfig", "SwapModel",
-           "SwapPathUnavailable", "choice_gap", "circuit_for", "cluster_with_swap", "run_swap", "differences", "label_agreement",
-           "path_for", "run_on_path", "smallest_gap", "spread", "swap_circuit"]
-
-#: The constructions ``--construction`` accepts: this one and the learned safeguarded swap (:mod:`analysis.constructions.learned`).
-CONSTRUCTIONS = ("swap", "learned")
+from analysis.constructions.common import sharpness_for
+from analysis.constructions.spec import ConstructionSpec
+from circuits import reference
 
 
 @functools.lru_cache(maxsize=16)
@@ -42,48 +31,75 @@ def swap_circuit(d: int, k: int, steps: int, beta: float, tie_break: float):
     return build_swap_circuit(d, k, steps, beta=beta, tie_break=tie_break)
 
 
-def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int):
+def circuit_for(problems: list[tuple[np.ndarray, np.ndarray]], steps: int, factors: None = None):
     """One circuit for ``problems`` (``[(X, C0), ...]`` of one shape) with its tie-break and beta chosen from their
     data as for Lloyd's circuit (:func:`analysis.constructions.common.sharpness_for`): the finest tie-break float64
     resolves on every one of them, and a beta that makes every larger gap hard. One far point makes the unit scale
-    huge and the data's gaps tiny in it; a fixed tie-break would then decide labels the data does not tie."""
+    huge and the data's gaps tiny in it; a fixed tie-break would then decide labels the data does not tie. Nothing
+    is trained: ``factors`` must be ``None``."""
     from circuits.swap.layout import swap_layout
 
+    if factors is not None:
+        raise ValueError("the safeguarded swap has no trained factors")
     d, k = problems[0][0].shape[1], problems[0][1].shape[0]
     sharp = sharpness_for(problems, swap_layout(d, k).d_model)
     return swap_circuit(d, k, steps, sharp.beta, sharp.tie_break)
 
 
-def run_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int, path: str = "auto"
-             ) -> ConstructionResult:
-    """Run the construction on one problem on ``path`` (:func:`run_on_path`), held to its reference; the circuit,
-    the run, the check and the ``cluster --json`` document (:func:`analysis.constructions.common.cluster_document`)."""
-    path_for(X.shape[0], C0.shape[0], path)  # refuse before building
-    circ = circuit_for([(X, C0)], iterations)
-    run = run_on_path(circ, X, C0, path)
-    checked = verify_swap(run, X, C0, circ.knobs.select_margin, circ.user_tie_break(X, C0))
-    doc = cluster_document(circ, run, checked, X, C0, "swap", "circuits/swap/reference.py")
-    return ConstructionResult(circ, run, checked, doc, X, C0)
+def verify(run, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], circ):
+    """``run`` held to :func:`~circuits.swap.reference.safeguarded_swap` with the circuit's select margin
+    (:func:`analysis.verify.swap.verify_swap`); its tie-break names the cause where they differ."""
+    from analysis.verify.swap import verify_swap
+
+    return verify_swap(run, X, C0, circ.knobs.select_margin, circ.user_tie_break(X, C0))
 
 
-def cluster_with_swap(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], iterations: int,
-                      path: str = "auto") -> dict:
-    """The ``cluster --json`` document of the construction on one problem (:func:`run_swap`)."""
-    return run_swap(X, C0, iterations, path).doc
+def reference_run(circ, X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], steps: int):
+    """The reference's trajectory with the circuit's select margin, without tie-break."""
+    from circuits.swap.reference import safeguarded_swap
+
+    return safeguarded_swap(X, C0, steps, circ.knobs.select_margin)
 
 
-class SwapModel(ConstructionModel):
-    """The construction in the general evaluation's place of a checkpoint (:mod:`analysis.evaluation`):
-    per task, its centroids after every step; its readout agreement is the fraction of points whose nearest
-    centroid is the same under the circuit's centroids and under its numpy reference's."""
+def reference_candidates(X: Float[np.ndarray, "n d"], ref) -> list[dict[str, float]]:
+    """Per step, every candidate's objective in the reference trajectory ``ref``, rebuilt from it
+    (:func:`circuits.swap.reference.step_candidates`: the reference keeps only the chosen state)."""
+    from circuits.swap.reference import CANDIDATES, step_candidates
 
-    name = "swap"
-    config = ConstructionConfig()
+    return [dict(zip(CANDIDATES, (reference.objective(X, c) for c in step_candidates(X, C, L))))
+            for C, L in zip(ref.centroids[:-1], ref.lloyd_centroids[1:])]
 
-    def circuit(self, problems, steps: int):
-        return circuit_for(problems, steps)
 
-    def reference(self, circ, X, C0, steps: int):
-        from circuits.swap.reference import safeguarded_swap
+def step_groups():
+    from circuits.swap.layout import SWAP_GROUPS
 
-        return safeguarded_swap(X, C0, steps, circ.knobs.select_margin)
+    return SWAP_GROUPS
+
+
+def step_blocks() -> int:
+    from circuits.swap.stages import STEP_BLOCKS
+
+    return len(STEP_BLOCKS)
+
+
+def build(d: int, k: int, steps: int):
+    """The circuit with the builder's default knobs (:func:`circuits.swap.build.build_swap_circuit`)."""
+    from circuits.swap.build import build_swap_circuit
+
+    return build_swap_circuit(d, k, steps)
+
+
+SWAP = ConstructionSpec(
+    name="swap",
+    title="the safeguarded swap",
+    heading="safeguarded-swap construction",
+    summary="safeguarded swap (circuits/swap)",
+    reference_note="circuits/swap/reference.py",
+    step_groups=step_groups,
+    step_blocks=step_blocks,
+    circuit_for=circuit_for,
+    verify=verify,
+    reference_run=reference_run,
+    reference_candidates=reference_candidates,
+    build=build,
+)

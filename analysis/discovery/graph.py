@@ -47,12 +47,6 @@ INPUT = "in"
 OUTPUT = "out"
 
 
-#: The two swap circuits (safeguarded swap, learned swap): constructions beside the registered variants, whose
-#: ``iterations`` are their steps. Here, not in :mod:`~analysis.discovery.run`: the command line reads it for
-#: ``--help``, which must not load torch.
-SWAP_CONSTRUCTIONS: tuple[str, ...] = ("swap", "learned")
-
-
 def head_node(layer: int) -> str:
     return f"A{layer}"
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from analysis.discovery import scoring
 from analysis.discovery.ablation import DEFAULT_ABLATION, DEFAULT_METRIC
-from analysis.discovery.graph import SWAP_CONSTRUCTIONS, CircuitGraph, circuit_graph
+from analysis.constructions import CONSTRUCTIONS
+from analysis.discovery.graph import CircuitGraph, circuit_graph
 from analysis.discovery.methods import METHODS, DiscoveryMethod, MethodOutput, Task, load_method, run_method
 from analysis.discovery.truth import GroundTruth, derive_truth
 
@@ -33,33 +34,24 @@ def blobs_problem(d: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.nda
 
 
 def build_construction(name: str, d: int, k: int, iterations: int):
-    """A construction by name: a variant of :mod:`circuits.variants` (``iterations`` Lloyd iterations) or one of
-    :data:`SWAP_CONSTRUCTIONS` (``iterations`` steps; the learned swap with its checkpoint's factors)."""
-    if name not in SWAP_CONSTRUCTIONS:
+    """A construction by name: a variant of :mod:`circuits.variants` (``iterations`` Lloyd iterations) or a
+    construction of :data:`analysis.constructions.CONSTRUCTIONS` (``iterations`` steps, its default knobs; a
+    trained one with its shipped factors)."""
+    construction = CONSTRUCTIONS.get(name)
+    if construction is None:
         from circuits.variants import get_variant
 
         return get_variant(name).build(d, k, iterations)
     if iterations < 1:
         raise ValueError(f"the {name} circuit needs at least one step, got {iterations}")
-    if name == "swap":
-        from circuits.swap.build import build_swap_circuit
-
-        return build_swap_circuit(d, k, iterations)
-    from circuits.learned.build import build_learned_circuit
-
-    return build_learned_circuit(d, k, iterations)
+    return construction.build(d, k, iterations)
 
 
 def construction_layers(name: str, iterations: int) -> int:
-    """Blocks of a construction's circuit, read before building it (a variant: ``2 T + 2``; a swap circuit: its
-    step's blocks times the steps)."""
-    if name not in SWAP_CONSTRUCTIONS:
-        return 2 * iterations + 2
-    if name == "swap":
-        from circuits.swap.stages import STEP_BLOCKS
-    else:
-        from circuits.learned.stages import STEP_BLOCKS
-    return len(STEP_BLOCKS) * iterations
+    """Blocks of a construction's circuit, read before building it (a variant: ``2 T + 2``; a construction of
+    :data:`analysis.constructions.CONSTRUCTIONS`: its step's blocks times the steps)."""
+    construction = CONSTRUCTIONS.get(name)
+    return 2 * iterations + 2 if construction is None else construction.layers(iterations)
 
 
 def make_patcher(circuit, pairs, graph: CircuitGraph | None = None, ablation: str = DEFAULT_ABLATION,

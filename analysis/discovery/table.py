@@ -10,7 +10,7 @@ unchanged is skipped and counted. ``covered`` is the share of the truth the data
 (:func:`dataset_coverage`): what any method could find on it. The baselines depend on the truth only (the random one is a mean over
 :data:`~analysis.discovery.scoring.RANDOM_DRAWS` draws, with its spread).
 
-The two swap circuits (:data:`~analysis.discovery.graph.SWAP_CONSTRUCTIONS`, 14 and 31 blocks a step) run at their
+The constructions of :data:`analysis.constructions.CONSTRUCTIONS` (the swap circuits, 14 and 31 blocks a step) run at their
 tiniest shape, ``swap_shape`` (d = 1, k = 2, n = 8, one step), when named.
 """
 
@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis import constructions as construction_registry
 from analysis.discovery.ablation import ABLATIONS, METRICS
 from analysis.discovery.edges import CorruptionInvisible
 from analysis.discovery.methods import METHODS
-from analysis.discovery.run import SWAP_CONSTRUCTIONS, build_construction, discover, make_patcher, truth_baselines
+from analysis.discovery.run import build_construction, discover, make_patcher, truth_baselines
 from analysis.discovery.scoring import CURVE_METRICS
 
+#: The variants the table runs by default (any construction of :mod:`analysis.constructions` can be named too).
 CONSTRUCTIONS: tuple[str, ...] = ("lloyd", "soft", "trimmed", "spherical", "distractor")
 TABLE_CORRUPTIONS: tuple[str, ...] = ("move-centroid", "move-point", "swap-centroids")
 #: Pairs in one seed's dataset.
@@ -180,7 +182,7 @@ def run_table(constructions=CONSTRUCTIONS, corruptions=TABLE_CORRUPTIONS, seeds=
     circuits at ``swap_shape``), ``jobs`` constructions at a time (processes); ``progress(i)`` after the ``i``-th
     construction (from 0) is done."""
     def shape_of(c):
-        return swap_shape if c in SWAP_CONSTRUCTIONS else shape
+        return swap_shape if c in construction_registry.CONSTRUCTIONS else shape
 
     args = [(c, tuple(corruptions), tuple(seeds), tuple(methods), tuple(ablations), tuple(metrics), shape_of(c), pairs)
             for c in constructions]

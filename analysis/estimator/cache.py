@@ -44,7 +44,7 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     if entry is None:
         structure = None if sharpness is None else _structure(key)
         template = None if options else _same_structure(structure)
-        if template is None and not options and variant == "lloyd" and sharpness is not None and iterations > 0:
+        if template is None and not options and get_variant(variant).unaltered and sharpness is not None and iterations > 0:
             # Lloyd's deeper circuits derive from its two-block one: tied layers share their parameter tensors.
             template = built_circuit(variant, d, k, 0, sharpness, dtype, device)
         circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \

@@ -25,7 +25,7 @@ from analysis.data import check_iterations, check_magnitude, check_spread
 from analysis.estimator.cache import built_circuit
 from analysis.estimator.initial import initial_runs
 from analysis.estimator.stopping import run_to_stop
-from analysis.pipeline import DTYPES, choose_sharpness, run_problem
+from analysis.pipeline import DTYPES, RunOptions, choose_sharpness, run_problem
 from analysis.verify.nearest import exact_nearest, misassigned
 from analysis.verify.verdict import tie_text
 from circuits import devices, reference
@@ -301,8 +301,8 @@ class CircuitKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
             options["radius"] = min(float(np.sqrt(threshold)) / scale, 4.0)
         sharpness, resolution = choose_sharpness(X, [centres], self.variant, self.sharpness, DTYPES[self.dtype])
         circuit = built_circuit(self.variant, X.shape[1], centres.shape[0], 0, sharpness, self.dtype, **options)
-        return run_problem(X, centres, 0, self.variant, circuit=circuit, path=self.path, resolution=resolution,
-                           threads=self.n_threads)
+        return run_problem(X, centres, 0, self.variant, circuit=circuit, resolution=resolution,
+                           options=RunOptions(path=self.path, threads=self.n_threads))
 
     def transform(self, X):
         """Euclidean distance of each point to each fitted centroid (as ``KMeans.transform``; float32 stays float32)."""

@@ -24,8 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from analysis.pipeline import RunResult, run_problem
+from analysis.pipeline import RunOptions, RunResult, run_problem
 from circuits import reference
+from circuits.variants import get_variant
 
 
 def first_stop(cap, tol: float, b: int = 0) -> int | None:
@@ -75,14 +76,15 @@ def run_to_stop(X: np.ndarray, C0: np.ndarray, max_iter: int, tol: float, varian
     equals that of running all ``max_iter`` iterations in ``labels_``, ``cluster_centers_``, ``inertia_`` and
     ``n_iter_``; the run, its capture and its report cover the iterations run (``circuit.iterations``).
     """
-    if variant == "lloyd" and max_iter > 1:
+    options = RunOptions(path=path, threads=threads)
+    if get_variant(variant).unaltered and max_iter > 1:
         guess = reference_stop(X, C0, max_iter, tol)
         if guess < max_iter:
-            result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), path=path, resolution=resolution,
-                                 threads=threads)
+            result = run_problem(X, C0, guess, variant, circuit=circuit_for(guess), resolution=resolution,
+                                 options=options)
             t = first_stop(result.capture, tol)
             if t is not None:
                 return result, t
-    result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), path=path, resolution=resolution,
-                         threads=threads)
+    result = run_problem(X, C0, max_iter, variant, circuit=circuit_for(max_iter), resolution=resolution,
+                         options=options)
     return result, stopping_point(result.capture, tol)

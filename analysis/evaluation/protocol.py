@@ -2,8 +2,8 @@
 
 A model under evaluation is anything that, given a batch of problems ``X`` and initial centroids ``C0``, returns
 its centroids after every step ``0..steps`` (:class:`TrajectoryModel`); objectives and labels follow from the
-centroids (:mod:`analysis.evaluation.metrics`). The swap construction (:class:`analysis.constructions.swap.SwapModel`) implements
-the protocol itself; a trained :class:`~circuits.training.model.RecurrentKMeans` is adapted by
+centroids (:mod:`analysis.evaluation.metrics`). Every construction (:class:`analysis.constructions.common.ConstructionModel`,
+``ConstructionSpec.model()``) implements the protocol itself; a trained :class:`~circuits.training.model.RecurrentKMeans` is adapted by
 :class:`~analysis.evaluation.recurrent.RecurrentTrajectory` (:func:`as_trajectory_model`), which runs it in chunks
 of tasks to bound memory. A later model implements ``config`` (``d``, ``k``) and ``trajectory`` and is evaluated
 unchanged.

@@ -164,7 +164,7 @@ def build_report(run, problem=None, *, seed: int | None = None, title: str | Non
     :class:`~analysis.pipeline.RunResult`, a :class:`~analysis.capture.Capture`, a fitted estimator, or an
     ``(ActivationCache, EncodedBatch)`` pair).
 
-    ``problem`` (an :class:`analysis.cli.options.Problem`) and ``seed`` describe where the data and the
+    ``problem`` (an :class:`analysis.cli.options.LoadedProblem`) and ``seed`` describe where the data and the
     initial centroids came from; ``max_points`` bounds the points drawn per figure (``None``: all).
     """
     run = as_run(run)

@@ -1,5 +1,5 @@
-"""The page of a construction's run (``report --construction swap|learned``, ``cluster --construction ... --out``):
-the safeguarded swap or the learned safeguarded swap on one problem, as a self-contained HTML report
+"""The page of a construction's run (``report --construction NAME``, ``cluster --construction NAME --out``):
+a construction of :mod:`analysis.constructions` on one problem, as a self-contained HTML report
 (:mod:`analysis.report.document`).
 
 Per step ``t`` (the state after ``t`` updates; ``t = 0`` is the start): every candidate's objective as the circuit
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.constructions.common import CANDIDATE_LABELS, TITLES
+from analysis.constructions.common import CANDIDATE_LABELS
 from analysis.report.document import Fact, Header, Report, Section, Table
 
 #: The heads whose attention the page draws, by block name, with what their keys are.
@@ -165,7 +165,7 @@ def verification_section(doc: dict) -> Section:
 def construction_report(result, source: str = "", init: str = "") -> Report:
     """The page (module docstring) of ``result`` (a :class:`analysis.constructions.common.ConstructionResult`)."""
     doc = result.doc
-    name = doc["variant"].split(":", 1)[1]
+    title = result.construction.title
     steps = [r["iteration"] for r in doc["per_iteration"]]
     facts = [Fact("data", f"{source or 'data'}: n={doc['n']}, d={doc['d']}, k={doc['k']}" + (f", init {init}" if
                                                                                               init else "")),
@@ -177,7 +177,7 @@ def construction_report(result, source: str = "", init: str = "") -> Report:
         facts.append(Fact("factors", ", ".join(f"{a:g}" for a in doc["alphas"]), "alpha_t per step; the last one"
                           " for every later step"))
     knobs = [Fact(key, f"{value:g}") for key, value in doc["knobs"].items()]
-    header = Header(f"{TITLES[name][0].upper()}{TITLES[name][1:]} on {source or 'the data'}", verdict=doc["verdict"],
+    header = Header(f"{title[0].upper()}{title[1:]} on {source or 'the data'}", verdict=doc["verdict"],
                     verified=doc["verified"], exact=False, groups={"run": facts, "knobs": knobs},
                     messages=list(doc["problems"]))
     choice = Section("Candidates and the choice", (

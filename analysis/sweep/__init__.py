@@ -27,8 +27,22 @@ them on the serial engine or on Ray (:mod:`analysis.engine`) and gets the same r
 the data scale grow, and grows with ``k``) and lists every comparison where it does not.
 """
 
-from analysis.sweep.core import *  # noqa: F401,F403 (the sweep's API: grid, runners, rows, finding)
-from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem  # noqa: F401
+from analysis.sweep.core import (
+    AXES, GAP_FLOOR, GRIDS, PAIRS, RUNNERS, TREND_SLACK, Runner, SweepGrid, SweepRow, TrendCheck, aggregate,
+    cell_gap, circuit_runner, describe_cell, finding_undetermined, grid_from, log_gap, mixture_problem,
+    reference_runner, rows_csv, structured_runner, summary_lines, sweep_cell, sweep_cells, run_sweep, trend_checks,
+)
+from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem
+
+#: The sweep's API: grid, runners, rows, finding (:mod:`analysis.sweep.core`), the float64 limits
+#: (:mod:`analysis.sweep.limits`); the figures (:mod:`analysis.sweep.figures`) are loaded when first asked for.
+__all__ = [
+    "AXES", "FLOAT64_MAX", "FLOAT64_TINY", "GAP_FLOOR", "GRIDS", "PAIRS", "RUNNERS", "TREND_SLACK", "Runner",
+    "SweepGrid", "SweepRow", "TrendCheck", "aggregate", "cell_gap", "circuit_runner", "describe_cell",
+    "finding_undetermined", "grid_from", "log_gap", "mixture_problem", "range_problem", "reference_runner",
+    "rows_csv", "run_sweep", "structured_runner", "summary_lines", "sweep_cell", "sweep_cells", "trend_checks",
+    "heatmaps", "sweep_html",
+]
 
 
 def __getattr__(name: str):

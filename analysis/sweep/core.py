@@ -1,4 +1,4 @@
-"""The sweep's grid, runners, rows and finding; :mod:`analysis.sweep` says what the sweep is and re-exports them."""
+"""The sweep's grid, runners, rows and finding; :mod:`analysis.sweep` says what the sweep is and names its API."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Float
 
 from analysis.errors import ProblemError
-from analysis.sweep.limits import FLOAT64_MAX, FLOAT64_TINY, range_problem  # noqa: F401 (part of this API)
+from analysis.sweep.limits import range_problem
 
 #: Relative gaps below this are rounding: the soft circuit has become Lloyd's to float64 precision.
 GAP_FLOOR = 1e-12

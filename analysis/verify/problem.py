@@ -1,6 +1,6 @@
 """The records a verification passes between its stages: the problem as captured, and what the checks found.
 
-:class:`Problem` is the first stage of :func:`analysis.verify.verify_problem` (one problem of a captured batch
+:class:`CheckedProblem` is the first stage of :func:`analysis.verify.verify_problem` (one problem of a captured batch
 with its reference run, tolerances and rounding windows, computed once); :class:`Findings` collects what the
 step-wise and trajectory checks find, from which the report is written.
 """
@@ -30,7 +30,7 @@ Rounding = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
-class Problem:
+class CheckedProblem:
     """Problem ``b`` of a captured batch and what every check of it shares.
 
     ``ref``/``trace``: the reference in the user's units and its run from the circuit's initial centroids.
@@ -58,7 +58,7 @@ class Problem:
     certified: CertifiedRun | None = None
 
     @classmethod
-    def of(cls, cap: Capture, b: int, prefetched=None) -> Problem:
+    def of(cls, cap: Capture, b: int, prefetched=None) -> CheckedProblem:
         """The capture stage: read problem ``b``, run its reference (or take the run ``prefetched``, an
         :class:`analysis.verify.prefetch.Prefetched` of the same problem), and state the tolerances."""
         circ, enc = cap.circuit, cap.encoded

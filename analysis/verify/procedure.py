@@ -49,7 +49,7 @@ from analysis.verify.checks import (
     FLOOR_FACTOR, At, assign_certificate, circuit_converged, circuit_n_iter, noise_floor,
 )
 from analysis.verify.decisions import NEAR_TIE, cause_failures, check_trajectory, tie_notes, trajectory_verdict
-from analysis.verify.problem import Findings, Problem
+from analysis.verify.problem import Findings, CheckedProblem
 from analysis.verify.report import (
     Check, IterationRecord, MismatchKind, Tie, VerificationReport, tolerances,
 )
@@ -115,9 +115,9 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
 
 
 def _verify(cap: Capture, b: int, scheduler: Scheduler, prefetched=None) -> VerificationReport:
-    """The stages in order: capture (:meth:`Problem.of`), per-block checks (:func:`check_blocks`), trajectory,
-    certificate; then the report."""
-    p = Problem.of(cap, b, prefetched)
+    """The stages in order: capture (:meth:`CheckedProblem.of`), per-block checks (:func:`check_blocks`),
+    trajectory, certificate; then the report."""
+    p = CheckedProblem.of(cap, b, prefetched)
     sharpness_bound = prefetched.bound if prefetched is not None else sharpness_task(cap, b, scheduler)
     found = Findings(notes=_variant_notes(p))
     check_blocks(p, found, scheduler)
@@ -149,7 +149,7 @@ def reference_name(spec) -> str:
     return f"{spec.name} k-means" if head.startswith("hard assignment") else head
 
 
-def _first_failure(p: Problem, found: Findings) -> dict:
+def _first_failure(p: CheckedProblem, found: Findings) -> dict:
     """The first layer a check failed at, and what that layer does (``assign, t = 2``; ``update, t = 1``)."""
     if not found.failures:
         return {}
@@ -166,7 +166,7 @@ def _first_failure(p: Problem, found: Findings) -> dict:
     return {"first_failing_layer": layer, "first_failing_role": role}
 
 
-def _variant_notes(p: Problem) -> list[str]:
+def _variant_notes(p: CheckedProblem) -> list[str]:
     notes = []
     if not p.spec.unaltered:
         params = ", ".join(f"{key}={value:g}" for key, value in p.circ.params.items())
@@ -177,7 +177,7 @@ def _variant_notes(p: Problem) -> list[str]:
     return notes
 
 
-def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecord], int | None, np.ndarray | None]:
+def _trajectory(p: CheckedProblem, found: Findings, bound) -> tuple[list[IterationRecord], int | None, np.ndarray | None]:
     """The circuit's iterates against the reference run from the same initial centroids: the iteration records
     for ``t = 1 .. T`` (record ``t``: the centroids after ``t`` updates and the assignment to them; ``t = 0`` goes
     to ``found.initial``), the
@@ -218,7 +218,7 @@ def _trajectory(p: Problem, found: Findings, bound) -> tuple[list[IterationRecor
     return records[1:], diverged, floor
 
 
-def _iteration_record(p: Problem, found: Findings, t: int, certificate, c_err: float, bound) -> IterationRecord:
+def _iteration_record(p: CheckedProblem, found: Findings, t: int, certificate, c_err: float, bound) -> IterationRecord:
     """Record ``t``: every number in it is at ``t`` (centroids after ``t`` updates, the assignment to them, the
     objective of both, the update layer that wrote them)."""
     cap, b, circ = p.cap, p.b, p.circ
@@ -281,7 +281,7 @@ def _iteration_bound(bound: Task, t: int) -> float:
     return bound.value().iteration_bound(t)
 
 
-def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:
+def _trajectory_notes(p: CheckedProblem, found: Findings, diverged: int | None, floor: np.ndarray | None) -> None:
     """The trajectory's verdict, the causes of the errors found, and notes on ties, outliers and softness."""
     trajectory_verdict(diverged, found.mismatches, found.failures, found.notes, ties_fail=p.hard)
     if diverged is not None and p.hard:
@@ -311,7 +311,7 @@ def _trajectory_notes(p: Problem, found: Findings, diverged: int | None, floor: 
                            f" floor ({float(floor.max()):.2g})")
 
 
-def _certificate(p: Problem, found: Findings) -> tuple[bool, tuple[np.ndarray, np.ndarray]]:
+def _certificate(p: CheckedProblem, found: Findings) -> tuple[bool, tuple[np.ndarray, np.ndarray]]:
     """Whether every attention pattern was exactly hard, and the final assignment's certificate (margins, leak
     bounds); notes where attention was not hard and where the dtype makes the run an approximation."""
     cap, b, spec, T = p.cap, p.b, p.spec, p.T

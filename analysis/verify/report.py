@@ -309,7 +309,9 @@ def verdict_of(rep: VerificationReport) -> Verdict:
     """A circuit's verification in the vocabulary of :mod:`analysis.verify.verdict`: exact only for Lloyd's circuit
     in float64 with hard attention everywhere; a variant names its reference, parameters and tolerance; a failure
     its first failing layer, the hooks that changed the run, and the first cause."""
-    lloyd = rep.variant == "lloyd" and not rep.variant_params
+    from circuits.variants import get_variant
+
+    lloyd = get_variant(rep.variant).unaltered and not rep.variant_params
     if not rep.verified:
         cause = rep.failures[0] if rep.failures else "no failure recorded"
         more = len(rep.failures) - 1

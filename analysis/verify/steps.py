@@ -15,14 +15,14 @@ from analysis.scheduler import Scheduler
 from analysis.verify.checks import At, assign_certificate, unresolved_decisions, update_weight_error
 from analysis.verify.decisions import resolution_failures
 from analysis.verify.fast import blocks
-from analysis.verify.problem import Findings, Problem
+from analysis.verify.problem import Findings, CheckedProblem
 from analysis.verify.report import Check, MismatchKind, Tie
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.onehot import OneHotStack
 from circuits.reference import cluster_means, labels_of, one_hot
 
 
-def check_blocks(p: Problem, found: Findings, scheduler: Scheduler) -> None:
+def check_blocks(p: CheckedProblem, found: Findings, scheduler: Scheduler) -> None:
     """Check every captured block of ``p`` against its reference step; what fails goes to ``found``.
 
     Each block's check writes what it finds to a record of its own (they read nothing another writes), merged into
@@ -40,7 +40,7 @@ def check_blocks(p: Problem, found: Findings, scheduler: Scheduler) -> None:
     found.failures.extend(resolution_failures(found.unresolved, p.dtype_name))
 
 
-def _check_assign(p: Problem, lc, found: Findings) -> None:
+def _check_assign(p: CheckedProblem, lc, found: Findings) -> None:
     t = p.circ.assignment_layers.index(lc.layer)
     margins, _ = assign_certificate(lc.attention, p.spec, p.b)
     if not p.hard:
@@ -68,7 +68,7 @@ def _check_assign(p: Problem, lc, found: Findings) -> None:
                                                      p.own_rounding(C_in), lc.layer, t))
 
 
-def _check_block(p: Problem, lc) -> Findings:
+def _check_block(p: CheckedProblem, lc) -> Findings:
     """What the check of one captured block finds, in a record of its own."""
     part = Findings()
     (_check_assign if lc.kind == ASSIGN else _check_update)(p, lc, part)
@@ -96,7 +96,7 @@ def _one_hot_error(Y: np.ndarray, labels: np.ndarray) -> float:
     return float(np.max(largest))
 
 
-def _check_soft_assign(p: Problem, lc, t: int, margins: np.ndarray, found: Findings) -> None:
+def _check_soft_assign(p: CheckedProblem, lc, t: int, margins: np.ndarray, found: Findings) -> None:
     R_ref = p.ref.assign(p.X, lc.pre.centroids[p.b], t)
     a_err = float(np.abs(lc.post.assignments[p.b] - R_ref).max())
     # The hard label is only a readout (argmax) of the responsibilities, which are what is checked; where the
@@ -113,7 +113,7 @@ def _check_soft_assign(p: Problem, lc, t: int, margins: np.ndarray, found: Findi
         found.failing_layers.append(lc.layer)
 
 
-def _check_update(p: Problem, lc, found: Findings) -> None:
+def _check_update(p: CheckedProblem, lc, found: Findings) -> None:
     u, b, tol = p.circ.centroid_layers.index(lc.layer), p.b, p.tol
     if u == 0:
         # The first update commits the initial centroids from C_stage.

@@ -25,9 +25,7 @@ from circuits.files import write_folder_atomic
 from circuits.strict_json import dumps
 from circuits.training.construction import trainable_layout
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
-from circuits.training.schema import (  # noqa: F401  (read_config, read_log: this module is where callers look)
-    CONFIG, FORMAT, LOG, MODEL, STATE, CheckpointError, read_config, read_log, resolve,
-)
+from circuits.training.schema import CONFIG, FORMAT, LOG, MODEL, STATE, CheckpointError, read_config, resolve
 
 
 def tensors_writer(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None):

@@ -27,10 +27,10 @@ import torch
 
 from circuits import reference
 from circuits.blocks import ASSIGN, UPDATE
-from circuits.training.checkpoint import load_training_state, read_config, read_log, save_checkpoint
+from circuits.training.checkpoint import load_training_state, read_config, save_checkpoint
 from circuits.training.construction import InitSharpness
 from circuits.strict_json import nulled
-from circuits.training.schema import ADAM_BETA1, max_lr
+from circuits.training.schema import ADAM_BETA1, max_lr, read_log
 from circuits.training.general_tasks import general_tasks
 from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, soft_min_objective
 from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans, sequence_of, unit_to_task

@@ -8,9 +8,8 @@ distinct random data points (the paper's choice) or k-means++ (scikit-learn's
 
 Every batch is a pure function of ``(seed, stream, index)``: training, validation and test tasks come from
 different streams, so held-out tasks are never trained on, and a training run can be resumed exactly. The
-generator, its noise families (:data:`FAMILIES`, :func:`noise`) and the batched initialisations live in
-:mod:`circuits.problems` and :mod:`circuits.initialisation`; their names are re-exported here, where the
-training code has always imported them.
+generator, its noise families (:data:`circuits.problems.FAMILIES`, :func:`circuits.problems.noise`) and the
+batched initialisations live in :mod:`circuits.problems` and :mod:`circuits.initialisation`.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ import numpy as np
 from jaxtyping import Float, Int
 
 from circuits.initialisation import INIT_METHODS as TASK_INITS
-from circuits.initialisation import batch_init, kmeans_plusplus_init, random_points_init  # noqa: F401 (re-exported)
-from circuits.problems import FAMILIES, SIGMA, PaperMixture, check_family, min_max_scale, noise  # noqa: F401
+from circuits.initialisation import batch_init
+from circuits.problems import SIGMA, PaperMixture, check_family
 
 #: Independent random streams of one seed.
 TRAIN, VALIDATION, TEST = 0, 1, 2

@@ -159,7 +159,7 @@ def test_every_json_output_of_the_commands_is_strict(checkpoint, tmp_path, capsy
 def test_a_diverged_training_logs_null_and_its_checkpoint_still_reads(tmp_path):
     """A validation whose numbers are not finite (a diverged run) was logged as NaN literals; it is null now, in
     strict JSON, and the log reads back (the drift and knobs of a diverged model included)."""
-    from circuits.training.checkpoint import read_log
+    from circuits.training.schema import read_log
     from circuits.training.loop import TrainConfig, train
 
     cfg = TrainConfig(d=2, k=2, n=8, steps=2, batch=1, lr=3e37, train_iterations=1, eval_iterations=1, val_tasks=1,

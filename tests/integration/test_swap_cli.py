@@ -6,13 +6,15 @@ against its own numbers, and one far point must not make VERIFIED lie."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from analysis.constructions import swap as swap_run
+from analysis.constructions import CONSTRUCTIONS
+from analysis.constructions.swap import SWAP, swap_circuit
 from analysis.cli import main
 from circuits import reference
 from circuits.initialisation import initial_centroids
@@ -73,8 +75,8 @@ def test_cluster_with_fixed_knobs_on_a_far_point_is_not_verified_and_says_why(fa
     """The construction's default knobs (tie-break 1e-11 of the squared unit scale) cannot resolve this problem:
     the reference given that tie-break agrees with the circuit, the algorithm does not — NOT VERIFIED, exit 1."""
     path, _ = far_point
-    monkeypatch.setattr(swap_run, "circuit_for",
-                        lambda problems, steps: swap_run.swap_circuit(2, 3, steps, 1e14, 1e-11))
+    fixed = replace(SWAP, circuit_for=lambda problems, steps, factors: swap_circuit(2, 3, steps, 1e14, 1e-11))
+    monkeypatch.setitem(CONSTRUCTIONS, "swap", fixed)
     code, out, _ = run(capsys, "cluster", "--data", path, "--k", 3, "--iterations", 3, "--construction", "swap")
     assert code == 1
     verdict = [line for line in out.splitlines() if "VERIFIED" in line]
@@ -145,7 +147,7 @@ def test_evaluate_construction_measures_it_like_a_general_checkpoint(capsys):
     # The same tasks, run through the numpy reference: the evaluation's objectives are the algorithm's.
     from analysis.evaluation import ShapeCell, general_cell
 
-    model = swap_run.SwapModel()
+    model = SWAP.model()
     cell = ShapeCell(1, (3, 2), 3, 16, 3, "random", 0, 16, False)
     result = general_cell(model, cell)
     from analysis.evaluation import shape_tasks

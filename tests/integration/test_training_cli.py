@@ -10,7 +10,7 @@ import pytest
 
 from browser import static_external_references
 from circuits import reference
-from circuits.training.checkpoint import read_log
+from circuits.training.schema import read_log
 
 CLI = [sys.executable, "-m", "analysis.cli"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -133,10 +133,10 @@ def test_float32_ties_are_the_float64_references(tmp_path):
     """A float32 run is held to the same reference as a float64 one (docs/exactness.md, float32): its ties are
     what the data cannot decide, here exact ties of an integer grid (gap 0), and its tie note says so; the run is
     still labelled float32."""
-    from analysis.pipeline import run_problem
+    from analysis.pipeline import RunOptions, run_problem
 
     grid = np.array([[i, j] for i in range(5) for j in range(5)], dtype=np.float64)
-    result = run_problem(grid, grid[[0, 12, 24]], 2, dtype=torch.float32, path="auto")
+    result = run_problem(grid, grid[[0, 12, 24]], 2, dtype=torch.float32, options=RunOptions(path="auto"))
     notes = [n for n in result.report.notes if "tied at the data's precision" in n]
     assert result.report.ties and notes
     assert all(set(tie.gaps) == {0.0} for tie in result.report.ties)  # an integer grid's ties are exact ties

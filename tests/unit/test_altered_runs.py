@@ -15,7 +15,7 @@ import torch
 from sklearn.datasets import load_wine
 
 from analysis import views
-from analysis.pipeline import as_run, run_problem
+from analysis.pipeline import RunOptions, as_run, run_problem
 from analysis.report import build_report
 from analysis.verify.verdict import bound_text
 from circuits import hook_names
@@ -187,7 +187,7 @@ def test_an_unaltered_variant_cache_keeps_its_certificate(variant):
     from sklearn.datasets import make_blobs
 
     X, _ = make_blobs(60, n_features=2, centers=3, random_state=1)
-    run = run_problem(X, X[[0, 20, 40]], iterations=3, variant=variant, path="dense")
+    run = run_problem(X, X[[0, 20, 40]], iterations=3, variant=variant, options=RunOptions(path="dense"))
     again = as_run((cached(run), run.encoded))
     assert again.capture.hooked_patterns == {} and again.report.verified == run.report.verified
     for mine, theirs in zip(again.capture.layers, run.capture.layers):

@@ -39,8 +39,7 @@ from analysis.verify import reads
 from circuits import encoding
 from circuits.encoding import StreamDecoder, encode
 from circuits.onehot import OneHotStack, one_hot
-from circuits import structured_attention
-from circuits.structured import GroupedAttention, Groups, identity_groups
+from circuits.structured import GroupedAttention, Groups, identity_groups, pattern_of
 from circuits.variants import get_variant
 
 from conftest import lloyd_circuit
@@ -363,7 +362,7 @@ def test_lean_float32_capture_whose_update_queries_stop_compressing(monkeypatch)
     encoded = encode(circuit.layout, X[None], C0[None], dtype=torch.float32, scaling=lloyd_scaling(X, C0))
     remade = []
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append(g.pattern is None) or
-                        structured_attention.pattern_of(g))
+                        pattern_of(g))
     full = capture(circuit, encoded, path="structured")
     lean = capture(circuit, encoded, path="structured", keep=reads(circuit.spec))
     assert any(remade), "no update head without a kept pattern: the case is not exercised"

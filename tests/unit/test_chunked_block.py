@@ -1,5 +1,5 @@
-"""The structured forward's chunked block (circuits.structured.chunked_block) and sparse restricted maps
-(circuits.structured_plans.SparseTerms): held to the unchunked block and the dense map they replace, to the
+"""The structured forward's chunked block (circuits.structured.forward.chunked_block) and sparse restricted maps
+(circuits.structured.SparseTerms): held to the unchunked block and the dense map they replace, to the
 dense HookedTransformer forward, and to their fallbacks when a grouping is not exact."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import torch
 from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling
 from analysis.verify import reads, verify_problem
-from circuits import structured, structured_attention
+from circuits import structured
+from circuits.structured import attention, forward
 from circuits.encoding import encode
-from circuits.structured_plans import RestrictedMap
+from circuits.structured import RestrictedMap
 from circuits.variants import get_variant
 from tests.unit.test_lean_verify import corner_problem
 
@@ -27,13 +28,13 @@ def _capture(variant, X, C0, iterations=3, path="structured"):
 def _spy_chunked(monkeypatch):
     """Record what every chunked_block call returned."""
     results = []
-    original = structured.chunked_block
+    original = forward.chunked_block
 
     def spy(*args, **kwargs):
         results.append(original(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(structured, "chunked_block", spy)
+    monkeypatch.setattr(forward, "chunked_block", spy)
     return results
 
 
@@ -57,13 +58,13 @@ def test_chunked_block_in_many_chunks_is_the_unchunked_block(monkeypatch, varian
     one switched off): the same labels in every layer, the same centroids, scores and patterns to a few ulp, and
     the run is the chunked one (every block took the chunked path, update queries grouped)."""
     X, C0 = corner_problem(n=180)
-    monkeypatch.setattr(structured_attention, "STREAM_CHUNK", 16)
+    monkeypatch.setattr(attention, "STREAM_CHUNK", 16)
     calls = _spy_chunked(monkeypatch)
     chunked = _capture(variant, X, C0)
     assert calls and all(result is not None for result in calls)
     updates = [g for g in calls if g.keys.size <= 5]  # an update head's keys: clusters, centroids, BOS
     assert updates and all(not g.queries.is_identity for g in updates)
-    monkeypatch.setattr(structured, "chunked_block", lambda *args, **kwargs: None)
+    monkeypatch.setattr(forward, "chunked_block", lambda *args, **kwargs: None)
     whole = _capture(variant, X, C0)
     _assert_close_captures(chunked, whole, rtol=8 * np.finfo(np.float64).eps)
     assert verify_problem(chunked, 0).verified == verify_problem(whole, 0).verified
@@ -73,7 +74,7 @@ def test_chunked_capture_matches_the_dense_forward(monkeypatch):
     """The chunked structured capture against the HookedTransformer's dense forward, with the structured path's
     stated tolerance (1e-12 of the data scale) and identical labels."""
     X, C0 = corner_problem(n=60)
-    monkeypatch.setattr(structured_attention, "STREAM_CHUNK", 8)
+    monkeypatch.setattr(attention, "STREAM_CHUNK", 8)
     calls = _spy_chunked(monkeypatch)
     chunked = _capture("lloyd", X, C0)
     assert calls and all(result is not None for result in calls)
@@ -94,7 +95,7 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
     from analysis.capture import summaries
 
     X, C0 = corner_problem(n=300)
-    monkeypatch.setattr(structured_attention, "STREAM_CHUNK", 64)  # several passes, the last partial
+    monkeypatch.setattr(attention, "STREAM_CHUNK", 64)  # several passes, the last partial
     circuit = get_variant("lloyd").build(2, 3, 3, dtype=dtype)
     runs = {}
     for patterns in (True, False):
@@ -113,7 +114,7 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
         assert torch.equal(g_kept.scores, g_lean.scores)
         if g_kept.queries.is_identity:
             assert g_lean.pattern is None  # an assign head's position-sized pattern
-            assert torch.equal(structured_attention.pattern_of(g_lean), g_kept.pattern)
+            assert torch.equal(structured.pattern_of(g_lean), g_kept.pattern)
         else:
             assert torch.equal(g_kept.pattern, g_lean.pattern)
     assert any(g.pattern is None for _, groups in runs[False] for g in groups)
@@ -124,7 +125,7 @@ def test_a_block_that_keeps_no_pattern_is_the_same_block(monkeypatch, dtype):
     remade = []
     monkeypatch.setattr(summaries, "EXP_ZERO_BELOW", -np.inf)  # no gap passes the shortcut: the fallback for all
     monkeypatch.setattr(summaries, "pattern_of", lambda g: remade.append((g.queries.is_identity, g.pattern is None))
-                        or structured_attention.pattern_of(g))
+                        or structured.pattern_of(g))
     lean = capture(circuit, encode(circuit.layout, X, C0, dtype=dtype, scaling=lloyd_scaling(X, C0)),
                    path="structured", keep=reads(circuit.spec))
     assert spy == [False]
@@ -145,7 +146,7 @@ def test_a_hash_collision_falls_back_to_the_exact_grouping(monkeypatch):
     and returns None, the unchunked block groups exactly, and the run is the usual one."""
     X, C0 = corner_problem(n=60)
     usual = _capture("lloyd", X, C0)
-    monkeypatch.setattr(structured_attention, "_hash_direction", lambda h, dtype, device: torch.zeros(h, dtype=dtype))
+    monkeypatch.setattr(attention, "hash_direction", lambda h, dtype, device: torch.zeros(h, dtype=dtype))
     calls = _spy_chunked(monkeypatch)
     collided = _capture("lloyd", X, C0)
     assert calls and all(result is None for result in calls)
@@ -157,13 +158,13 @@ def test_key_groupings_carry_over_between_iterations(monkeypatch):
     from its second run each head starts from its last grouping (taken only where exact)."""
     X, C0 = corner_problem(n=60)
     hints = []
-    original = structured.chunked_block
+    original = forward.chunked_block
 
     def spy(attn, ln1, ln2, plan, mlp_plan, xT, hint=None, *args, **kwargs):
         hints.append(hint)
         return original(attn, ln1, ln2, plan, mlp_plan, xT, hint, *args, **kwargs)
 
-    monkeypatch.setattr(structured, "chunked_block", spy)
+    monkeypatch.setattr(forward, "chunked_block", spy)
     _capture("lloyd", X, C0, iterations=4)
     assert hints[0] is None and hints[1] is None  # the first update and the first assign block
     assert all(hint is not None for hint in hints[2:])

@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 
 from analysis.constructions import learned, swap
+from analysis.constructions.learned import LEARNED
+from analysis.constructions.swap import SWAP
 from analysis.constructions.common import choice_gap, exact_lloyd, tied_with
 from analysis.verify.swap import CENTROID_TOLERANCE, column_tolerances, differences, spread
 from circuits import reference
 from circuits.learned.build import mask_for, reach_needed
-from circuits.learned.reference import learned_swap
+from circuits.learned.reference import learned_swap, reach
 
 MARGIN = 1e-10
 
@@ -32,7 +34,7 @@ def exact_mean(rows: np.ndarray) -> np.ndarray:
     return np.array([float(sum(Fraction(v) for v in col) / len(col)) for col in np.asarray(rows).T])
 
 
-@pytest.mark.parametrize("run", [swap.cluster_with_swap, learned.cluster_with_learned])
+@pytest.mark.parametrize("run", [SWAP.cluster, LEARNED.cluster])
 def test_data_at_a_large_offset_verifies_and_its_centroids_are_the_exact_means(run):
     doc = run(OFFSET_X, OFFSET_C0, 2)
     assert doc["verified"] and doc["problems"] == [], doc["problems"]
@@ -84,11 +86,11 @@ def test_the_learned_construction_chooses_its_mask_before_it_runs():
     assert ref.choices[0] == "learned" and need.max() > mask_for(alphas)  # the default would not do
     circ = learned.circuit_for([(X, C0)], 2)
     assert circ.knobs.sharpness.mask >= need.max()
-    doc = learned.cluster_with_learned(X, C0, 2)
+    doc = LEARNED.cluster(X, C0, 2)
     assert doc["verified"] and doc["problems"] == []
     assert [r["choice"] for r in doc["per_iteration"]] == ref.choices
     np.testing.assert_allclose(doc["centroids"], ref.centroids[-1], rtol=0, atol=1e-12 * spread(X))
-    assert swap.cluster_with_swap(X, C0, 2)["verified"]  # the swap verifies the same input
+    assert SWAP.cluster(X, C0, 2)["verified"]  # the swap verifies the same input
 
 
 @pytest.mark.parametrize("which", [("--construction", "learned"), ("--checkpoint", "checkpoints/learned")])
@@ -127,10 +129,10 @@ def test_the_learned_tie_break_follows_what_its_centroids_reach():
     X = rng.integers(0, 6, size=(40, 2)).astype(float)
     C0 = X[rng.choice(40, 4, replace=False)]
     mask, far = learned.extent([(X, C0)], 4, learned.load_alphas())
-    assert 1.0 <= far < learned.reach(learned.load_alphas()) == 11.0
+    assert 1.0 <= far < reach(learned.load_alphas()) == 11.0
     ratio = learned.circuit_for([(X, C0)], 4).user_tie_break(X, C0) / swap.circuit_for([(X, C0)], 4).user_tie_break(X, C0)
     assert ratio < 4.0
-    assert learned.cluster_with_learned(X, C0, 4)["verified"]
+    assert LEARNED.cluster(X, C0, 4)["verified"]
 
 
 def iris_start():
@@ -155,7 +157,7 @@ def test_lloyds_beside_the_constructions_is_lloyds_at_the_datas_precision_on_iri
     assert want == pytest.approx(186.35382, abs=1e-5)
     cents, objs, _ = exact_lloyd(X, C0, 1)
     np.testing.assert_array_equal(cents[1], C1)
-    for doc in (swap.cluster_with_swap(X, C0, 1), learned.cluster_with_learned(X, C0, 1)):
+    for doc in (SWAP.cluster(X, C0, 1), LEARNED.cluster(X, C0, 1)):
         rec = doc["per_iteration"][0]
         assert rec["objective_lloyd"] == want == doc["lloyd_inertia"]
         assert rec["candidate_objectives"]["reference"] == pytest.approx(186.35382, abs=1e-5)
@@ -173,7 +175,7 @@ def test_a_comparison_the_data_decides_against_float64_is_counted_as_decided_not
     C0 = np.array([[0.0, 0.0], [2.0, 0.0]])
     assert reference.assign(X, C0)[2] == 0
     assert exact_lloyd(X, C0, 1)[2] == (0, 1)
-    notes = swap.cluster_with_swap(X, C0, 1)["notes"]
+    notes = SWAP.cluster(X, C0, 1)["notes"]
     assert [n for n in notes if n.startswith("Lloyd's: ")] == [
         "Lloyd's: 1 assignment(s) differ from float64's argmin (what the construction's own Lloyd's chain uses): 1"
         " decided otherwise by exact arithmetic"]
@@ -196,7 +198,7 @@ def test_a_different_name_for_the_same_state_is_no_difference():
     base = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 1], [1, 2]], dtype=float)
     X = np.vstack([base, base + [3e4, 0], base + [0, 3e4], base + [3e4, 3e4]])
     C0 = X[[0, 1, 6, 12]]
-    doc = learned.cluster_with_learned(X, C0, 3)
+    doc = LEARNED.cluster(X, C0, 3)
     assert doc["verified"], doc["problems"]
     alphas = learned.load_alphas()
     ref = learned_swap(X, C0, 3, alphas, MARGIN)
@@ -216,7 +218,7 @@ def test_the_page_holds_the_record_and_says_when_attention_is_not_drawn(monkeypa
     from analysis.report import construction as page
 
     X, C0 = iris_start()
-    result = swap.run_swap(X, C0, 2)
+    result = SWAP.run(X, C0, 2)
     import html
     import re
 

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from analysis.capture import capture
-from analysis.pipeline import choose_sharpness, lloyd_scaling, run_problem
+from analysis.pipeline import RunOptions, choose_sharpness, lloyd_scaling, run_problem
 from analysis.verify import verify_problem
-from circuits import reference, structured
+from circuits import reference
+from circuits.structured import groups
 from circuits.build import build_lloyd_circuit
 from circuits.devices import resolve
 from circuits.encoding import encode
@@ -37,8 +38,8 @@ def _problem(n: int = 120, d: int = 3, k: int = 4, seed: int = 0) -> tuple[np.nd
 
 def _fresh_caches() -> None:
     """Forget what earlier runs cached on the CPU, so that the run under test creates its own tensors."""
-    structured._identity_groups.cache_clear()
-    structured._hash_direction.cache_clear()
+    groups._identity_groups.cache_clear()
+    groups.hash_direction.cache_clear()
 
 
 @pytest.mark.parametrize("path", ["structured", "dense"])
@@ -72,7 +73,7 @@ def test_the_leak_test_can_fail(monkeypatch):
     def full_without_device(*args, device=None, **kwargs):
         return real_full(*args, **kwargs)
 
-    monkeypatch.setattr(structured.torch, "full", full_without_device)
+    monkeypatch.setattr(groups.torch, "full", full_without_device)
     _fresh_caches()
     with torch.device("meta"), pytest.raises((RuntimeError, NotImplementedError)):
         capture(circuit, encoded, path="structured")
@@ -84,7 +85,7 @@ def test_the_leak_test_can_fail(monkeypatch):
 def test_a_run_on_the_device_is_the_reference_and_the_cpu_run(device, path):
     X, C0 = _problem(n=300, d=4, k=5, seed=1)
     T = 6
-    run = run_problem(X, C0, T, path=path, device=device)
+    run = run_problem(X, C0, T, options=RunOptions(path=path, device=device))
     assert run.encoded.resid.device.type == device
     assert run.circuit.device.type == device
     assert run.to_json()["device"].startswith(device)
@@ -93,7 +94,7 @@ def test_a_run_on_the_device_is_the_reference_and_the_cpu_run(device, path):
     np.testing.assert_array_equal(run.labels, trace.assignments[T])
     tol = run.report.tolerances.centroid
     assert np.abs(run.centroids - trace.centroids[T]).max() <= tol
-    on_cpu = run_problem(X, C0, T, path=path, device="cpu")
+    on_cpu = run_problem(X, C0, T, options=RunOptions(path=path, device="cpu"))
     np.testing.assert_array_equal(run.labels, on_cpu.labels)
     assert np.abs(run.centroids - on_cpu.centroids).max() <= tol
     assert run.report.tolerances == on_cpu.report.tolerances  # the same contract on either device
@@ -131,13 +132,13 @@ def test_a_circuit_runs_only_where_it_was_built(monkeypatch):
     circuit = build_lloyd_circuit(3, 4, 1)
     # A device torch knows but no circuit runs on is refused by resolve itself (issue 42: 'meta' crashed a fit) ...
     with pytest.raises(ValueError, match="run on cpu or cuda"):
-        run_problem(X, C0, 1, circuit=circuit, device="meta")
+        run_problem(X, C0, 1, circuit=circuit, options=RunOptions(device="meta"))
     # ... and a device the run may use, other than the circuit's, by the run (one stands in for a GPU here).
     import circuits.devices
 
     monkeypatch.setattr(circuits.devices, "resolve", lambda device: torch.device("meta"))
     with pytest.raises(ValueError, match="built on cpu"):
-        run_problem(X, C0, 1, circuit=circuit, device="meta")
+        run_problem(X, C0, 1, circuit=circuit, options=RunOptions(device="meta"))
 
 
 def test_estimator_refuses_an_unknown_device():

@@ -85,7 +85,7 @@ def test_variants_run_every_iteration():
 
 def test_tied_layers_share_structured_plans_until_a_weight_changes():
     """Derived circuits share parameter tensors, so the structured path plans them once
-    (``circuits.structured._cached_plan``); an in-place edit of a shared weight must re-plan every module on it."""
+    (``circuits.structured.cached_plan``); an in-place edit of a shared weight must re-plan every module on it."""
     import torch
 
     from analysis.estimator import with_assign_knobs
@@ -94,21 +94,21 @@ def test_tied_layers_share_structured_plans_until_a_weight_changes():
     from circuits.build import build_lloyd_circuit
     from circuits.encoding import encode
     from circuits.sharpness import Sharpness
-    from circuits.structured import MLPPlan, _cached_plan, structured_forward
+    from circuits.structured import MLPPlan, cached_plan, structured_forward
 
     template = build_lloyd_circuit(2, 3, 0, Sharpness())
     a = with_assign_knobs(template, Sharpness(beta=50.0), 3)
     b = with_assign_knobs(template, Sharpness(beta=60.0), 2)
     blocks_a, blocks_b = a.runnable.blocks, b.runnable.blocks
-    plan = _cached_plan(blocks_a[0].mlp, MLPPlan)
-    assert _cached_plan(blocks_a[2].mlp, MLPPlan) is plan and _cached_plan(blocks_b[4].mlp, MLPPlan) is plan
+    plan = cached_plan(blocks_a[0].mlp, MLPPlan)
+    assert cached_plan(blocks_a[2].mlp, MLPPlan) is plan and cached_plan(blocks_b[4].mlp, MLPPlan) is plan
     X, _ = make_blobs(30, n_features=2, centers=3, random_state=0)
     C0 = X[:3]
     encoded = encode(b.layout, X, C0, scaling=lloyd_scaling(X, C0))
     structured_forward(a.runnable, encoded.resid)  # plans every module of a
     with torch.no_grad():  # an edit of the update MLP that every circuit derived from the template shares
         template.weights.parameters[hook_names.param(0, "mlp", "W_out")].mul_(0.5)
-    assert _cached_plan(blocks_b[2].mlp, MLPPlan) is not plan
+    assert cached_plan(blocks_b[2].mlp, MLPPlan) is not plan
     logits, _ = structured_forward(b.runnable, encoded.resid)
     with torch.no_grad():
         dense = b.model(encoded.resid, start_at_layer=0)  # built now, from the edited weights

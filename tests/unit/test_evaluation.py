@@ -67,11 +67,11 @@ def test_a_model_that_never_moves_keeps_the_initial_objective_and_loses_to_lloyd
 
 
 def test_protocol_models_are_used_as_they_are_and_a_checkpoint_is_adapted():
-    from analysis.constructions.swap import SwapModel
+    from analysis.constructions.swap import SWAP
 
     lloyd = LloydModel()
     assert as_trajectory_model(lloyd) is lloyd
-    assert isinstance(SwapModel(), TrajectoryModel)
+    assert isinstance(SWAP.model(), TrajectoryModel)
     model = RecurrentKMeans(ModelConfig(3, 4, "exact"), dtype=torch.float64)
     assert not isinstance(model, TrajectoryModel)
     adapted = as_trajectory_model(model, chunk=2)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from analysis.capture import EVERYTHING, capture
-from analysis.pipeline import lloyd_scaling, run_problem
+from analysis.pipeline import RunOptions, lloyd_scaling, run_problem
 from analysis.verify import reads, verify_problem
 from analysis.verify.fast import blocks
 from circuits import reference
@@ -52,7 +52,7 @@ def test_corner_problem_has_its_corners():
     """The problem exercises what it claims to: the bisector point ties at the data's precision, cluster 2 stays
     empty."""
     X, C0 = corner_problem()
-    run = run_problem(X, C0, 3, path="structured")
+    run = run_problem(X, C0, 3, options=RunOptions(path="structured"))
     assert run.report.verified
     assert all((run.capture.assignments(t)[0] != 2).all() for t in range(4))
     assert np.array_equal(run.centroids[2], C0[2])
@@ -69,8 +69,8 @@ def test_lean_capture_gives_the_full_captures_report(variant, dtype):
     X, C0 = corner_problem(1)
     if variant != "lloyd":
         C0 = C0[:2]  # the far centroid makes soft and trimmed runs degenerate, which is not what this checks
-    full = run_problem(X, C0, 3, variant, dtype, path="structured", lean=False)
-    lean = run_problem(X, C0, 3, variant, dtype, path="structured", lean=True)
+    full = run_problem(X, C0, 3, variant, dtype, options=RunOptions(path="structured", lean=False))
+    lean = run_problem(X, C0, 3, variant, dtype, options=RunOptions(path="structured", lean=True))
     assert lean.capture.lean and not full.capture.lean
     assert lean.capture.path == "structured"
     _same_report(full, lean)
@@ -108,7 +108,7 @@ def _plant(cap, t: int, point: int, label: int) -> int:
 @pytest.mark.parametrize("lean", [False, True])
 def test_planted_error_is_reported_at_its_layer(lean):
     X, C0 = corner_problem(2)
-    circuit = run_problem(X, C0, 3, path="structured").circuit
+    circuit = run_problem(X, C0, 3, options=RunOptions(path="structured")).circuit
     encoded = encode(circuit.layout, X, C0, scaling=lloyd_scaling(X, C0))
     cap = capture(circuit, encoded, path="structured", keep=reads(circuit.spec) if lean else EVERYTHING)
     assert verify_problem(cap).verified
@@ -152,8 +152,8 @@ def test_run_problem_is_lean_from_the_threshold_on(monkeypatch):
     from analysis import scheduler
 
     X, C0 = corner_problem(5)
-    assert not run_problem(X, C0, 2, path="structured", lean=None).capture.lean
+    assert not run_problem(X, C0, 2, options=RunOptions(path="structured", lean=None)).capture.lean
     assert scheduler.AT_SCALE_POINTS > len(X)
     monkeypatch.setattr(scheduler, "AT_SCALE_POINTS", len(X))
-    assert run_problem(X, C0, 2, path="structured", lean=None).capture.lean
+    assert run_problem(X, C0, 2, options=RunOptions(path="structured", lean=None)).capture.lean
 

@@ -13,11 +13,12 @@ import pytest
 from sklearn.datasets import make_blobs
 
 from analysis.constructions import learned
+from analysis.constructions.learned import LEARNED
 from analysis.constructions.common import sharpness_for
 from analysis.verify.swap import CENTROID_TOLERANCE, spread, verify_learned
 from circuits import reference
 from circuits.learned import checkpoint
-from circuits.learned.reference import CANDIDATES, learned_swap
+from circuits.learned.reference import CANDIDATES, learned_swap, reach
 
 MARGIN = 1e-10
 
@@ -61,7 +62,7 @@ def test_load_alphas_rejects_what_is_not_a_checkpoint(tmp_path):
 
 
 def test_reach_and_the_tie_break_it_makes_coarser():
-    assert learned.reach(np.array([0.0, 0.5])) == 1.0 and learned.reach(np.array([2.0, 6.0])) == 11.0
+    assert reach(np.array([0.0, 0.5])) == 1.0 and reach(np.array([2.0, 6.0])) == 11.0
     problems = [blobs()]
     plain, wide = sharpness_for(problems, 100), sharpness_for(problems, 100, reach=3.0)
     assert wide.tie_break == pytest.approx(9 * plain.tie_break, rel=1e-12)
@@ -71,7 +72,7 @@ def test_reach_and_the_tie_break_it_makes_coarser():
 @pytest.mark.parametrize("alphas", [None, [0.0], [3.0, 0.5]])
 def test_cluster_document_equals_an_independent_reference_run(alphas):
     X, C0 = blobs(seed=2)
-    doc = learned.cluster_with_learned(X, C0, 3, alphas=alphas)
+    doc = LEARNED.cluster(X, C0, 3, factors=alphas)
     used = checkpoint.load().alphas if alphas is None else np.array(alphas)
     assert doc["alphas"] == [float(a) for a in used]
     ref = learned_swap(X, C0, 3, used, MARGIN)
@@ -95,7 +96,7 @@ def test_cluster_document_equals_an_independent_reference_run(alphas):
 def test_near_tie_is_verified_only_when_it_equals_the_reference(eps, far):
     X = np.array([[0.0], [0.1], [1.0], [0.9], [0.5 + eps], [3.0], [3.2]] + ([[1e6]] if far else []))
     C0 = np.array([[0.0], [1.0], [3.0]])
-    doc = learned.cluster_with_learned(X, C0, 3)
+    doc = LEARNED.cluster(X, C0, 3)
     ref = learned_swap(X, C0, 3, checkpoint.load().alphas, MARGIN)  # no tie-break: the algorithm as specified
     same = ([r["choice"] for r in doc["per_iteration"]] == ref.choices
             and np.abs(np.array(doc["centroids"]) - ref.centroids[-1]).max() <= CENTROID_TOLERANCE * spread(X))
@@ -128,7 +129,7 @@ def test_verify_learned_names_the_step_where_a_run_parts():
 def test_learned_model_implements_the_trajectory_protocol():
     from analysis.evaluation.protocol import TrajectoryModel, trajectories
 
-    model = learned.LearnedModel([2.0])
+    model = LEARNED.model([2.0])
     assert isinstance(model, TrajectoryModel) and (model.config.d, model.config.k) == (64, 16)
     pairs = [blobs(30, 2, 3, s) for s in (4, 5)]
     X, C0 = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])

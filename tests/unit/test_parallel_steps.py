@@ -14,7 +14,7 @@ from analysis.capture import capture
 from analysis.pipeline import lloyd_scaling
 from analysis.scheduler import Scheduler
 from analysis.verify import steps, verify_problem
-from analysis.verify.problem import Findings, Problem
+from analysis.verify.problem import Findings, CheckedProblem
 from circuits.blocks import ASSIGN, UPDATE
 from circuits.build import build_lloyd_circuit
 from circuits.encoding import encode
@@ -37,7 +37,7 @@ def _capture(dtype, faulty_updates: bool):
                    path="structured")
 
 
-def _one_after_another(p: Problem) -> Findings:
+def _one_after_another(p: CheckedProblem) -> Findings:
     """The oracle: every block's check writing into one record, in layer order (check_blocks before threads)."""
     found = Findings()
     for lc in p.cap.layers:
@@ -53,7 +53,7 @@ def test_blocks_checked_two_at_a_time_find_the_same_in_the_same_order(monkeypatc
     """float32: step-wise errors and unresolved decisions; faulty updates: a failure at each update layer. The
     threads' findings, merged, are the oracle's, list order included; the reports agree too."""
     cap = _capture(dtype, faulty)
-    p = Problem.of(cap, 0)
+    p = CheckedProblem.of(cap, 0)
     oracle = _one_after_another(p)
     names = []
     real = steps._check_block

@@ -31,15 +31,17 @@ def test_the_cluster_command_does_not_import_transformer_lens():
     script = "\n".join([
         "import json, sys",
         "from analysis.cli import main",
-        "from analysis.pipeline import run_problem",
+        "from analysis.pipeline import RunOptions, run_problem",
         "from circuits.variants import REGISTERED",
         "from sklearn.datasets import load_wine",
         # wine, not iris: iris is NOT VERIFIED (exit 1) on its near ties (docs/cli.md)
         "rc = main(['cluster', '--dataset', 'wine', '--k', '3', '--iterations', '3', '--json'])",
         "X = load_wine().data",
-        "verified = {v.name: bool(run_problem(X, X[:3], 2, v.name, path='structured').report.verified) for v in REGISTERED}",
+        "structured = RunOptions(path='structured')",
+        "verified = {v.name: bool(run_problem(X, X[:3], 2, v.name, options=structured).report.verified)"
+        " for v in REGISTERED}",
         "before = 'transformer_lens' in sys.modules",
-        "circuit = run_problem(X, X[:3], 1, path='dense').circuit",
+        "circuit = run_problem(X, X[:3], 1, options=RunOptions(path='dense')).circuit",
         "print(json.dumps([rc, verified, before, 'transformer_lens' in sys.modules, circuit.model_built]))",
     ])
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)

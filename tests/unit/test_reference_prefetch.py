@@ -10,7 +10,7 @@ import pytest
 from analysis import pipeline
 from analysis import scheduler as scheduling
 from analysis.capture import capture
-from analysis.pipeline import lloyd_scaling, run_problem
+from analysis.pipeline import RunOptions, lloyd_scaling, run_problem
 from analysis.scheduler import Scheduler
 from analysis.verify import prefetch, reads, verify_problem
 from circuits.encoding import encode
@@ -37,7 +37,7 @@ def test_prefetched_reference_gives_the_same_report(monkeypatch, variant):
     monkeypatch.setattr(scheduling, "AT_SCALE_POINTS", len(X))
     started = []
     monkeypatch.setattr(pipeline, "prefetch", lambda *a: started.append(1) or prefetch.prefetch(*a))
-    result = run_problem(X, C0, 3, variant=variant, path="structured", lean=True, threads=2)
+    result = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=True, threads=2))
     assert started  # run_problem took the prefetching path
     assert _report(result.report) == _report(verify_problem(result.capture, 0))
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from analysis import scheduler as scheduling
-from analysis.pipeline import run_problem
+from analysis.pipeline import RunOptions, run_problem
 from analysis.scheduler import AT_SCALE_POINTS, Scheduler, Task
 from tests.unit.test_lean_verify import corner_problem
 
@@ -104,10 +104,10 @@ def test_a_runs_numbers_do_not_depend_on_its_threads(monkeypatch, variant):
         return submit(self, named)
 
     monkeypatch.setattr(Scheduler, "submit", watched)
-    alone = run_problem(X, C0, 3, variant=variant, path="structured", lean=None, threads=1)
+    alone = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=None, threads=1))
     assert alone.capture.lean and names == {threading.current_thread().name}  # the bound, when read
     names.clear()
-    spread = run_problem(X, C0, 3, variant=variant, path="structured", lean=None, threads=3)
+    spread = run_problem(X, C0, 3, variant=variant, options=RunOptions(path="structured", lean=None, threads=3))
     assert spread.capture.lean and any(name.startswith("kmc-worker") for name in names)
     assert json.dumps(alone.report.to_dict(), sort_keys=True, default=str) == json.dumps(
         spread.report.to_dict(), sort_keys=True, default=str)

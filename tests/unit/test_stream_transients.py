@@ -21,9 +21,9 @@ from analysis.capture import capture
 from analysis.capture.summaries import UpdateAttention, update_certificate
 from analysis.pipeline import lloyd_scaling
 from analysis.verify import verify_problem
-from circuits import structured, structured_groups, structured_plans
+from circuits.structured import forward, groups, plans
 from circuits.encoding import encode
-from circuits.structured_groups import columns_match
+from circuits.structured import columns_match
 from circuits.variants import get_variant
 
 from tests.unit.test_lean_verify import corner_problem
@@ -98,7 +98,7 @@ def test_capture_in_small_chunks_is_the_capture_in_one(monkeypatch):
     step of the forward and the grouping check: every decoded state and attention summary bit for bit the same."""
     X, C0 = corner_problem(n=180)
     whole = _structured_capture(X, C0)
-    for module in (structured, structured_groups, structured_plans):
+    for module in (forward, groups, plans):
         monkeypatch.setattr(module, "CHUNK", 16)
     chunked = _structured_capture(X, C0)
     assert chunked.encoded.sequence.n_tokens > 10 * 16

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from analysis.capture.summaries import _exp_nonzero, leak_sums
 from circuits.encoding import StreamDecoder, decode, encode, read
 from circuits.structured import Groups, group_identical_columns, structured_forward
-from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap
+from circuits.structured import AttentionPlan, MLPPlan, RestrictedMap
 
 from conftest import lloyd_circuit
 
@@ -30,10 +30,10 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def unique_groups(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The straightforward grouping by hash (torch.unique, lowest position per group)."""
-    from circuits.structured import _hash_direction
+    from circuits.structured.groups import hash_direction
 
     pos = vectors.shape[1]
-    _, inverse, counts = torch.unique(_hash_direction(vectors.shape[0], vectors.dtype) @ vectors,
+    _, inverse, counts = torch.unique(hash_direction(vectors.shape[0], vectors.dtype) @ vectors,
                                       return_inverse=True, return_counts=True)
     representative = torch.full((counts.shape[0],), pos, dtype=torch.long).scatter_reduce(
         0, inverse, torch.arange(pos), reduce="amin")

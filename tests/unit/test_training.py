@@ -12,13 +12,15 @@ from hypothesis.extra.numpy import arrays
 
 from analysis.evaluation import trajectories
 from circuits import reference
-from circuits.training.checkpoint import CheckpointError, load_model, read_config, read_log
+from circuits.training.checkpoint import CheckpointError, load_model, read_config
+from circuits.training.schema import read_log
 from circuits.training.construction import EXACT, InitSharpness
 from circuits.training.loop import TrainConfig, train
 from circuits.training.loss import kmeans_objective, soft_min_objective
 from circuits.training.model import ModelConfig, RecurrentKMeans, unit_to_task
 from conftest import assert_forward_is_the_hooked_transformers
-from circuits.training.tasks import FAMILIES, TEST, TRAIN, VALIDATION, make_tasks, task_stream
+from circuits.problems import FAMILIES
+from circuits.training.tasks import TEST, TRAIN, VALIDATION, make_tasks, task_stream
 
 
 # ----------------------------------------------------------------------------------------------- tasks
@@ -46,7 +48,7 @@ def test_tasks_are_min_max_scaled_and_initial_centroids_are_distinct_data_points
 
 def test_gaussian_tasks_have_the_stated_noise_before_scaling():
     # Undo nothing: check the noise generator itself (unit variance), the part the scaling cannot hide.
-    from circuits.training.tasks import noise
+    from circuits.problems import noise
 
     rng = np.random.default_rng(0)
     for family in ("gaussian", "laplace", "gumbel", "lognormal"):

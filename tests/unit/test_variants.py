@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_iris
 
 from analysis.data import InputError
-from analysis.pipeline import run_problem
+from analysis.pipeline import RunOptions, run_problem
 from conftest import assert_lloyd_or_honest
 from circuits import reference
 from circuits.initialisation import initial_centroids
@@ -354,7 +354,7 @@ def test_soft_label_readout_ties_are_reported_not_hidden():
     differs from the reference's: that point must be among the reported ties, and the run still verifies."""
     X = load_iris().data
     C0 = initial_centroids(X, 3, "random", 0)
-    result = run_problem(X, C0, 2, "soft", path="dense")
+    result = run_problem(X, C0, 2, "soft", options=RunOptions(path="dense"))
     rep = result.report
     assert rep.verified
     first = rep.initial  # t = 0: the assignment to the initial centroids

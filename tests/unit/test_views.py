@@ -14,7 +14,7 @@ from sklearn.decomposition import PCA
 
 from analysis import views
 from analysis.capture import capture
-from analysis.pipeline import run_problem
+from analysis.pipeline import RunOptions, run_problem
 from circuits import hook_names
 from circuits import reference as lloyd_reference
 from circuits.build import build_lloyd_circuit
@@ -228,14 +228,14 @@ def test_a_re_run_that_differs_says_by_how_much_and_why_without_guessing():
 
     X = load_iris().data
     C0 = initial_centroids(X, 3, "random", seed=0)
-    run = run_problem(X, C0, iterations=10, variant="soft", path="structured")
+    run = run_problem(X, C0, iterations=10, variant="soft", options=RunOptions(path="structured"))
     notes = views.residual_streams(run).notes
     assert len(notes) == 1 and "in place, a chunk of positions at a time" in notes[0]
     assert "stochastic" not in notes[0] and "batching" not in notes[0]
     kept = capture(run.circuit, run.encoded, keep_cache=True, path="structured")
     assert views.residual_streams(kept).notes == []
     assert not np.array_equal(kept.final.unit_centroids, run.capture.final.unit_centroids)
-    dense = run_problem(X, C0, iterations=10, variant="soft", path="dense")
+    dense = run_problem(X, C0, iterations=10, variant="soft", options=RunOptions(path="dense"))
     assert views.residual_streams(dense).notes == []
 
 

@@ -13,7 +13,6 @@ import numpy as np
 
 from analysis.proof.bound.records import HardTrajectory, SharpnessBound
 from analysis.proof.bound.sharpness import sharpness_bound
-from analysis.proof.registry import BOUNDED_VARIANTS
 from circuits.blocks import ASSIGN, UPDATE
 
 
@@ -38,13 +37,13 @@ def bound_inputs(cap, b: int = 0) -> tuple[tuple, dict] | None:
     from circuits.encoding import read
 
     circ, enc = cap.circuit, cap.encoded
-    if circ.variant not in BOUNDED_VARIANTS or circ.dtype != torch.float64:
+    if not circ.spec.bounded or circ.dtype != torch.float64:
         return None
-    eta = float(circ.params.get("eta", 1.0)) if circ.variant == "damped" else 1.0
+    eta = float(circ.params.get("eta", 1.0))  # the damping factor (damped's parameter); 1: an undamped update
     if Fraction(1) - Fraction(eta) != Fraction(1.0 - eta):
         return None  # the norm units then do not hold |c|^2 exactly (update.MLP.damped_square_norm fails)
     sink = update_sink = None
-    if circ.variant == "trimmed":
+    if circ.spec.sink_logit is not None:  # scores may go to the sink (trimmed's): its logits enter the bound
         sink, update_sink = _sink_logits(circ, ASSIGN), _sink_logits(circ, UPDATE)
         if sink is None:
             return None

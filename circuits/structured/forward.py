@@ -1,31 +1,10 @@
-"""A structured execution path: the same HookedTransformer weights, attention in O(n k d) instead of O(n^2).
+"""The structured forward: a whole model run block by block on the feature-major residual stream, each head
+on groups (:mod:`circuits.structured.attention`) and each linear map restricted (:mod:`circuits.structured.plans`).
 
-Dense attention scores every query against every key: ``(n + k + 1)^2`` per layer. In the constructed circuits
-most of those scores are repeats. In an assign head every point *key* is the same vector (a point has no ``C``,
-``N`` or ``ID``, so its key is just the mask term); in an update head every point *query* is the same vector (it
-only asks for the sink), and points with the same assignment have the same key. Identical queries give identical
-attention rows; identical keys give identical scores, so a group of ``c`` equal keys enters the softmax as one
-score with multiplicity ``c`` and contributes ``p * (sum of the group's values)``.
-
-This module (with :mod:`circuits.structured_attention`, one head, and :mod:`circuits.structured_groups`, the
-groups) computes attention on those groups — an exact rewriting, nothing is dropped: each score that the
-dense path would compute is computed once per (query group, key group) pair and used with its multiplicity. The
-groups are found on the actual projected ``q`` and ``k`` vectors of the run (hash by a projection, then *verified*
-vector by vector for exact equality), so the rewriting holds for the weights and token flags at hand and no
-assumption about the construction is trusted. A head run again (a later iteration) starts from its last grouping,
-taken only where ``unique`` of this run's hashes would give exactly it, and verified the same way.
-
-The weight matrices of the constructed circuits are almost all zeros; every linear map is applied to a
-feature-major copy of the residual stream (``d_model x pos``) and only the residual rows it writes are computed
-and updated. Exactly-zero terms change no sum, so the only difference from the dense forward is the order of
-floating-point summation (relative 1e-16); the tests hold it to 1e-12 of the data scale.
-
-When the groups are not few on at least one side — a trained model whose queries and keys all differ, say — the
-cost would be quadratic again: :func:`structured_forward` refuses with :class:`StructuredPathUnavailable` and says
-why, and the caller falls back to the dense forward. It also refuses configurations whose attention it does not
-reproduce (causal masks, rotary or ALiBi positions, grouped-query attention, attention hooks without a grouped
-counterpart). Attention sinks, qk-norm and the variants' score hooks (linear attention, sparsemax, Gumbel-max; see
-:mod:`circuits.variants.attention`) are reproduced.
+:func:`structured_forward` runs like ``model(resid, start_at_layer=0)`` and hands back each block's record
+(:class:`LayerRecord`) as :class:`Recording` says (kept, or streamed and dropped); :func:`check_supported` refuses
+the configurations whose attention the structured path does not reproduce; :class:`OwnedStreams` hands the
+forward a residual stream it may run on in place.
 """
 
 from __future__ import annotations
@@ -41,21 +20,18 @@ from torch import Tensor
 
 from circuits import hook_names
 from circuits.devices import torch_threads
-from circuits.structured_groups import (  # noqa: F401 (re-exported)
-    Groups, _hash_direction, _identity_groups, group_identical_columns, group_identical_rows, hash_groups,
-    identity_groups,
+from circuits.structured.attention import (
+    PAIR_BUDGET, GroupedAttention, StructuredPathUnavailable, chunked_block, grouped_attention,
 )
-from circuits.structured_plans import CHUNK, AttentionPlan, MLPPlan, RestrictedMap, cached_plan  # noqa: F401 (re-exported)
-from circuits.structured_attention import (  # noqa: F401 (re-exported)
-    PAIR_BUDGET, STREAM_CHUNK, GroupedAttention, ScoreGroups, StructuredPathUnavailable, _add_rows, _any_nan,
-    _feature_major, chunked_block, grouped_attention,
-)
+from circuits.structured.groups import Groups
+from circuits.structured.plans import CHUNK, AttentionPlan, MLPPlan, add_rows, cached_plan, per_token
 
-#: The old name of :func:`circuits.structured_plans.cached_plan`, kept for one release.
-_cached_plan = cached_plan
 
 @dataclass
 class LayerRecord:
+    """One block of a structured run: the residual stream entering and leaving it (and between attention and MLP,
+    when recorded), and the grouped attention of its head on each problem of the batch."""
+
     resid_pre: Float[Tensor, "batch pos d_model"] | None  # None when the forward ran in place
     resid_post: Float[Tensor, "batch pos d_model"]
     attention: list[GroupedAttention] = field(default_factory=list)  # one per problem of the batch
@@ -156,12 +132,12 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
 
 def _add_mlp(xT: Float[Tensor, "d_model pos"], ln2, plan: MLPPlan) -> None:
     """The block's MLP added to the residual rows it writes, in place, a chunk of positions at a time
-    (:data:`circuits.structured_plans.CHUNK`): a per-token map, so each chunk is its own; the hidden units of
+    (:data:`circuits.structured.plans.CHUNK`): a per-token map, so each chunk is its own; the hidden units of
     one chunk exist at once, not of every position."""
     pos = xT.shape[1]
     for start in range(0, pos, CHUNK):
         part = xT if pos <= CHUNK else xT[:, start : start + CHUNK]  # a view: written through
-        _add_rows(part, plan.out.rows, plan.apply(_feature_major(ln2, part)))
+        add_rows(part, plan.out.rows, plan.apply(per_token(ln2, part)))
 
 
 @torch.no_grad()
@@ -237,10 +213,10 @@ def _structured_forward(model, resid, score_hooks: dict, recording: Recording, p
             if grouped is not None:
                 post = xT
             else:
-                out, grouped = grouped_attention(attn, _feature_major(ln1, xT), score_hooks.get(layer), b,
+                out, grouped = grouped_attention(attn, per_token(ln1, xT), score_hooks.get(layer), b,
                                                  pair_budget, attn_plan, hints.get((key_map, b)))
                 post = xT if in_place else xT.clone()
-                _add_rows(post, attn_plan.out.rows, out)
+                add_rows(post, attn_plan.out.rows, out)
                 if keep_mid:
                     mids.append(post.clone())
                 _add_mlp(post, ln2, mlp_plan)

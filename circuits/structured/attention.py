@@ -1,9 +1,11 @@
-"""One attention head computed on groups of identical queries or keys: the exact rewriting that
-:mod:`circuits.structured` runs its forward with (see that module's docstring for the argument).
+"""One attention head computed on groups of identical queries or keys: the exact rewriting that the structured
+forward (:mod:`circuits.structured.forward`) runs with (the package docstring, :mod:`circuits.structured`, gives
+the argument).
 
 :func:`grouped_attention` computes a head over the whole residual stream at once; :func:`chunked_block` computes a
 whole block (the head, then the MLP) chunk by chunk of positions, so that no temporary of the stream's length
-exists beside it, where the keys compress. Split out of :mod:`circuits.structured`, which re-exports these names.
+exists beside it, where the keys compress; :func:`pattern_of` makes the pattern of a head whose block kept only
+its scores.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.structured_groups import Groups, _hash_direction, group_identical_columns, hash_groups, identity_groups
-from circuits.structured_plans import AttentionPlan, MLPPlan, RestrictedMap
+from circuits.structured.groups import Groups, group_identical_columns, hash_direction, hash_groups, identity_groups
+from circuits.structured.plans import AttentionPlan, MLPPlan, RestrictedMap, add_rows, per_token
 
 
 #: A head is structured when one side (keys, else queries) has at most this many distinct vectors.
@@ -80,21 +82,6 @@ class ScoreGroups:
     key_counts: Int[Tensor, " mk"]
     n_tokens: int
     problem: int
-
-
-def _feature_major(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d_model pos"]:
-    """A per-token module (LayerNorm, RMSNorm) applied to a feature-major tensor; identity is free."""
-    if isinstance(module, torch.nn.Identity):
-        return xT
-    return module(xT.T[None])[0].T
-
-
-def _add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
-    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
-    if isinstance(rows, slice):
-        xT[rows].add_(update)
-    else:
-        xT[rows] += update
 
 
 def _any_nan(t: Tensor) -> bool:
@@ -193,7 +180,7 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
     The grouped attention of :func:`grouped_attention` with the keys grouped, computed in three passes of
     :data:`STREAM_CHUNK` positions so that no ``rows x positions`` temporary exists beside the stream: (1) the keys
     (and, with ``group_queries``, the queries) hashed, and the hashes grouped
-    (:func:`~circuits.structured_groups.hash_groups`; ``hint``, ``query_hint``: earlier groupings to try); (2) the
+    (:func:`~circuits.structured.groups.hash_groups`; ``hint``, ``query_hint``: earlier groupings to try); (2) the
     keys (queries) again, each checked bit for bit against its group's representative (any difference: ``None``),
     and the values summed per key group; (3) the head's output added to each chunk's residual rows and the MLP
     applied to them. Where the queries compress too (an update head's point queries are one vector) the scores,
@@ -211,11 +198,11 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
         return None
     pos, device = xT.shape[1], xT.device
     spans = [slice(start, min(pos, start + STREAM_CHUNK)) for start in range(0, pos, STREAM_CHUNK)]
-    direction = _hash_direction(plan.d_head, xT.dtype, device)
+    direction = hash_direction(plan.d_head, xT.dtype, device)
     key_hashes = xT.new_empty(pos)
     query_hashes = xT.new_empty(pos) if group_queries else None
     for cols in spans:
-        x = _feature_major(ln1, xT[:, cols])
+        x = per_token(ln1, xT[:, cols])
         key_hashes[cols] = direction @ plan.k.apply(x)
         if group_queries:
             query_hashes[cols] = direction @ plan.q.apply(x)
@@ -230,13 +217,13 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
     del key_hashes, query_hashes
 
     def at(groups: Groups, rows: RestrictedMap) -> Tensor:  # the map at each group's representative position
-        return rows.apply(_feature_major(ln1, xT.index_select(1, groups.representative)))
+        return rows.apply(per_token(ln1, xT.index_select(1, groups.representative)))
 
     key_rows = at(keys, plan.k)  # d_head x key groups
     query_rows = None if queries.is_identity else at(queries, plan.q)
     value_sums = None
     for cols in spans:
-        x = _feature_major(ln1, xT[:, cols])
+        x = per_token(ln1, xT[:, cols])
         if not torch.equal(plan.k.apply(x), key_rows.index_select(1, keys.inverse[cols])) or (
                 query_rows is not None
                 and not torch.equal(plan.q.apply(x), query_rows.index_select(1, queries.inverse[cols]))):
@@ -266,13 +253,13 @@ def chunked_block(attn, ln1, ln2, plan: AttentionPlan, mlp_plan: MLPPlan, xT: Fl
         if query_rows is not None:
             out = out_groups.index_select(1, queries.inverse[cols])
         else:
-            scores, pattern = attend(plan.q.apply(_feature_major(ln1, part)))
+            scores, pattern = attend(plan.q.apply(per_token(ln1, part)))
             scores_T[:, cols] = scores
             if pattern_T is not None:
                 pattern_T[:, cols] = pattern
             out = plan.out.apply(value_sums @ pattern)
-        _add_rows(part, plan.out.rows, out)
-        _add_rows(part, mlp_plan.out.rows, mlp_plan.apply(_feature_major(ln2, part)))
+        add_rows(part, plan.out.rows, out)
+        add_rows(part, mlp_plan.out.rows, mlp_plan.apply(per_token(ln2, part)))
     if pattern_T is None:
         return GroupedAttention(queries, keys, scores_T.T, None, chunk=STREAM_CHUNK)
     return GroupedAttention(queries, keys, scores_T.T, pattern_T.T)

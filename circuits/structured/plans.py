@@ -1,9 +1,11 @@
-"""The linear maps of a block, planned once for the structured forward (:mod:`circuits.structured`).
+"""The linear maps of a block, planned once, and how they act on a feature-major residual stream.
 
 The weight matrices of the constructed circuits are almost all zeros. A plan keeps each map restricted to the
 output features it writes and the input features it reads (:class:`RestrictedMap`), per attention head
 (:class:`AttentionPlan`) and gated MLP (:class:`MLPPlan`), and is cached on the module, rebuilt whenever one of its
-parameters changes (:func:`cached_plan`). Split out of :mod:`circuits.structured`, which re-exports these names.
+parameters changes (:func:`cached_plan`). The stream is feature-major (``d_model x pos``) throughout the structured
+path: :func:`per_token` applies a per-token module (a norm) to it and :func:`add_rows` adds a map's output to the
+rows it writes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,21 @@ from torch import Tensor
 #: this many positions, so that their temporaries (the MLP's hidden units, the gathered input rows) take memory in
 #: proportion to the chunk, not to n; a shorter one is one chunk, computed as before.
 CHUNK = 1 << 15
+
+
+def per_token(module, xT: Float[Tensor, "d_model pos"]) -> Float[Tensor, "d_model pos"]:
+    """A per-token module (LayerNorm, RMSNorm) applied to a feature-major tensor; identity is free."""
+    if isinstance(module, torch.nn.Identity):
+        return xT
+    return module(xT.T[None])[0].T
+
+
+def add_rows(xT: Float[Tensor, "d_model pos"], rows: Int[Tensor, " c"] | slice, update: Float[Tensor, "c pos"]) -> None:
+    """``xT[rows] += update`` in place; a slice of rows is a view, added to directly (no write-back copy)."""
+    if isinstance(rows, slice):
+        xT[rows].add_(update)
+    else:
+        xT[rows] += update
 
 
 def _nonzero(t: Tensor) -> np.ndarray:
@@ -177,7 +194,7 @@ class SparseTerms:
 @dataclass
 class AttentionPlan:
     """A head's projections as restricted maps: the three side by side (``qkv``, one pass over the residual) and
-    each alone (``q``, ``k``, ``v``: the chunked block of :mod:`circuits.structured` reads them in different passes)."""
+    each alone (``q``, ``k``, ``v``: the chunked block of :mod:`circuits.structured.attention` reads them in different passes)."""
 
     qkv: RestrictedMap
     d_head: int

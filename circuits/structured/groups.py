@@ -1,10 +1,9 @@
-"""Groups of identical query or key vectors, found exactly: the partitions :mod:`circuits.structured` computes
-attention on.
+"""Groups of identical query or key vectors, found exactly: the partitions the structured path computes attention
+on (:mod:`circuits.structured.attention`).
 
 Vectors are hashed by a fixed random projection, then every vector is compared with its group's representative
 (a collision falls back to an exact column-wise ``unique``), so a grouping is a fact about the run's vectors, never
-an assumption. Every tensor made here is on the device of the vectors grouped. Split out of
-:mod:`circuits.structured`, which re-exports these names.
+an assumption. Every tensor made here is on the device of the vectors grouped.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.structured_plans import CHUNK
+from circuits.structured.plans import CHUNK
 
 
 @dataclass
@@ -105,7 +104,7 @@ def _identity_groups(pos: int, device: torch.device) -> Groups:
 
 
 @functools.lru_cache(maxsize=64)
-def _hash_direction(h: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None
+def hash_direction(h: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None
                     ) -> Float[Tensor, " h"]:
     """A fixed random projection of ``h`` features (seeded: runs are reproducible), drawn in float64 on the CPU
     (the same numbers whatever the device) and cast to ``dtype`` on ``device``. Cached: it is only read."""
@@ -124,7 +123,7 @@ def group_identical_columns(vectors: Float[Tensor, "h pos"], direction: Float[Te
     are verified the same way either way.
     """
     device = vectors.device
-    direction = (_hash_direction(vectors.shape[0], vectors.dtype, device) if direction is None
+    direction = (hash_direction(vectors.shape[0], vectors.dtype, device) if direction is None
                  else direction.to(device=device, dtype=vectors.dtype))
     groups = hash_groups(direction @ vectors, hint)
     if not groups.is_identity and not columns_match(vectors, groups.spread):
@@ -160,7 +159,7 @@ def _groups_of(inverse: Int[Tensor, " pos"], counts: Int[Tensor, " m"]) -> Group
 
 def columns_match(vectors: Float[Tensor, "h pos"], source: Int[Tensor, " pos"], chunk: int | None = None) -> bool:
     """Whether every column ``j`` of ``vectors`` equals column ``source[j]``, bit for bit (False on any NaN, as
-    ``torch.equal`` is). Compared ``chunk`` columns at a time (default :data:`circuits.structured_plans.CHUNK`):
+    ``torch.equal`` is). Compared ``chunk`` columns at a time (default :data:`circuits.structured.plans.CHUNK`):
     the gathered copy exists one chunk at a time, not for every position (an ``h x pos`` copy per head)."""
     pos = vectors.shape[1]
     chunk = CHUNK if chunk is None else chunk

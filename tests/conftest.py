@@ -288,6 +288,61 @@ def pytest_collection_modifyitems(config, items):
         item.stash[LAYER] = layer
 
 
+# ------------------------------------------------------------------------------------------- the parallel run
+# `python -m pytest -q -n 2` (the CI command) runs the suite in two pytest-xdist workers; each collects the whole
+# suite and takes work units from the controller as it finishes others: one test, or every test of one file that
+# must stay on one worker (below), which that worker runs in order. Serially (no -n, or -n 0) nothing here applies.
+# docs/contributing.md#running-in-parallel.
+#
+# The controller decides from node ids alone (it collects nothing), so the files are found from their code, not
+# from markers: pytest-xdist's own grouping (`--dist loadgroup` and xdist_group marks) rewrites node ids on the
+# workers, which pytest 9.2 no longer allows, and then silently groups nothing (pytest-xdist issue 1386).
+
+#: Test files whose tests must not be split between two workers, beyond those found by their code, with the reason.
+ONE_WORKER: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _one_worker(path: str) -> bool:
+    """Whether a test file runs on one worker: named in ONE_WORKER, or it defines a fixture shared beyond one test
+    (scope module, class, package or session: a trained checkpoint, a Chromium, a local Ray instance is built once,
+    on one worker, not on each, and a local Ray instance is never started twice at once)."""
+    if Path(path).name in ONE_WORKER:
+        return True
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "fixture":
+            scope = next((k.value for k in node.keywords if k.arg == "scope"), None)
+            if isinstance(scope, ast.Constant) and scope.value != "function":
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before pytest-xdist's own; a hook only where it is installed
+def pytest_xdist_make_scheduler(config, log):
+    """An -n run's scheduler (unless --dist names another than load): xdist's by scope, a scope being a whole file
+    for the files of _one_worker and each test for the rest."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesThatShare(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _one_worker(str(config.rootpath / path)) else nodeid
+
+    return FilesThatShare(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Each test starts with the process's torch thread count: a command run in-process sets it for the process
+    (`drift --threads`, default 1), and the next test in that worker (an order -n changes) would inherit it."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 #: Programs an in-process test may still start: ctypes.util.find_library asks these where a library is (the
 #: command line's keep_freed_memory looks up libc), and joblib (under scikit-learn's KMeans) counts physical cores
 #: with `cat` or `lscpu` once per process; neither starts any layer's machinery.

@@ -46,4 +46,15 @@ def test_quickstart_commands_are_the_ci_commands():
     setup = re.search(r"```bash\n(python3 -m venv .*?)\n```", README).group(1)
     for part in setup.split(" && "):
         assert part.strip() in ci, part
-    assert "python -m pytest -q" in README and "python -m pytest -q" in ci
+
+
+def test_the_test_command_is_the_ci_command_in_two_workers():
+    """The README's command for every test, and docs/contributing.md's, are the line .ci/run runs: in two
+    pytest-xdist workers (-n 2), one per core of the 2-core machines the suite's time is measured on."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    everything = re.compile(r"^(python -m pytest [^#\n]*?)\s+# every", flags=re.M)
+    commands = {page: everything.search((ROOT / page).read_text()).group(1)
+                for page in ("README.md", "docs/contributing.md")}
+    assert commands["README.md"] == commands["docs/contributing.md"], commands
+    assert re.search(rf"^{re.escape(commands['README.md'])}$", ci, flags=re.M), (commands, "not a line of .ci/run")
+    assert re.search(r"(^| )-n 2( |$)", commands["README.md"]), commands

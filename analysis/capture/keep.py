@@ -45,7 +45,11 @@ class Keep:
 EVERYTHING = Keep()
 
 
-def prior_sample(n: int, size: int, seed: int = 0) -> Int[np.ndarray, " m"]:
+#: The seed of the sample a report of a run at scale draws (as :func:`analysis.views.point_sample`'s).
+SAMPLE_SEED = 0
+
+
+def prior_sample(n: int, size: int, seed: int = SAMPLE_SEED) -> Int[np.ndarray, " m"]:
     """``size`` of ``n`` points (all of them where ``n <= size``), ascending: a uniform random draw with ``seed``.
 
     Chosen before the run, from nothing but ``n``: which points a run's report will single out (ties, mismatches,

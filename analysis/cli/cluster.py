@@ -6,6 +6,7 @@ import argparse
 import io
 
 from analysis.cli.output import check_out_dir, write_output_dir
+from analysis.cli.report import MAX_POINTS
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
     KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
@@ -99,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
-        # Without --out no report is drawn: at scale the run keeps only what the verification reads.
+        # At scale the run keeps only what the verification reads, and for --out's report the rows of the points
+        # its figures draw (a sample chosen before the run).
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
-                             lean=None if out is None else False, threads=args.threads)
+                             lean=None, threads=args.threads, sample=None if out is None else MAX_POINTS)
         if out is not None:
             from analysis.report import build_report
 

@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit", "report"]) as stages:
+        # At scale the run keeps what the verification reads and the rows of the --max-points points drawn.
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
-                             threads=args.threads)
+                             lean=None, threads=args.threads, sample=args.max_points)
         stages.start("report")
         # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
         from analysis.report import build_report

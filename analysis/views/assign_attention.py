@@ -23,7 +23,6 @@ from analysis.views._common import (
     head_layers,
     hooked_caveats,
     layer_title,
-    per_layer,
     point_labels,
     sample_notes,
     slider,
@@ -71,12 +70,11 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
 def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:
     """The view's data (float64) and each drawable row's keys: the centroids, and the sink if there is one.
 
-    ``margin`` and ``leak_bound`` cover every point; the attention rows (``pattern``, ``scores``, ``sink_mass``,
-    ``attended``, ``order``) cover the points ``rows``: every point, or the sample a lean capture kept."""
+    Every array covers the points ``rows``: every point, or the sample a lean capture kept."""
     rows, records = drawn_rows(as_capture(obj), layers)
-    stacked = {name: np.stack([getattr(att, name)[b] for att in records]) for name in ("pattern", "scores")}
-    stacked.update(per_layer(layers, b, "margin", "leak_bound"))
-    pattern, margin = stacked["pattern"], stacked["margin"][:, rows]
+    stacked = {name: np.stack([getattr(att, name)[b] for att in records])
+               for name in ("pattern", "scores", "margin", "leak_bound")}
+    pattern, margin = stacked["pattern"], stacked["margin"]
     # Variants with an attention sink (trimmed k-means) let a point put its mass nowhere: shown as a column.
     sinks = [getattr(att, "sink_mass", None) for att in records]
     sink = np.stack([s[b] for s in sinks]) if all(s is not None for s in sinks) else None
@@ -102,9 +100,8 @@ def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
     """Layer ``a``'s three traces (pattern, margins, underflow line) for the drawn ``rows`` (of ``data["rows"]``)
     in display order; returns the rows' labels and the horizontal rules between cluster blocks."""
     plabels, clabels, sink = data["point_labels"], data["centroid_labels"], data["sink_mass"]
-    points = data["rows"][rows]
-    scores, margin, leak = data["scores"], data["margin"][:, points], data["leak_bound"][:, points]
-    ylab = [plabels[i] for i in points]
+    scores, margin, leak = data["scores"], data["margin"], data["leak_bound"]
+    ylab = [plabels[i] for i in data["rows"][rows]]
     top = keys[a, rows].argmax(axis=-1)
     # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
     # every assign layer, and strings per cell would dominate the file.
@@ -127,13 +124,13 @@ def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
                       "<extra></extra>",
         visible=a == 0, name=title,
     ), row=1, col=1)
-    mg = margin[a]
+    mg = margin[a, rows]
     finite = np.isfinite(mg)
-    exact = leak[a] == 0
+    exact = leak[a, rows] == 0
     fig.add_trace(go.Scatter(
         x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ypos, mode="markers", hovertext=ylab,
         marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
-        text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a]], axis=-1),
+        text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
         hovertemplate="%{hovertext} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
                       "leak bound %{customdata[1]:.3g}<extra></extra>",
         showlegend=False, visible=a == 0, name=f"{title} margin",

@@ -106,9 +106,18 @@ def iterate_clusters(obj, b: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarra
     where a lean capture holds ``Y`` as them)."""
     cap = as_capture(obj)
     circ = cap.circuit
-    cents = np.stack([cap.layers[layer].post.centroids[b] for layer in circ.centroid_layers])
     read = [display_clusters(cap.layers[layer].post.assignments, b) for layer in circ.assignment_layers]
-    return cents, np.stack([c for c, _ in read]), np.stack([w for _, w in read])
+    weights = [w for _, w in read]
+    # Hard labels, none left out (a lean capture's Lloyd run): every weight is 1, one read-only array of them.
+    ones = all(isinstance(w, np.ndarray) and w.dtype == np.float64 and w.all() for w in weights)
+    stacked = np.broadcast_to(np.float64(1.0), (len(weights), cap.encoded.n)) if ones and cap.lean else np.stack(weights)
+    return centroid_iterates(obj, b), np.stack([c for c, _ in read]), stacked
+
+
+def centroid_iterates(obj, b: int = 0) -> np.ndarray:
+    """Centroids ``[T + 1, k, d]`` (user units) read off the residual."""
+    cap = as_capture(obj)
+    return np.stack([cap.layers[layer].post.centroids[b] for layer in cap.circuit.centroid_layers])
 
 
 def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,

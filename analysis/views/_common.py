@@ -193,9 +193,17 @@ def per_layer(layers: list, b: int, *fields: str) -> dict[str, np.ndarray]:
     return {name: np.stack([getattr(lc.attention, name)[b] for lc in layers]) for name in fields}
 
 
+def require_rows(cap: Capture) -> None:
+    """Raise where a capture kept no attention rows to draw (lean, without a sample)."""
+    if cap.sampled is None and cap.lean:
+        raise ValueError(f"this run of {cap.encoded.n:,} points kept only what its verification reads, no attention"
+                         " rows to draw: run it with run_problem(..., sample=M) to keep M points' rows, or lean=False")
+
+
 def drawn_rows(cap: Capture, layers: list) -> tuple[Int[np.ndarray, " rows"], list]:
     """The points whose attention rows a view can draw, and each layer's record holding them: every point and the
     layers' own records, or a lean capture's sampled points and their rows (:mod:`analysis.capture.sampled`)."""
+    require_rows(cap)
     if cap.sampled is None:
         return np.arange(cap.encoded.n), [lc.attention for lc in layers]
     return cap.sampled.points, [cap.sampled.attention[lc.layer] for lc in layers]

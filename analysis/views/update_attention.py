@@ -27,6 +27,7 @@ from analysis.views._common import (
     hooked_caveats,
     layer_title,
     per_layer,
+    require_rows,
     sample_notes,
     slider,
     soft_clusters,
@@ -65,6 +66,7 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
 def _update_data(cap, layers: list, b: int, sample: PointSample) -> dict:
     """The view's data (float64): ``pattern`` over the key positions ``keys`` (every key, or BOS, the sampled
     points and the centroids of a lean capture), the certificate, and the cluster sizes and weights of all points."""
+    require_rows(cap)
     seq = cap.encoded.sequence
     tokens = token_labels(cap)
     stacked = per_layer(layers, b, "margin", "leak_bound", "leak_observed")

@@ -106,3 +106,12 @@ def test_a_run_at_scale_hands_the_verifications_reference_to_the_report(monkeypa
     assert run.reference_iterates is not None
     assert _same(run.reference_iterates[0], trace.centroids) and _same(run.reference_iterates[1], trace.objectives)
     assert _same(views.trajectories.reference_run(run).centroids, trace.centroids)
+
+
+def test_a_lean_run_without_a_sample_says_what_is_missing():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30, 2))
+    run = run_problem(X, X[:2], 2, path="structured", lean=True)
+    for view in (views.assign_attention, views.update_attention):
+        with pytest.raises(ValueError, match="kept only what its verification reads"):
+            view(run)

@@ -108,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
             from analysis.report import build_report
 
             stages.start("report")
+            if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
+                from analysis.cli.main import release_freed_memory
+
+                release_freed_memory()
             files = output_files(result, problem)
             files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
     if out is not None:

@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
                              lean=None, threads=args.threads, sample=args.max_points)
         stages.start("report")
+        if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
+            from analysis.cli.main import release_freed_memory
+
+            release_freed_memory()
         # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
         from analysis.report import build_report
 

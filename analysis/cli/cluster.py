@@ -6,10 +6,10 @@ import argparse
 import io
 
 from analysis.cli.output import check_out_dir, write_output_dir
-from analysis.cli.report import MAX_POINTS
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem, run_circuit,
+    KEPT, MAX_POINTS, Problem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept, load_problem,
+    run_circuit,
     cpu_only, sharpness_from, usable_results,
 )
 from analysis.errors import ProblemError

@@ -39,6 +39,12 @@ KEPT = Budget("n x k x (--iterations + 1)", 30_000_000,
               f"with a report under {scheduler.AT_SCALE_POINTS:,} points: what it keeps, about 3 GB")
 
 
+#: Points a report draws per figure unless ``report --max-points`` says otherwise, and those ``cluster --out``'s report
+#: draws (mirrors analysis.views.DEFAULT_MAX_POINTS, which cannot be imported here without loading torch before the
+#: input is validated).
+MAX_POINTS = 400
+
+
 @dataclass
 class Problem:
     source: str

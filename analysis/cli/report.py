@@ -7,7 +7,8 @@ import argparse
 from analysis.cli.output import check_out_file, write_output_file
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit, sharpness_from,
+    KEPT, MAX_POINTS, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit,
+    sharpness_from,
 )
 from analysis.errors import ProblemError
 from analysis.wording import count
@@ -15,9 +16,6 @@ from analysis.wording import count
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
 
-#: Points drawn per figure unless --max-points says otherwise (mirrors analysis.views.DEFAULT_MAX_POINTS,
-#: which cannot be imported here without loading torch before the input is validated).
-MAX_POINTS = 400
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

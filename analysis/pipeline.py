@@ -6,17 +6,19 @@ the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from analysis.capture import EVERYTHING, Capture, capture, decoded_capture, reencode, summarise_head
+from analysis.capture import EVERYTHING, Capture, Keep, capture, decoded_capture, reencode, summarise_head
+from analysis.capture.keep import prior_sample
 from analysis.capture.hooked import certify_hooked_patterns
 from analysis.verify import VerificationReport, reads, verify_problem
 from analysis.verify.altered import find_alterations
 from analysis.scheduler import Scheduler
+from analysis.verify.checks import certified
 from analysis.verify.prefetch import prefetch
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
@@ -37,6 +39,9 @@ class RunResult:
     report: VerificationReport
     #: How the sharpness was chosen from the data (``None`` when it was given whole, or for variants).
     resolution: Resolution | None = None
+    #: The reference's iterates the verification compared with, ``(centroids [T + 1, k, d], objectives [T + 1])``,
+    #: where it ran beside the circuit (at scale): a report draws them instead of running the reference again.
+    reference_iterates: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -269,6 +274,9 @@ class RunOptions:
     #: Threads the run may use, the caller's included (:class:`analysis.scheduler.Scheduler`; ``None``: its policy
     #: for this many points).
     threads: int | None = None
+    #: A lean run also keeps the per-point parts of this many points, a seeded draw chosen before it runs
+    #: (:func:`analysis.capture.keep.prior_sample`), for a report to draw (:mod:`analysis.capture.sampled`).
+    sample: int | None = None
 
 
 #: The options of a run that names none: dense, on the given circuit's device (else the CPU), everything kept.
@@ -285,8 +293,8 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
     ``sharpness`` (a :class:`Sharpness` is used as it is; ``None`` or a ``dict`` of given knobs lets
     :func:`choose_sharpness` pick the rest from the data). ``circuit`` reuses a built model instead (it must match
     d, k and iterations; ``variant``, ``dtype`` and ``sharpness`` are then its own, and ``resolution`` says how its
-    knobs were chosen). How it runs: ``options`` (:class:`RunOptions`: path, device, lean, cache, progress,
-    threads; the run makes one :class:`analysis.scheduler.Scheduler` from ``threads`` and passes it down). The
+    knobs were chosen). How it runs: ``options`` (:class:`RunOptions`: path, device, lean, sample, cache,
+    progress, threads; the run makes one :class:`analysis.scheduler.Scheduler` from ``threads`` and passes it down). The
     encoder's unit scaling (:func:`encoder_scaling`) is computed once and serves both the choice of the knobs and
     the encoding.
     """
@@ -308,7 +316,25 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
         prefetched = (prefetch(scheduler, circuit, encoded) if scheduler.at_scale and circuit.spec.input_map is None
                       else None)
         cap = capture(circuit, encoded, keep_cache=options.keep_cache, on_layer=options.on_layer, path=options.path,
-                      keep=reads(circuit.spec) if lean else EVERYTHING, forward_threads=scheduler.forward_threads)
-        return RunResult(circuit, encoded, cap, verify_problem(cap, 0, scheduler, prefetched), resolution)
+                      keep=_keep(circuit, X.shape[0], lean, options.sample), forward_threads=scheduler.forward_threads)
+        report = verify_problem(cap, 0, scheduler, prefetched)
+        return RunResult(circuit, encoded, cap, report, resolution,
+                         None if prefetched is None else _iterates(circuit, prefetched))
     finally:
         scheduler.close()
+
+
+def _keep(circuit: KMeansCircuit, n: int, lean: bool, sample: int | None) -> Keep:
+    """What a run's capture keeps: everything, or what its verification reads (with a sample's rows, if asked)."""
+    if not lean:
+        return EVERYTHING
+    keep = reads(circuit.spec)
+    return keep if sample is None else replace(keep, sample=tuple(int(i) for i in prior_sample(n, sample)))
+
+
+def _iterates(circuit: KMeansCircuit, prefetched) -> tuple[np.ndarray, np.ndarray]:
+    """The centroids and objectives of the reference's run that ``prefetched`` made (as
+    :func:`analysis.verify.reference_trace` makes it: the certified run's trace where the reference is certified)."""
+    ref, ran = prefetched.reference.value()
+    trace = ran.trace if certified(ref, circuit) else ran
+    return np.asarray(trace.centroids), np.asarray(trace.objectives)

@@ -209,3 +209,8 @@ class SequenceLayout:
     @property
     def token_labels(self) -> list[str]:
         return ["BOS", *(f"x{i}" for i in range(self.n)), *(f"c{j}" for j in range(self.k))]
+
+    def label(self, position: int) -> str:
+        """``token_labels[position]``, made alone (a million points' labels take a second to make)."""
+        kind = self.token_type(position)
+        return "BOS" if kind == "bos" else f"x{position - 1}" if kind == "point" else f"c{position - 1 - self.n}"

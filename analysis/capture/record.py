@@ -32,6 +32,7 @@ import torch
 from jaxtyping import Float, Int
 
 from analysis.capture.keep import EVERYTHING, Keep
+from analysis.capture.sampled import SampledRows
 from analysis.capture.summaries import (
     AssignAttention,
     UpdateAttention,
@@ -96,6 +97,8 @@ class Capture:
     #: ``{layer: query rows}`` whose attention pattern a hook of the user's run replaced (it is not the block's own
     #: function of its scores): :func:`analysis.capture.hooked.certify_hooked_patterns`.
     hooked_patterns: dict = field(default_factory=dict)
+    #: A lean capture's rows of the points its :class:`Keep` sampled (:mod:`analysis.capture.sampled`), else ``None``.
+    sampled: SampledRows | None = None
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""
@@ -310,16 +313,21 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
     model = circuit.runnable
     with_sink = bool(getattr(model.cfg, "use_attention_sinks", False))
     resid = encoded.resid
+    sampled = SampledRows.of(encoded, keep.sample) if keep.sample and not keep.everything else None
     if resid is None:
         # An encoding that holds no stream (a run at scale): made here, feature-major, and handed to the forward,
         # which runs on it in place: the stream is held once.
         made = encoded.stream(feature_major=True)
+        if sampled is not None:
+            sampled.keep_resid(hook_names.resid_pre(0), made)
         decoder = _LayerDecoder(circuit, encoded, made, keep)
         streams = [r.T for r in made]
         del made
         resid = OwnedStreams([s if s.is_contiguous() else s.contiguous() for s in streams])
         del streams
     else:
+        if sampled is not None:
+            sampled.keep_resid(hook_names.resid_pre(0), resid)
         decoder = _LayerDecoder(circuit, encoded, resid, keep)
     entries: dict[str, torch.Tensor] = {}
 
@@ -339,6 +347,12 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
         else:
             att = None
         decoder.add(layer, record.resid_post, att, record.attention if kind == UPDATE else None)
+        if sampled is not None:
+            sampled.keep_resid(hook_names.resid_post(layer), record.resid_post)
+            if kind == ASSIGN:
+                sampled.keep_assign(layer, record.attention, encoded, with_sink, att)
+            elif kind == UPDATE:
+                sampled.keep_update(layer, record.attention, encoded)
         if keep_cache:
             entries[hook_names.resid_pre(layer)] = record.resid_pre
             entries[hook_names.resid_post(layer)] = record.resid_post
@@ -355,7 +369,8 @@ def _capture_structured(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cach
 
         cache = ActivationCache(entries, circuit.model)
     point_logits = to_numpy(logits[:, encoded.sequence.points])
-    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED, kept=keep)
+    return Capture(circuit, encoded, decoder.layers, point_logits, cache, path=ExecutionPath.STRUCTURED, kept=keep,
+                   sampled=sampled)
 
 
 def _capture_dense(circuit: KMeansCircuit, encoded: EncodedBatch, keep_cache: bool,

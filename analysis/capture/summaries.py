@@ -94,11 +94,13 @@ def _own_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = False,
-                             columns: bool = True) -> AssignAttention:
+                             columns: bool = True, queries: slice | None = None) -> AssignAttention:
     """The assign summary of :func:`_summarise_assign`, from grouped attention (one per problem).
 
     ``columns=False`` leaves out the point x centroid ``scores`` and ``pattern`` (``None``): a lean capture
     (:func:`analysis.capture.capture`) keeps only the certificate, which is computed the same way either way.
+    ``queries``: the query positions summarised (by default every point's; a sample's rows,
+    :mod:`analysis.capture.sampled`).
 
     Per query group: the best key group (lowest position among equal scores, as a dense argmax would pick), the
     runner-up (the best group again when it holds several equal keys), and the leak sums with multiplicities.
@@ -129,7 +131,8 @@ def summarise_assign_grouped(groups, encoded: EncodedBatch, with_sink: bool = Fa
         # Per key group, then per query: which centroid (or -1) the best key group is.
         starts = rep - seq.centroids.start
         chosen = np.where((starts >= 0) & (rep < seq.centroids.stop), starts, -1)[top]
-        rows_t = seq.points if g.queries.is_identity else g.queries.inverse[seq.points].cpu()
+        points = seq.points if queries is None else queries
+        rows_t = points if g.queries.is_identity else g.queries.inverse[points].cpu()
         rows = rows_t if g.queries.is_identity else rows_t.numpy()
         if columns:
             fields["scores"].append(_key_columns(S[rows], g.keys, seq.centroids))
@@ -263,14 +266,19 @@ def _key_columns(matrix: np.ndarray, keys, positions: slice) -> np.ndarray:
     return np.ascontiguousarray(matrix[:, keys.arrays()[1][positions]], dtype=np.float64)
 
 
-def update_rows_grouped(groups, encoded: EncodedBatch) -> UpdateAttention:
+def update_rows_grouped(groups, encoded: EncodedBatch, keys: np.ndarray | None = None) -> UpdateAttention:
     """The update summary of :func:`summarise_head` (centroid query rows over every key), from grouped attention
-    (one per problem): the rows gathered in numpy from views of the grouped matrices."""
+    (one per problem): the rows gathered in numpy from views of the grouped matrices. ``keys``: the key positions
+    gathered (by default every one; a sample's, :mod:`analysis.capture.sampled`)."""
     scores, pattern = [], []
     centroids = encoded.sequence.centroids
+    wanted = keys
     for g in groups:
         queries = centroids if g.queries.is_identity else g.queries.inverse[centroids].cpu().numpy()
-        keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
+        if wanted is None:
+            keys = slice(None) if g.keys.is_identity else g.keys.arrays()[1]
+        else:
+            keys = wanted if g.keys.is_identity else g.keys.arrays()[1][wanted]
         for matrix, out in ((g.scores, scores), (pattern_of(g), pattern)):
             rows = matrix.cpu().numpy()[queries]
             if isinstance(keys, slice):

@@ -8,7 +8,7 @@ import io
 from analysis.cli.output import check_out_dir, write_output_dir
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, LoadedProblem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept,
+    KEPT, MAX_POINTS, LoadedProblem, add_path_argument, add_problem_arguments, check_checkpoint, check_kept,
     circuit_options_given, load_problem, run_circuit, cpu_only, sharpness_from, usable_results,
 )
 from analysis.constructions import CONSTRUCTIONS, choices_help, trained_constructions
@@ -89,13 +89,18 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit"] + (["report"] if out is not None else [])) as stages:
-        # Without --out no report is drawn: at scale the run keeps only what the verification reads.
+        # At scale the run keeps only what the verification reads, and for --out's report the rows of the points
+        # its figures draw (a sample chosen before the run).
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
-                             lean=None if out is None else False, threads=args.threads)
+                             lean=None, threads=args.threads, sample=None if out is None else MAX_POINTS)
         if out is not None:
             from analysis.report import build_report
 
             stages.start("report")
+            if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
+                from analysis.cli.main import release_freed_memory
+
+                release_freed_memory()
             files = output_files(result, problem)
             files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
     if out is not None:

@@ -25,15 +25,24 @@ from analysis.data import (
     DATASETS, MAX_ITERATIONS, check_work, load_dataset, load_points, resolve_init, validate_problem,
 )
 from analysis.errors import ProblemError
+from analysis import scheduler
 
 
 #: A run's work, and what a lean run keeps, grow as n (d + k) per layer: blobs of 10^6 points, d = 2, k = 5, 70
 #: iterations (5e8) took 187 s of CPU and a 3.0 GB peak (``cluster ... --json``, lean; docs/cli.md, "Limits").
 RUN = Budget("n x (d + k) x (--iterations + 1)", 500_000_000, "about 3 minutes of CPU and 3 GB",
              "n, d: the data's")
-#: A run that draws a report (``report``, ``cluster --out``) keeps every layer's point x centroid scores and
-#: pattern: blobs of 2e5 points, k = 5, 99 iterations (1e8) peaked at 10.2 GB (195 s of CPU) with ``--out``.
-KEPT = Budget("n x k x (--iterations + 1)", 30_000_000, "with a report: what it keeps, about 3 GB")
+#: A run that draws a report (``report``, ``cluster --out``) under the at-scale threshold keeps every layer's point x
+#: centroid scores and pattern: blobs of 2e5 points, k = 5, 99 iterations (1e8) peaked at 10.2 GB (195 s of CPU) with
+#: ``--out`` when every run did (a run at scale now keeps a bounded sample's rows: the RUN budget bounds it).
+KEPT = Budget("n x k x (--iterations + 1)", 30_000_000,
+              f"with a report under {scheduler.AT_SCALE_POINTS:,} points: what it keeps, about 3 GB")
+
+
+#: Points a report draws per figure unless ``report --max-points`` says otherwise, and those ``cluster --out``'s report
+#: draws (mirrors analysis.views.DEFAULT_MAX_POINTS, which cannot be imported here without loading torch before the
+#: input is validated).
+MAX_POINTS = 400
 
 
 @dataclass
@@ -193,7 +202,10 @@ def check_run(n: int, d: int, args: argparse.Namespace) -> None:
 
 
 def check_kept(problem: LoadedProblem) -> None:
-    """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern."""
+    """:data:`KEPT`: a run whose report is drawn keeps every layer's scores and pattern, under
+    :data:`~analysis.scheduler.AT_SCALE_POINTS` points (at scale, those of a bounded sample alone)."""
+    if problem.X.shape[0] >= scheduler.AT_SCALE_POINTS:
+        return
     KEPT.check({"n": problem.X.shape[0], "--k": problem.k, "--iterations": problem.iterations},
                total=problem.X.shape[0] * problem.k * (problem.iterations + 1))
 
@@ -285,16 +297,18 @@ def parse_shapes(text: str | None, d_max: int, k_max: int) -> list[tuple[int, in
 
 
 def run_circuit(problem: LoadedProblem, dtype, sharpness, path: str, stages, device: str | None = "cpu",
-                lean: bool | None = False, threads: int | None = None):
+                lean: bool | None = False, threads: int | None = None, sample: int | None = None):
     """Run and verify ``problem``'s circuit on ``path`` and ``device`` (``--device``) as the stage ``circuit`` of
     ``stages`` (one step a layer); a path that cannot run it is bad input. Shared by ``cluster`` and ``report``.
-    ``lean``: as :class:`analysis.pipeline.RunOptions`'s (``None``: lean at scale, for a run no report reads)."""
+    ``lean``, ``sample``: as :class:`analysis.pipeline.RunOptions`'s (``None``: lean at scale; ``sample``: the
+    points a lean run keeps whole for its report)."""
     from analysis.capture import PathUnavailable
     from analysis.pipeline import RunOptions, run_problem
     from circuits.blocks import n_layers
 
     on_layer = stages.steps("circuit", n_layers(problem.iterations), "layer")
-    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer, threads=threads)
+    options = RunOptions(path=path, device=resolve_device(device), lean=lean, on_layer=on_layer, threads=threads,
+                         sample=sample)
     try:
         return run_problem(problem.X, problem.C0, problem.iterations, problem.variant, dtype, sharpness,
                            options=options)

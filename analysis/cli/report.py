@@ -7,7 +7,8 @@ import argparse
 from analysis.cli.output import check_out_file, write_output_file
 from analysis.cli.limits import add_budgets
 from analysis.cli.options import (
-    KEPT, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit, sharpness_from,
+    KEPT, MAX_POINTS, add_path_argument, add_problem_arguments, check_kept, cpu_only, load_problem, run_circuit,
+    sharpness_from,
 )
 from analysis.constructions import CONSTRUCTIONS, choices_help
 from analysis.errors import ProblemError
@@ -16,9 +17,6 @@ from analysis.wording import count
 NAME = "report"
 HELP = "write a self-contained HTML report: attention, residual stream, QK/OV weights, centroid paths, verification"
 
-#: Points drawn per figure unless --max-points says otherwise (mirrors analysis.views.DEFAULT_MAX_POINTS,
-#: which cannot be imported here without loading torch before the input is validated).
-MAX_POINTS = 400
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from analysis.pipeline import DTYPES
 
     with Stages(NAME, ["circuit", "report"]) as stages:
+        # At scale the run keeps what the verification reads and the rows of the --max-points points drawn.
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
-                             threads=args.threads)
+                             lean=None, threads=args.threads, sample=args.max_points)
         stages.start("report")
+        if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
+            from analysis.cli.main import release_freed_memory
+
+            release_freed_memory()
         # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
         from analysis.report import build_report
 

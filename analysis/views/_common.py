@@ -13,6 +13,7 @@ assignment read from the residual stream (``DecodedState.assignments``), and its
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +23,11 @@ from jaxtyping import Float, Int
 from plotly.colors import qualitative
 
 from analysis.capture import AssignAttention, Capture, stream_activations
+from analysis.capture.keep import SAMPLE_SEED, prior_sample
 from analysis.pipeline import as_run
+from analysis import scheduler
 from circuits.build import KMeansCircuit
+from circuits.onehot import OneHotStack, one_hot
 
 #: Points drawn per figure by default. Chosen so that a report at n = 2,000 renders in about a second.
 DEFAULT_MAX_POINTS = 400
@@ -146,14 +150,37 @@ def soft_clusters(assignments: Float[np.ndarray, "n k"]) -> tuple[Int[np.ndarray
     return cluster, weight
 
 
-def point_labels(obj) -> list[str]:
+class TokenLabels(Sequence):
+    """The token labels of a range of positions, each made when read: a lean capture's views draw a few hundred of
+    a million points, whose labels would take a second to make each time a view asked for them."""
+
+    def __init__(self, seq, positions: range):
+        self.seq, self.positions = seq, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return TokenLabels(self.seq, self.positions[i])
+        return self.seq.label(self.positions[int(i)])
+
+
+def token_labels(obj) -> Sequence:
+    """Every token's label: a list, or for a lean capture labels made when read (:class:`TokenLabels`)."""
+    cap = as_capture(obj)
+    seq = cap.encoded.sequence
+    return TokenLabels(seq, range(seq.n_tokens)) if cap.lean else seq.token_labels
+
+
+def point_labels(obj) -> Sequence:
     seq = as_capture(obj).encoded.sequence
-    return seq.token_labels[seq.points]
+    return token_labels(obj)[seq.points]
 
 
 def centroid_labels(obj) -> list[str]:
     seq = as_capture(obj).encoded.sequence
-    return seq.token_labels[seq.centroids]
+    return list(token_labels(obj)[seq.centroids])
 
 
 def layer_title(circuit: KMeansCircuit, layer: int) -> str:
@@ -164,6 +191,48 @@ def layer_title(circuit: KMeansCircuit, layer: int) -> str:
 def per_layer(layers: list, b: int, *fields: str) -> dict[str, np.ndarray]:
     """``{field: array [layer, ...]}``: each named field of the layers' attention records for problem ``b``."""
     return {name: np.stack([getattr(lc.attention, name)[b] for lc in layers]) for name in fields}
+
+
+def require_rows(cap: Capture) -> None:
+    """Raise where a capture kept no attention rows to draw (lean, without a sample)."""
+    if cap.sampled is None and cap.lean:
+        raise ValueError(f"this run of {cap.encoded.n:,} points kept only what its verification reads, no attention"
+                         " rows to draw: run it with RunOptions(sample=M) to keep M points' rows, or lean=False")
+
+
+def drawn_rows(cap: Capture, layers: list) -> tuple[Int[np.ndarray, " rows"], list]:
+    """The points whose attention rows a view can draw, and each layer's record holding them: every point and the
+    layers' own records, or a lean capture's sampled points and their rows (:mod:`analysis.capture.sampled`)."""
+    require_rows(cap)
+    if cap.sampled is None:
+        return np.arange(cap.encoded.n), [lc.attention for lc in layers]
+    return cap.sampled.points, [cap.sampled.attention[lc.layer] for lc in layers]
+
+
+def assignment_rows(assignments, b: int, rows) -> Float[np.ndarray, "m k"]:
+    """Problem ``b``'s assignment rows ``rows`` (a lean capture's ``Y`` held as labels made one-hot for those rows
+    alone, not ``n x k``)."""
+    if isinstance(assignments, OneHotStack):
+        return one_hot(assignments.labels[b][rows], assignments.k)
+    return assignments[b][rows]
+
+
+def cluster_sizes(assignments, b: int) -> Float[np.ndarray, " k"]:
+    """Problem ``b``'s (soft) member count of each cluster: the column sums of its assignments (counted from the
+    labels where ``Y`` is held as them)."""
+    if isinstance(assignments, OneHotStack):
+        labels = assignments.labels[b]
+        return np.bincount(labels[labels >= 0], minlength=assignments.k).astype(np.float64)
+    return assignments[b].sum(axis=0)
+
+
+def display_clusters(assignments, b: int) -> tuple[Int[np.ndarray, " n"], Float[np.ndarray, " n"]]:
+    """:func:`soft_clusters` of problem ``b``'s assignments, read off the labels where ``Y`` is held as them (the
+    same numbers: a one-hot row's argmax is its label, its weight 1; a row of zeros is label -1, weight 0)."""
+    if isinstance(assignments, OneHotStack):
+        labels = assignments.labels[b]
+        return labels, (labels >= 0).astype(np.float64)
+    return soft_clusters(assignments[b])
 
 
 def min_assign_margin(cap: Capture, b: int = 0) -> Float[np.ndarray, " n"]:
@@ -182,6 +251,9 @@ class PointSample:
     n: int
     flagged: int = 0
     low_margin: int = 0
+    #: Drawn from the points a lean capture kept (:attr:`~analysis.capture.Capture.sampled`), chosen before the run
+    #: with this seed (:func:`analysis.capture.keep.prior_sample`); ``None`` for a sample of a full capture.
+    before_run_seed: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -192,6 +264,8 @@ class PointSample:
         return len(self.indices)
 
     def note(self) -> str:
+        if self.before_run_seed is not None:
+            return self._before_run_note()
         if self.complete:
             return f"All {self.n:,} points are drawn."
         parts = []
@@ -205,6 +279,17 @@ class PointSample:
             f"verification, certificates, norms and every number in the tables use all {self.n:,} points."
         )
 
+    def _before_run_note(self) -> str:
+        return (
+            f"Drawn: {self.drawn:,} of {self.n:,} points, a uniform random sample (seed {self.before_run_seed}) chosen"
+            f" before the run. From {scheduler.AT_SCALE_POINTS:,} points on a run keeps only what its verification"
+            " reads, and beside it the attention rows and residual of these points alone; the points a smaller run's"
+            " figures single out (ties, mismatches, the smallest margins) are known only once it has run, so they are"
+            " drawn only where the sample holds them (the tables list every tie). Only the figures are sampled (the"
+            f" residual norms too): verification, certificates and every number in the tables use all {self.n:,}"
+            " points."
+        )
+
 
 def point_sample(obj, max_points: int | None = DEFAULT_MAX_POINTS, seed: int = 0, b: int = 0) -> PointSample:
     """Which points to draw when there are more than ``max_points`` (``None``: all of them).
@@ -215,6 +300,8 @@ def point_sample(obj, max_points: int | None = DEFAULT_MAX_POINTS, seed: int = 0
     """
     cap = as_capture(obj)
     n = cap.encoded.n
+    if cap.lean:
+        return kept_sample(cap, max_points)
     if max_points is None or n <= max_points:
         return PointSample(np.arange(n), n)
     if max_points < 1:
@@ -247,6 +334,25 @@ def point_sample(obj, max_points: int | None = DEFAULT_MAX_POINTS, seed: int = 0
             chosen.extend(int(i) for i in rng.choice(g, size=a, replace=False))
     return PointSample(np.array(sorted(chosen), dtype=int), n, flagged=n_flagged, low_margin=len(low))
 
+
+
+def sample_notes(sample: PointSample) -> tuple[list[str], list[str]]:
+    """Where a figure states its sample: under it (``notes``) for a sample of a full capture, above it
+    (``caveats``) for one chosen before a run at scale, which the figure cannot draw beyond."""
+    if sample.before_run_seed is None:
+        return [sample.note()], []
+    return [], [f"Drawn: {sample.drawn:,} of {sample.n:,} points, a uniform random sample (seed"
+                f" {sample.before_run_seed}) chosen before the run (the header says why): ties, mismatches and the"
+                " smallest margins are drawn only where the sample holds them."]
+
+
+def kept_sample(cap: Capture, max_points: int | None = DEFAULT_MAX_POINTS) -> PointSample:
+    """What a lean capture can draw: the points it sampled (at most ``max_points`` of them, a seeded draw among
+    them), or none where it sampled none."""
+    kept = cap.sampled.points if cap.sampled is not None else np.zeros(0, dtype=np.int64)
+    if max_points is not None and len(kept) > max_points:
+        kept = kept[prior_sample(len(kept), max_points, SAMPLE_SEED)]
+    return PointSample(kept, cap.encoded.n, before_run_seed=SAMPLE_SEED)
 
 
 def head_layers(obj, kind: type, b: int, sample: PointSample | None,

@@ -17,12 +17,14 @@ from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
     View,
+    as_capture,
     centroid_labels,
+    drawn_rows,
     head_layers,
     hooked_caveats,
     layer_title,
-    per_layer,
     point_labels,
+    sample_notes,
     slider,
     visibility,
 )
@@ -50,8 +52,7 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         subplot_titles=("attention: point queries x centroid keys",
                         f"margin of the chosen key (dashed: {FLOAT64_UNDERFLOW:.0f}, exactly one-hot beyond)"),
     )
-    drawn = np.zeros(cap.encoded.n, dtype=bool)
-    drawn[sample.indices] = True
+    drawn = np.isin(data["rows"], sample.indices)
     rules, row_orders = [], []
     for a, lc in enumerate(layers):
         order = data["order"][a]
@@ -60,18 +61,22 @@ def assign_attention(obj, b: int = 0, sample: PointSample | None = None,
         rules.append(rule)
     masks = visibility(len(fig.data), [[3 * a, 3 * a + 1, 3 * a + 2] for a in range(len(layers))])
     _layer_slider(fig, circ, layers, masks, rules, row_orders, sample.drawn)
-    notes = [sample.note(),
-             f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
-             f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}."]
-    return View("assign_attention", "Assignment heads", fig, data, notes, hooked_caveats(obj, ASSIGN))
+    notes, caveats = sample_notes(sample)
+    notes.append(f"Green: the pattern is exactly one-hot (leak bound 0); red: some mass may sit off the chosen key. "
+                 f"Margins below {MARGIN_FLOOR:g} are drawn at {MARGIN_FLOOR:g}.")
+    return View("assign_attention", "Assignment heads", fig, data, notes, caveats + hooked_caveats(obj, ASSIGN))
 
 
 def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:
-    """The view's data (every point, float64) and each point's keys: the centroids, and the sink if there is one."""
-    stacked = per_layer(layers, b, "pattern", "scores", "margin", "leak_bound")
+    """The view's data (float64) and each drawable row's keys: the centroids, and the sink if there is one.
+
+    Every array covers the points ``rows``: every point, or the sample a lean capture kept."""
+    rows, records = drawn_rows(as_capture(obj), layers)
+    stacked = {name: np.stack([getattr(att, name)[b] for att in records])
+               for name in ("pattern", "scores", "margin", "leak_bound")}
     pattern, margin = stacked["pattern"], stacked["margin"]
     # Variants with an attention sink (trimmed k-means) let a point put its mass nowhere: shown as a column.
-    sinks = [getattr(lc.attention, "sink_mass", None) for lc in layers]
+    sinks = [getattr(att, "sink_mass", None) for att in records]
     sink = np.stack([s[b] for s in sinks]) if all(s is not None for s in sinks) else None
     # What each point attends to most: a centroid j, or k for the sink (a point the variant leaves out).
     keys = pattern if sink is None else np.concatenate([pattern, sink[..., None]], axis=-1)
@@ -81,6 +86,7 @@ def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, 
         point_labels=point_labels(obj),
         centroid_labels=centroid_labels(obj),
         **stacked,
+        rows=rows,
         sink_mass=sink,
         attended=keys.argmax(axis=-1),
         order=order,
@@ -91,11 +97,11 @@ def _assign_data(obj, layers: list, b: int, sample: PointSample) -> tuple[dict, 
 
 def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
                rows: np.ndarray) -> tuple[list[str], list[dict]]:
-    """Layer ``a``'s three traces (pattern, margins, underflow line) for the drawn ``rows`` in display order;
-    returns the rows' labels and the horizontal rules between cluster blocks."""
+    """Layer ``a``'s three traces (pattern, margins, underflow line) for the drawn ``rows`` (of ``data["rows"]``)
+    in display order; returns the rows' labels and the horizontal rules between cluster blocks."""
     plabels, clabels, sink = data["point_labels"], data["centroid_labels"], data["sink_mass"]
     scores, margin, leak = data["scores"], data["margin"], data["leak_bound"]
-    ylab = [plabels[i] for i in rows]
+    ylab = [plabels[i] for i in data["rows"][rows]]
     top = keys[a, rows].argmax(axis=-1)
     # Hover data is kept numeric and in float32 (display only; view.data keeps float64): a report draws
     # every assign layer, and strings per cell would dominate the file.

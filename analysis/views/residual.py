@@ -29,11 +29,12 @@ from analysis.views._common import (
     View,
     as_capture,
     below_plot,
+    display_clusters,
     layer_title,
     min_assign_margin,
     run_activations,
     slider,
-    soft_clusters,
+    token_labels,
 )
 from circuits import hook_names
 from circuits.encoding import UnitScaling, decode
@@ -90,6 +91,8 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
     positions kept in full (default: every token up to :data:`ALL_TOKENS_LIMIT`, else :func:`default_tokens`).
     """
     cap = as_capture(obj)
+    if cap.sampled is not None:
+        return sampled_streams(cap, b, tokens)
     circ, enc = cap.circuit, cap.encoded
     seq, layout = enc.sequence, circ.layout
     positions = read_positions(circ)
@@ -133,6 +136,39 @@ def residual_streams(obj, b: int = 0, tokens: list[int] | None = None) -> Residu
                            mean[kept], peak[kept], notes, caveats)
 
 
+def sampled_streams(cap, b: int = 0, tokens: list[int] | None = None) -> ResidualStreams:
+    """:func:`residual_streams` of a lean capture: the residual it kept of BOS, its sampled points and the centroids
+    (:mod:`analysis.capture.sampled`), as the verified run made it, entering the first block and after every block's
+    MLP; norms over those tokens. ``tokens``: positions among them kept in full (default: :func:`default_tokens`)."""
+    sampled, seq, layout = cap.sampled, cap.encoded.sequence, cap.circuit.layout
+    positions = [(label, hook) for label, hook in read_positions(cap.circuit) if hook in sampled.resid]
+    held = [int(p) for p in sampled.positions]
+    tokens = default_tokens(cap, b) if tokens is None else list(tokens)
+    if not set(tokens) <= set(held):
+        raise ValueError(f"this run kept the residual of {len(held):,} tokens (BOS, its sampled points, the"
+                         " centroids) alone: choose tokens among them (capture.sampled.positions)")
+    names = list(layout.names)
+    columns = np.searchsorted(sampled.positions, tokens)
+    values = np.stack([sampled.resid[hook][b][columns] for _, hook in positions])
+    mean = np.zeros((len(positions), len(TOKEN_TYPES), len(names)))
+    peak = np.zeros_like(mean)
+    every = np.arange(seq.n_tokens)
+    types = [np.flatnonzero(np.isin(sampled.positions, every[seq.positions(ttype)])) for ttype in TOKEN_TYPES]
+    for p, (_, hook) in enumerate(positions):
+        r = torch.from_numpy(sampled.resid[hook][b])
+        for t, rows in enumerate(types):
+            for s, name in enumerate(names):
+                norms = torch.linalg.vector_norm(r[rows][:, layout[name]], dim=-1)
+                mean[p, t, s], peak[p, t, s] = float(norms.mean()), float(norms.max())
+    m = len(sampled.points)
+    caveat = (f"This run is at scale ({seq.n:,} points): it kept the residual of BOS, the {m:,} sampled points and"
+              f" the {seq.k} centroids alone, as it ran, entering the first block and after each block's MLP. Point"
+              f" norms are over those {m:,} points, not all {seq.n:,}; the run updated each block in place, so the"
+              " residual between a block's attention and its MLP (where the staging slots are full) was not kept.")
+    return ResidualStreams([label for label, _ in positions], [hook for _, hook in positions], tokens, values, mean,
+                           peak, [], [caveat])
+
+
 def _scaling_of(scaling: UnitScaling, b: int) -> UnitScaling:
     return UnitScaling(scaling.offset[b : b + 1], scaling.scale[b : b + 1])
 
@@ -147,9 +183,11 @@ def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> V
     mean, peak = streams.mean_norm, streams.max_norm
     data = dict(positions=streams.labels, token_types=list(TOKEN_TYPES), subspaces=names, mean_norm=mean,
                 max_norm=peak)
-    counts = {"bos": 1, "point": seq.n, "centroid": seq.k}
+    counts = {"bos": "1", "point": f"{seq.n:,}", "centroid": f"{seq.k:,}"}
+    if cap.sampled is not None:  # the norms of a lean capture's points are over its sample
+        counts["point"] = f"{len(cap.sampled.points):,} sampled of {seq.n:,}"
     fig = make_subplots(rows=1, cols=len(TOKEN_TYPES), shared_yaxes=True, horizontal_spacing=0.02,
-                        subplot_titles=[f"{t} tokens ({counts[t]:,})" for t in TOKEN_TYPES])
+                        subplot_titles=[f"{t} tokens ({counts[t]})" for t in TOKEN_TYPES])
     zmax = float(mean.max()) if mean.size and mean.max() > 0 else 1.0
     for t, ttype in enumerate(TOKEN_TYPES):
         custom = np.stack([peak[:, t, :].astype(str)], axis=-1)
@@ -167,8 +205,8 @@ def residual_norms(obj, b: int = 0, streams: ResidualStreams | None = None) -> V
         height=max(380, 110 + 16 * P), margin=dict(l=170, r=20, t=60, b=90),
     )
     notes = list(streams.notes) + [
-        "Each cell is the mean Euclidean norm of one named subspace over all tokens of one type (hover for the "
-        "maximum), unit-scaled. " + _staging_sentence(streams, names, cap.circuit)]
+        f"Each cell is the mean Euclidean norm of one named subspace over {'all' if cap.sampled is None else 'the kept'}"
+        " tokens of one type (hover for the maximum), unit-scaled. " + _staging_sentence(streams, names, cap.circuit)]
     return View("residual_norms", "Residual stream by subspace", fig, data, notes, list(streams.caveats))
 
 
@@ -199,11 +237,13 @@ def default_tokens(obj, b: int = 0, per_cluster: int = 1, max_centroids: int = 1
     smallest assignment margin (the closest call), and the first centroid tokens."""
     cap = as_capture(obj)
     seq = cap.encoded.sequence
-    cluster, _ = soft_clusters(cap.final.assignments[b])
+    cluster, _ = display_clusters(cap.final.assignments, b)
     margin = min_assign_margin(cap, b)
+    # A lean capture holds the residual of its sampled points alone: the picks are among them.
+    among = np.arange(seq.n) if cap.sampled is None else cap.sampled.points
     picks = []
-    for c in np.unique(cluster):
-        members = np.flatnonzero(cluster == c)
+    for c in np.unique(cluster[among]):
+        members = among[cluster[among] == c]
         picks.extend(int(i) for i in members[np.argsort(margin[members], kind="stable")[:per_cluster]])
     return [seq.bos, *(seq.point(i) for i in sorted(picks)),
             *range(seq.centroids.start, seq.centroids.start + min(seq.k, max_centroids))]
@@ -215,7 +255,7 @@ def residual_tokens(obj, tokens: list[int] | list[str] | None = None, b: int = 0
     labelled by the layout, with a slider over the read-out positions."""
     cap = as_capture(obj)
     seq, layout = cap.encoded.sequence, cap.circuit.layout
-    labels = seq.token_labels
+    labels = token_labels(cap)
     if tokens is None:
         tokens = default_tokens(obj, b)
     positions = [labels.index(t) if isinstance(t, str) else int(t) for t in tokens]

@@ -9,11 +9,13 @@ algorithm's centroids, computed independently, are open circles around them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 
+from analysis.pipeline import RunResult
 from analysis.views._common import (
     DEFAULT_MAX_POINTS,
     PointSample,
@@ -21,11 +23,12 @@ from analysis.views._common import (
     as_capture,
     centroid_labels,
     cluster_colour,
+    display_clusters,
     point_labels,
     point_sample,
     report_of,
+    sample_notes,
     slider,
-    soft_clusters,
     visibility,
 )
 
@@ -81,6 +84,9 @@ def reference_run(obj, b: int = 0) -> ReferenceRun:
     from analysis.verify import reference_trace
 
     cap = as_capture(obj)
+    ran = obj.reference_iterates if isinstance(obj, RunResult) and b == 0 else None
+    if ran is not None:  # run beside the circuit, and compared with it: the same iterates
+        return ReferenceRun(cap.circuit.spec.name, *ran)
     trace = reference_trace(cap, b)
     return ReferenceRun(cap.circuit.spec.name, np.asarray(trace.centroids), np.asarray(trace.objectives))
 
@@ -94,6 +100,26 @@ def circuit_iterates(obj, b: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return cents, assigns
 
 
+def iterate_clusters(obj, b: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centroids ``[T + 1, k, d]`` (user units) and each point's display cluster and its weight ``[T + 1, n]``
+    (:func:`~analysis.views._common.soft_clusters` of :func:`circuit_iterates`' assignments, read off the labels
+    where a lean capture holds ``Y`` as them)."""
+    cap = as_capture(obj)
+    circ = cap.circuit
+    read = [display_clusters(cap.layers[layer].post.assignments, b) for layer in circ.assignment_layers]
+    weights = [w for _, w in read]
+    # Hard labels, none left out (a lean capture's Lloyd run): every weight is 1, one read-only array of them.
+    ones = all(isinstance(w, np.ndarray) and w.dtype == np.float64 and w.all() for w in weights)
+    stacked = np.broadcast_to(np.float64(1.0), (len(weights), cap.encoded.n)) if ones and cap.lean else np.stack(weights)
+    return centroid_iterates(obj, b), np.stack([c for c, _ in read]), stacked
+
+
+def centroid_iterates(obj, b: int = 0) -> np.ndarray:
+    """Centroids ``[T + 1, k, d]`` (user units) read off the residual."""
+    cap = as_capture(obj)
+    return np.stack([cap.layers[layer].post.centroids[b] for layer in cap.circuit.centroid_layers])
+
+
 def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
                           max_points: int | None = DEFAULT_MAX_POINTS,
                           reference: np.ndarray | bool | None = None) -> View:
@@ -101,7 +127,7 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
     algorithm's centroids ``[T + 1, k, d]`` (default: :func:`reference_run`; ``False``: none)."""
     cap = as_capture(obj)
     sample = sample if sample is not None else point_sample(obj, max_points, b=b)
-    notes = [sample.note()]
+    notes, caveats = sample_notes(sample)
     if reference is None:
         run = reference_run(obj, b)
         reference = False if run is None else run.centroids
@@ -143,7 +169,7 @@ def centroid_trajectories(obj, b: int = 0, sample: PointSample | None = None,
         notes.append(f"Red rings: the {total} assignment(s) the verification found to differ from the reference"
                      f" (at t = {', '.join(str(t) for t in sorted(differing))}); hover for what the reference"
                      " assigns.")
-    return View("centroid_trajectories", "Centroid trajectories", fig, data, notes)
+    return View("centroid_trajectories", "Centroid trajectories", fig, data, notes, caveats)
 
 
 def _mismatches_by_iteration(obj, b: int, sample: PointSample) -> dict[int, list]:
@@ -160,7 +186,7 @@ def _mismatches_by_iteration(obj, b: int, sample: PointSample) -> dict[int, list
     return {t: list(found.values()) for t, found in out.items()}
 
 
-def _add_mismatches(fig: go.Figure, data: dict, labels: tuple[list, list], found: list, t: int) -> list[int]:
+def _add_mismatches(fig: go.Figure, data: dict, labels: tuple[Sequence, list], found: list, t: int) -> list[int]:
     """Iteration ``t``'s ring around each point whose assignment differs from the reference's; its index."""
     if not found:
         return []
@@ -181,12 +207,10 @@ def _trajectory_data(obj, b: int, sample: PointSample, proj: Projection,
                      ref: np.ndarray | None) -> tuple[dict, np.ndarray | None]:
     """The view's data (circuit iterates, projections, clusters) and the projected reference centroids."""
     X = as_capture(obj).encoded.X[b]
-    cents, assigns = circuit_iterates(obj, b)
+    cents, clusters, weights = iterate_clusters(obj, b)
     T1, k = cents.shape[0], cents.shape[1]
     P, PC = proj(X), proj(cents.reshape(-1, cents.shape[-1])).reshape(T1, k, 2)
     PR = None if ref is None else proj(ref.reshape(-1, ref.shape[-1])).reshape(ref.shape[0], k, 2)
-    clusters = np.stack([soft_clusters(a)[0] for a in assigns])
-    weights = np.stack([soft_clusters(a)[1] for a in assigns])
     data = dict(projected_points=P, centroids=cents, projected_centroids=PC, reference_centroids=ref,
                 clusters=clusters, weights=weights, drawn=sample.indices,
                 explained_variance_ratio=None if proj.pca is None else proj.pca.explained_variance_ratio_)
@@ -195,7 +219,7 @@ def _trajectory_data(obj, b: int, sample: PointSample, proj: Projection,
     return data, PR
 
 
-def _add_iteration(fig: go.Figure, data: dict, PR: np.ndarray | None, labels: tuple[list, list], t: int
+def _add_iteration(fig: go.Figure, data: dict, PR: np.ndarray | None, labels: tuple[Sequence, list], t: int
                    ) -> list[int]:
     """Iteration ``t``'s traces: the drawn points coloured by cluster, the circuit's and the reference's
     centroids; returns the traces' indices."""
@@ -215,7 +239,7 @@ def _add_iteration(fig: go.Figure, data: dict, PR: np.ndarray | None, labels: tu
                         # Fade soft assignments by their weight; a point with none (left out) stays visible.
                         opacity=np.where(mem < 0, 0.6, np.clip(weights[t, sel], 0.15, 1.0)).tolist(),
                         line=dict(width=0)),
-            customdata=np.stack([np.array(plab)[sel], np.array([clab[c] if c >= 0 else "none" for c in mem]),
+            customdata=np.stack([np.array([plab[i] for i in sel]), np.array([clab[c] if c >= 0 else "none" for c in mem]),
                                  weights[t, sel].astype(str)], axis=-1),
             hovertemplate="%{customdata[0]} -> %{customdata[1]} (weight %{customdata[2]})<extra></extra>",
             visible=t == 0,

@@ -21,12 +21,17 @@ from analysis.views._common import (
     View,
     below_plot,
     cluster_colour,
+    assignment_rows,
+    cluster_sizes,
     head_layers,
     hooked_caveats,
     layer_title,
     per_layer,
+    require_rows,
+    sample_notes,
     slider,
     soft_clusters,
+    token_labels,
     visibility,
 )
 from circuits.blocks import UPDATE
@@ -37,41 +42,63 @@ def update_attention(obj, b: int = 0, sample: PointSample | None = None,
     """Centroid queries x (BOS, point, centroid) keys of every update layer; a slider picks the layer."""
     cap, sample, layers = head_layers(obj, UpdateAttention, b, sample, max_points)
     circ = cap.circuit
-    data, members = _update_data(cap, layers, b, sample)
+    data = _update_data(cap, layers, b, sample)
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.75, 0.25], horizontal_spacing=0.08,
         subplot_titles=("attention: centroid queries x keys", "cluster size (all points)"),
     )
     rules = [_add_layer(fig, layer_title(circ, lc.layer), data, cap.encoded.sequence, u,
-                        soft_clusters(members[u][sample.indices])[0]) for u, lc in enumerate(layers)]
+                        soft_clusters(assignment_rows(lc.pre.assignments, b, sample.indices))[0])
+             for u, lc in enumerate(layers)]
     masks = visibility(len(fig.data), [[2 * u, 2 * u + 1] for u in range(len(layers))])
     _layer_slider(fig, circ, layers, masks, rules, cap.encoded.sequence.k)
-    notes = [sample.note(), "Weights on points that are not drawn are not shown in the heatmap; the bar chart's "
-             "hover gives each centroid's total weight on its members over all points."]
-    return View("update_attention", "Update heads", fig, data, notes, hooked_caveats(obj, UPDATE))
+    notes, caveats = sample_notes(sample)
+    if cap.sampled is None:
+        notes.append("Weights on points that are not drawn are not shown in the heatmap; the bar chart's hover gives"
+                     " each centroid's total weight on its members over all points.")
+    else:
+        caveats.append(f"This run kept each update row's weights on the {sample.drawn:,} drawn points alone, not on"
+                       f" all {cap.encoded.n:,}: the bar chart's hover gives the certificate's weight off each"
+                       " centroid's members (its observed leak, over all points) in place of the weight on them.")
+    return View("update_attention", "Update heads", fig, data, notes, caveats + hooked_caveats(obj, UPDATE))
 
 
-def _update_data(cap, layers: list, b: int, sample: PointSample) -> tuple[dict, np.ndarray]:
-    """The view's data (float64) and the soft membership ``[U, n, k]`` each update block read."""
+def _update_data(cap, layers: list, b: int, sample: PointSample) -> dict:
+    """The view's data (float64): ``pattern`` over the key positions ``keys`` (every key, or BOS, the sampled
+    points and the centroids of a lean capture), the certificate, and the cluster sizes and weights of all points."""
+    require_rows(cap)
     seq = cap.encoded.sequence
-    tokens = seq.token_labels
-    stacked = per_layer(layers, b, "pattern", "margin", "leak_bound")
-    pattern = stacked["pattern"]  # [U, k, pos]
-    members = np.stack([lc.pre.assignments[b] for lc in layers])  # [U, n, k]: soft membership read by the block
-    size = members.sum(axis=1)  # [U, k]
-    on_members = einsum(pattern[:, :, seq.points], members, "layer centroid point, layer point centroid -> layer centroid")
-    on_self = np.stack([np.diagonal(p[:, seq.centroids]) for p in pattern])
+    tokens = token_labels(cap)
+    stacked = per_layer(layers, b, "margin", "leak_bound", "leak_observed")
+    if cap.sampled is None:
+        stacked["pattern"] = per_layer(layers, b, "pattern")["pattern"]  # [U, k, pos]
+        keys = np.arange(seq.n_tokens)
+    else:
+        stacked["pattern"] = np.stack([cap.sampled.attention[lc.layer].pattern[b] for lc in layers])
+        keys = cap.sampled.positions
+    pattern = stacked["pattern"]
+    if cap.sampled is None:
+        members = np.stack([lc.pre.assignments[b] for lc in layers])  # [U, n, k]: soft membership read by the block
+        size = members.sum(axis=1)  # [U, k]
+        on_members = einsum(pattern[:, :, seq.points], members,
+                            "layer centroid point, layer point centroid -> layer centroid")
+    else:
+        size = np.stack([cluster_sizes(lc.pre.assignments, b) for lc in layers])  # without an n x k per layer
+        on_members = None  # the weights on points not sampled are not kept
+    on_self = np.stack([np.diagonal(p[:, np.searchsorted(keys, np.arange(seq.n_tokens)[seq.centroids])])
+                        for p in pattern])
     data = dict(
         layers=[lc.layer for lc in layers],
         key_labels=tokens,
-        centroid_labels=tokens[seq.centroids],
+        centroid_labels=list(tokens[seq.centroids]),
         **stacked,
+        keys=keys,
         cluster_size=size,
         weight_on_members=on_members,
         weight_on_self=on_self,
         drawn=sample.indices,
     )
-    return data, members
+    return data
 
 
 def _add_layer(fig: go.Figure, title: str, data: dict, seq, u: int, cluster: np.ndarray) -> list[dict]:
@@ -82,7 +109,8 @@ def _add_layer(fig: go.Figure, title: str, data: dict, seq, u: int, cluster: np.
     pts = drawn[np.lexsort((drawn, cluster))]
     keys = [seq.bos, *(seq.point(int(i)) for i in pts), *range(seq.centroids.start, seq.centroids.stop)]
     xlab = [tokens[p] for p in keys]
-    z = data["pattern"][u][:, keys].astype(np.float32)  # display only; view.data keeps float64
+    columns = np.searchsorted(data["keys"], keys)  # where each key's weights sit in data["pattern"]
+    z = data["pattern"][u][:, columns].astype(np.float32)  # display only; view.data keeps float64
     fig.add_trace(go.Heatmap(
         z=z, x=xlab, y=clabels, zmin=0, colorscale="Blues",
         colorbar=dict(title=dict(text="weight"), x=1.02, len=0.9),
@@ -90,11 +118,14 @@ def _add_layer(fig: go.Figure, title: str, data: dict, seq, u: int, cluster: np.
         visible=u == 0, name=title,
     ), row=1, col=1)
     expected = np.where(size[u] > 0, 1.0 / np.maximum(size[u], 1e-300), np.nan)
+    # A lean capture kept no weights on the points it did not sample: the certificate's weight off the members.
+    members, said = ((on_members[u], "weight on members") if on_members is not None else
+                     (data["leak_observed"][u], "weight off its members (observed leak)"))
     fig.add_trace(go.Bar(
         x=size[u], y=clabels, orientation="h", marker_color=[cluster_colour(j) for j in range(seq.k)],
-        customdata=np.stack([on_members[u].astype(str), on_self[u].astype(str), expected.astype(str),
+        customdata=np.stack([members.astype(str), on_self[u].astype(str), expected.astype(str),
                              data["margin"][u].astype(str), data["leak_bound"][u].astype(str)], axis=-1),
-        hovertemplate="%{y}: %{x:.6g} members<br>weight on members %{customdata[0]}<br>"
+        hovertemplate=f"%{{y}}: %{{x:.6g}} members<br>{said} %{{customdata[0]}}<br>"
                       "weight on itself %{customdata[1]}<br>uniform weight 1/size %{customdata[2]}<br>"
                       "margin %{customdata[3]}, leak bound %{customdata[4]}<extra></extra>",
         showlegend=False, visible=u == 0, name=f"{title} sizes",

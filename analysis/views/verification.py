@@ -17,8 +17,8 @@ from plotly.subplots import make_subplots
 from analysis.capture import AssignAttention, UpdateAttention
 from analysis.proof.bound import format_bound
 from analysis.verify.verdict import bound_text, not_applicable
-from analysis.views._common import View, as_capture, centroid_labels, point_labels, report_of, soft_clusters
-from analysis.views.trajectories import circuit_iterates, reference_run
+from analysis.views._common import View, as_capture, centroid_labels, point_labels, report_of
+from analysis.views.trajectories import centroid_iterates, iterate_clusters, reference_run
 from circuits import reference as lloyd_reference
 from circuits.sharpness import FLOAT64_UNDERFLOW
 
@@ -125,7 +125,7 @@ def _objective_data(obj, b: int, reference: np.ndarray | bool | None) -> tuple[d
     margins; and whether a reference is drawn."""
     cap = as_capture(obj)
     circ, X = cap.circuit, cap.encoded.X[b]
-    cents, assigns = circuit_iterates(obj, b)
+    cents = centroid_iterates(obj, b)
     T1 = len(cents)
     # "Objective at t": the verifier's records where the run was verified (the same numbers as the table), else
     # from the circuit's own state: centroids in C, each point at its (argmax) assignment, outliers nowhere.
@@ -134,7 +134,7 @@ def _objective_data(obj, b: int, reference: np.ndarray | bool | None) -> tuple[d
     if records is not None:
         obj_circuit = np.array([r.objective_circuit for r in records])
     else:
-        labels = np.stack([soft_clusters(a)[0] for a in assigns])
+        labels = iterate_clusters(obj, b)[1]
         obj_circuit = np.array([lloyd_reference.objective(X, cents[i], labels[i]) for i in range(T1)])
     run = reference_run(obj, b) if reference is None else None
     if reference is None:

@@ -18,7 +18,7 @@ from analysis.capture.hooked import certify_hooked_patterns
 from analysis.verify import VerificationReport, reads, verify_problem
 from analysis.verify.altered import find_alterations
 from analysis.scheduler import Scheduler
-from analysis.verify.checks import certified
+from analysis.verify.checks import trace_of
 from analysis.verify.prefetch import prefetch
 from circuits import devices, hook_names, reference
 from circuits.build import KMeansCircuit
@@ -319,7 +319,7 @@ def run_problem(X: np.ndarray, C0: np.ndarray, iterations: int = 10, variant: st
                       keep=_keep(circuit, X.shape[0], lean, options.sample), forward_threads=scheduler.forward_threads)
         report = verify_problem(cap, 0, scheduler, prefetched)
         return RunResult(circuit, encoded, cap, report, resolution,
-                         None if prefetched is None else _iterates(circuit, prefetched))
+                         None if prefetched is None else _iterates(prefetched))
     finally:
         scheduler.close()
 
@@ -332,9 +332,8 @@ def _keep(circuit: KMeansCircuit, n: int, lean: bool, sample: int | None) -> Kee
     return keep if sample is None else replace(keep, sample=tuple(int(i) for i in prior_sample(n, sample)))
 
 
-def _iterates(circuit: KMeansCircuit, prefetched) -> tuple[np.ndarray, np.ndarray]:
+def _iterates(prefetched) -> tuple[np.ndarray, np.ndarray]:
     """The centroids and objectives of the reference's run that ``prefetched`` made (as
     :func:`analysis.verify.reference_trace` makes it: the certified run's trace where the reference is certified)."""
-    ref, ran = prefetched.reference.value()
-    trace = ran.trace if certified(ref, circuit) else ran
+    trace = trace_of(prefetched.reference.value()[1])
     return np.asarray(trace.centroids), np.asarray(trace.objectives)

@@ -119,15 +119,28 @@ def certified(ref: reference.Reference, circ: KMeansCircuit) -> bool:
     return ref.hard and by_distance(circ)
 
 
-def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
-    """The reference's run from the circuit's initial centroids, on the points the circuit received (certified at
-    the data's precision where :func:`certified`)."""
+def run_reference(cap: Capture, b: int = 0):
+    """Problem ``b``'s reference (:func:`make_reference`) and its run from the circuit's initial centroids, on the
+    points the circuit received: a :class:`~analysis.verify.fast.certified.CertifiedRun` at the data's precision
+    where :func:`certified`, else the reference's own :class:`~circuits.reference.Trace`."""
     from analysis.verify.fast.certified import certified_run
 
     enc, ref = cap.encoded, make_reference(cap, b)
-    if certified(ref, cap.circuit):
-        return certified_run(ref, enc.X[b], enc.C0[b], cap.circuit.iterations).trace
-    return ref.run(enc.X[b], enc.C0[b], cap.circuit.iterations)
+    X, C0, T = enc.X[b], enc.C0[b], cap.circuit.iterations
+    return ref, (certified_run(ref, X, C0, T) if certified(ref, cap.circuit) else ref.run(X, C0, T))
+
+
+def trace_of(run) -> reference.Trace:
+    """The trajectory of a run :func:`run_reference` made (a certified run's is its ``trace``)."""
+    from analysis.verify.fast.certified import CertifiedRun
+
+    return run.trace if isinstance(run, CertifiedRun) else run
+
+
+def reference_trace(cap: Capture, b: int = 0) -> reference.Trace:
+    """The reference's run from the circuit's initial centroids, on the points the circuit received (certified at
+    the data's precision where :func:`certified`)."""
+    return trace_of(run_reference(cap, b)[1])
 
 
 @dataclass(frozen=True)

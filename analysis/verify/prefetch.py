@@ -16,8 +16,7 @@ import numpy as np
 
 from analysis.capture import Capture
 from analysis.scheduler import Scheduler, Task
-from analysis.verify.checks import certified, make_reference
-from analysis.verify.fast.certified import certified_run
+from analysis.verify.checks import run_reference
 from analysis.verify.procedure import sharpness_task
 
 
@@ -43,14 +42,10 @@ class Prefetched:
 
 def prefetch(scheduler: Scheduler, circuit, encoded, b: int = 0) -> Prefetched:
     """Submit problem ``b``'s reference run, then its sharpness bound, to ``scheduler``'s workers."""
-    # make_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
+    # run_reference and the bound's inputs read a capture's circuit and problem only: a capture of no layers
     # stands for the run.
     problem = Capture(circuit, encoded, [], np.zeros((encoded.batch, encoded.n, 0)))
-    reference = scheduler.submit(functools.partial(_reference_run, problem, b))
+    reference = scheduler.submit(functools.partial(run_reference, problem, b))
     return Prefetched(circuit, encoded, b, reference, sharpness_task(problem, b, scheduler))
 
 
-def _reference_run(problem: Capture, b: int):
-    ref = make_reference(problem, b)
-    X, C0, T = problem.encoded.X[b], problem.encoded.C0[b], problem.circuit.iterations
-    return ref, (certified_run(ref, X, C0, T) if certified(ref, problem.circuit) else ref.run(X, C0, T))

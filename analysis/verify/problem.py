@@ -16,11 +16,11 @@ import torch
 
 from analysis.capture import Capture
 from analysis.verify.checks import (
-    At, TieRule, by_distance, certified, check_costs, circuit_input_window, circuit_window, make_reference,
-    max_stiffness, resolution_window,
+    At, TieRule, by_distance, check_costs, circuit_input_window, circuit_window, max_stiffness, resolution_window,
+    run_reference,
 )
 from analysis.verify.fast import blocks
-from analysis.verify.fast.certified import CertifiedRun, certified_run
+from analysis.verify.fast.certified import CertifiedRun
 from analysis.verify.report import Mismatch, Tie, Tolerances, Unresolved, tolerances
 from analysis.verify.windows import circuit_rows, distance_uncertainty
 from circuits.reference import Costs, Reference, Trace
@@ -65,12 +65,7 @@ class CheckedProblem:
         X, C0 = enc.X[b], enc.C0[b]
         d, s = circ.layout.d, float(enc.scaling.scale[b])
         tol = tolerances(circ.dtype, d, s, float(np.abs(np.concatenate([X, C0])).max()))
-        if prefetched is not None:
-            ref, run = prefetched.result(cap, b)
-        else:
-            ref = make_reference(cap, b)
-            run = (certified_run(ref, X, C0, circ.iterations) if certified(ref, circ)
-                   else ref.run(X, C0, circ.iterations))
+        ref, run = prefetched.result(cap, b) if prefetched is not None else run_reference(cap, b)
         run, trace = (run, run.trace) if isinstance(run, CertifiedRun) else (None, run)
         distance = ref.hard and by_distance(circ)
         tie_break_abs = circ.sharpness.tie_break * s**2

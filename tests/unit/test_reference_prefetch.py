@@ -52,7 +52,7 @@ def test_a_reference_error_is_raised_where_the_verification_would_meet_it(monkey
     def undefined(*args, **kwargs):
         raise DegenerateUpdate("members cancel")
 
-    monkeypatch.setattr(prefetch, "make_reference", undefined)
+    monkeypatch.setattr(prefetch, "run_reference", undefined)
     scheduler = Scheduler(threads=2, at_scale=True)
     report = verify_problem(cap, 0, scheduler, prefetch.prefetch(scheduler, circuit, encoded))
     scheduler.close()

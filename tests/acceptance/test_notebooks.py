@@ -10,6 +10,7 @@ draws without a network) and each figure as plotly's MIME type (what JupyterLab 
 every figure used to embed its own 4.8 MB copy of plotly.js (01_exact_circuit ran to 40.5 MB).
 """
 
+import ast
 import json
 import os
 import sys
@@ -96,6 +97,29 @@ def test_notebook_runs_top_to_bottom(path, executed):
     assert code and all(c.execution_count is not None for c in code)
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert errors == []
+
+
+#: ipywidgets' calls that run a function at once when displayed, unless told {"manual": True}.
+RUN_ON_DISPLAY = frozenset({"interactive", "interact"})
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_widgets_run_on_their_button(path):
+    """Every widget that calls a function runs it on its button, not when the cell runs: output written into a
+    widget's output area as the cell runs (a figure, a print) held the headless runs of these tests about ten
+    minutes on that cell (05_interactive's figure, then its ablation; a browser front end would consume it)."""
+    nb = nbformat.read(path, as_version=4)
+    eager = []
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        for node in ast.walk(ast.parse(cell.source)):
+            name = getattr(node, "func", None) and getattr(node.func, "attr", getattr(node.func, "id", None))
+            if not isinstance(node, ast.Call) or name not in RUN_ON_DISPLAY:
+                continue
+            options = [dict(zip((getattr(k, "value", None) for k in arg.keys), arg.values))
+                       for arg in node.args if isinstance(arg, ast.Dict)]
+            manual = any(getattr(o.get("manual"), "value", None) is True for o in options)
+            eager += [] if manual else [ast.get_source_segment(cell.source, node).splitlines()[0]]
+    assert eager == [], f"{path.name}: give these {{\"manual\": True}}: {eager}"
 
 
 def plotly_js_copies(text: str) -> int:

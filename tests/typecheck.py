@@ -1,11 +1,59 @@
 """The run-time type checker the test run applies to ``circuits`` and ``analysis`` (pyproject's
-``--jaxtyping-packages``): beartype on every annotated function and dataclass, jaxtyping shapes included.
+``--jaxtyping-packages``): beartype on every annotated function and dataclass, jaxtyping shapes included, except in
+the kernels named in :data:`UNCHECKED`.
 
 Two readings of the annotations, because that is what they mean in numerical code: PEP 484's numeric tower (an
 ``int`` is a valid ``float``), and a numpy integer (``np.int64`` from an argmax) is a valid ``int``.
 """
 
+import importlib.abc
+import importlib.machinery
+import sys
+
 import numpy as np
 from beartype import BeartypeConf, FrozenDict, beartype
 
 checked = beartype(conf=BeartypeConf(is_pep484_tower=True, hint_overrides=FrozenDict({int: int | np.integer})))
+
+#: Modules (and the packages' modules) the test run imports unchecked: the kernels of the fast paths, called per
+#: block and per group of tokens, 10^4 to 10^5 times in one test. A checked call costs about 90 us there (binding
+#: the arguments, jaxtyping's shape memo, an isinstance per array): tests/unit/test_learned_circuit.py took 88 s
+#: checked throughout, 27 s with these two unchecked and 17 s with no checker (pytest's times, one process, quiet
+#: machine). Each is tested bit for bit against the textbook form it speeds up (tests/unit/test_structured.py,
+#: tests/unit/test_verify_fast.py), and the checked functions that call them check what goes in and comes out.
+#: docs/performance.md, "The test suite".
+UNCHECKED = ("circuits.structured", "analysis.verify.fast")
+
+
+def unchecked(module: str) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in UNCHECKED)
+
+
+class _FromSource(importlib.machinery.SourceFileLoader):
+    """A module compiled from its source, without the bytecode cache: jaxtyping's loader points the cache at its
+    own file name while a checked module runs, so a plain import made from one (``circuits.build`` imports
+    ``circuits.structured``) would read or write the checked module's cache file."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+class _ImportUnchecked(importlib.abc.MetaPathFinder):
+    """Finds the modules of UNCHECKED as a plain import would, ahead of jaxtyping's finder (which then never sees
+    them); every other module goes on to the finders behind it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target) if unchecked(fullname) else None
+        if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            spec.loader = _FromSource(spec.loader.name, spec.loader.path)
+        return spec
+
+
+def leave_kernels_unchecked() -> None:
+    """Import UNCHECKED's modules unchecked from now on: called before anything imports them (tests/conftest.py)."""
+    early = sorted(name for name in sys.modules if unchecked(name))
+    if early:
+        raise RuntimeError(f"already imported, and checked if the hook was on: {early}")
+    if not any(isinstance(finder, _ImportUnchecked) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ImportUnchecked())

@@ -1,0 +1,62 @@
+"""The test run's type checker (tests/typecheck.py) is on where it says and off only in the kernels it names."""
+
+import importlib
+import pkgutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+from typecheck import UNCHECKED, unchecked
+
+import analysis
+import circuits
+
+
+@pytest.fixture
+def hook_on(request):
+    if not request.config.getoption("jaxtyping_packages", None):
+        pytest.skip("this run has no --jaxtyping-packages (pyproject's addopts were replaced)")
+
+
+def project_modules() -> list[str]:
+    """Every module of circuits/ and analysis/, imported (those whose optional extra is missing left out, and the
+    command line's ``__main__``, which runs it)."""
+    names = []
+    for package in (circuits, analysis):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith(".__main__"):
+                continue
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # an optional extra (Ray) that this environment does not have
+                continue
+            names.append(info.name)
+    return [circuits.__name__, analysis.__name__, *names]
+
+
+def test_every_module_is_checked_but_the_named_kernels(hook_on):
+    by_loader = {name: type(sys.modules[name].__spec__.loader).__name__ for name in project_modules()}
+    checked = {name for name, loader in by_loader.items() if loader == "_JaxtypingLoader"}
+    assert {name for name in by_loader if not unchecked(name)} == checked
+    assert {name for name in UNCHECKED if name in by_loader} == set(UNCHECKED)  # each names a module that exists
+    assert any(unchecked(name) for name in by_loader) and len(checked) > 100
+
+
+def wrapped_by_the_checker(f) -> bool:
+    """Whether ``f`` is jaxtyping's wrapper (which runs the checks, then the function) rather than the function."""
+    return "jaxtyping" in getattr(getattr(f, "__code__", None), "co_filename", "")
+
+
+def test_a_checked_function_refuses_a_wrong_shape_and_an_unchecked_one_is_not_wrapped(hook_on):
+    from circuits import reference
+    from circuits.structured import plans
+
+    X, C = np.zeros((4, 2)), np.zeros((3, 2))
+    assert reference.sq_distances(X, C).shape == (4, 3)
+    with pytest.raises(Exception, match="sq_distances"):
+        reference.sq_distances(X, np.zeros((3, 5)))  # d differs: the shared dimension of the annotations
+    assert wrapped_by_the_checker(reference.sq_distances) and wrapped_by_the_checker(reference.Reference.assign)
+    kernels = [plans.per_token, plans.add_rows, plans.cached_plan, plans.RestrictedMap.apply, plans.MLPPlan.apply]
+    assert not any(wrapped_by_the_checker(f) for f in kernels)
+    assert plans.per_token(torch.nn.Identity(), "text") == "text"  # unchecked: a str goes through as a tensor

@@ -339,6 +339,15 @@ def pytest_xdist_make_scheduler(config, log):
     return FilesThatShare(config, log)
 
 
+#: In an -n run each worker, and each command its tests start, computes on one thread: the workers already keep
+#: the cores busy, and two torch threads in each of them (torch's default on 2 cores) spent their waits spinning.
+#: Measured (docs/performance.md, "The test suite"): `python -m pytest -q -n 2 -m fast` took 236 s (431 s of user
+#: CPU) with torch's default and 174 s (312 s) with one thread. A serial run keeps torch's default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
     """Each test starts with the process's torch thread count: a command run in-process sets it for the process

@@ -56,9 +56,10 @@ def report(prefix: str, top: int) -> None:
         sys.exit(f"no logs {prefix}.*.tsv: run the suite with {LOG}={prefix} and -p suite_cpu first")
     for log in logs:
         for line in log.read_text().splitlines():
-            own, children, wall, nodeid = line.split("\t")
+            *times, nodeid = line.split("\t")
             row = per_file[nodeid.split("::")[0]]
-            row[0], row[1], row[2], row[3] = row[0] + float(own), row[1] + float(children), row[2] + float(wall), row[3] + 1
+            for i, value in enumerate((*map(float, times), 1)):
+                row[i] += value
     total = [sum(r[i] for r in per_file.values()) for i in range(4)]
     print(f"{int(total[3])} tests in {len(logs)} process(es): {total[0] / 60:.1f} min of CPU in the test processes, "
           f"{total[1] / 60:.1f} min in their children, {total[2] / 60:.1f} min of wall time added over tests")

@@ -1,16 +1,14 @@
 """The test run's type checker (tests/typecheck.py) is on where it says and off only in the kernels it names."""
 
 import importlib
-import pkgutil
 import sys
 
 import numpy as np
 import pytest
 import torch
+from jaxtyping import TypeCheckError
+from test_architecture import modules
 from typecheck import UNCHECKED, unchecked
-
-import analysis
-import circuits
 
 
 @pytest.fixture
@@ -20,19 +18,18 @@ def hook_on(request):
 
 
 def project_modules() -> list[str]:
-    """Every module of circuits/ and analysis/, imported (those whose optional extra is missing left out, and the
-    command line's ``__main__``, which runs it)."""
+    """Every module of circuits/ and analysis/ (test_architecture's list), imported: those whose optional extra is
+    missing left out, and the command line's ``__main__``, which runs it."""
     names = []
-    for package in (circuits, analysis):
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name.endswith(".__main__"):
-                continue
-            try:
-                importlib.import_module(info.name)
-            except ImportError:  # an optional extra (Ray) that this environment does not have
-                continue
-            names.append(info.name)
-    return [circuits.__name__, analysis.__name__, *names]
+    for name in modules():
+        if name.endswith(".__main__"):
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional extra (Ray) that this environment does not have
+            continue
+        names.append(name)
+    return names
 
 
 def test_every_module_is_checked_but_the_named_kernels(hook_on):
@@ -54,7 +51,7 @@ def test_a_checked_function_refuses_a_wrong_shape_and_an_unchecked_one_is_not_wr
 
     X, C = np.zeros((4, 2)), np.zeros((3, 2))
     assert reference.sq_distances(X, C).shape == (4, 3)
-    with pytest.raises(Exception, match="sq_distances"):
+    with pytest.raises(TypeCheckError, match="sq_distances"):
         reference.sq_distances(X, np.zeros((3, 5)))  # d differs: the shared dimension of the annotations
     assert wrapped_by_the_checker(reference.sq_distances) and wrapped_by_the_checker(reference.Reference.assign)
     kernels = [plans.per_token, plans.add_rows, plans.cached_plan, plans.RestrictedMap.apply, plans.MLPPlan.apply]

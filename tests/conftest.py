@@ -15,15 +15,16 @@ import pytest
 import torch
 from hypothesis import settings
 
-#: tests/ (browser.py, typecheck.py) and each suite folder are importable by bare name from any test, whichever
-#: file or folder pytest is given: a test imports a helper of another folder's file (from test_cli_bad_input import
-#: usage_error).
+#: tests/ (browser.py, command_server.py, typecheck.py) and each suite folder are importable by bare name from any
+#: test, whichever file or folder pytest is given: a test imports a helper of another folder's file (from
+#: test_cli_bad_input import usage_error).
 TESTS = Path(__file__).resolve().parent
 #: The suite's folders (docs/contributing.md): tests/unit, in-process tests of circuits/ and analysis/;
 #: tests/integration, the command line, mostly run as a user does in a subprocess; tests/acceptance, what a reader
 #: meets (notebooks, the report in a browser, the docs, the README, the committed checkpoints, the code's shape).
 #: Each folder is a marker too (`-m unit`). A test file outside them fails collection: a new file is placed when it
-#: is added. Test files are imported by their bare name (from test_cli import cli), so a name is used once.
+#: is added. Test files are imported by their bare name (from test_training_cli import assert_usage_error), so a
+#: name is used once.
 FOLDERS = ("unit", "integration", "acceptance")
 for _path in (TESTS, *(TESTS / folder for folder in FOLDERS)):
     if str(_path) not in sys.path:
@@ -182,7 +183,7 @@ SLOW = frozenset({
 #: What moves a test out of process, found in its code: these names, reached from the test function through the
 #: module's own functions and fixtures (code only: a docstring that mentions a subprocess moves nothing).
 BROWSER_NAMES = frozenset({"check_page", "Chromium"})
-SUBPROCESS_NAMES = frozenset({"subprocess", "Popen"})
+SUBPROCESS_NAMES = frozenset({"subprocess", "Popen", "run_command", "run_python"})  # the last two: command_server.py
 #: The module fixture that starts a local Ray instance (tests/integration/test_engine.py); a test that takes it, or is
 #: parametrized with "ray" (and takes it through request.getfixturevalue), is in the ray layer.
 RAY_FIXTURE = "local_ray"
@@ -204,12 +205,23 @@ def _module_functions(path: str) -> dict[str, tuple[frozenset[str], tuple[str, .
 
 @functools.lru_cache(maxsize=None)
 def _imported_helpers(path: str) -> dict[str, str]:
-    """Names a test file imports from another test file (``from test_cli import cli``): name -> that file."""
+    """Names a test file imports from another test file (``from test_training_cli import assert_usage_error``):
+    name -> that file."""
     files = _test_files()
     return {alias.asname or alias.name: str(files[f"{node.module}.py"])
             for node in ast.parse(Path(path).read_text()).body
             if isinstance(node, ast.ImportFrom) and node.module and f"{node.module}.py" in files
             for alias in node.names}
+
+
+@functools.lru_cache(maxsize=None)
+def _helper_aliases(path: str) -> dict[str, str]:
+    """Names a test file imports under another name from a helper module of tests/ (``from command_server import
+    run_command as cli``): the name it uses -> the helper's own name, which is what the layers look for."""
+    return {alias.asname: alias.name
+            for node in ast.parse(Path(path).read_text()).body
+            if isinstance(node, ast.ImportFrom) and node.module and (TESTS / f"{node.module}.py").is_file()
+            for alias in node.names if alias.asname}
 
 
 def _reached_names(path: str, function: str) -> frozenset[str]:
@@ -227,7 +239,7 @@ def _reached_names(path: str, function: str) -> frozenset[str]:
         if name not in _module_functions(where):
             continue
         used, args = _module_functions(where)[name]
-        names |= used
+        names |= used | {_helper_aliases(where)[n] for n in used if n in _helper_aliases(where)}
         todo.extend((where, n) for n in (*used, *args))
     return frozenset(names)
 

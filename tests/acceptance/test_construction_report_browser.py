@@ -13,13 +13,12 @@ Skipped only when no Chromium is installed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from browser import Chromium, check_page, find_chromium, read_drawn
+from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")
@@ -51,8 +50,7 @@ def browser():
 
 def cluster_out(tmp_path, *argv) -> tuple[int, dict, object]:
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", *map(str, argv), "--out", str(out)],
-                         capture_output=True, text=True, timeout=900)
+    res = run_command("cluster", *argv, "--out", out, timeout=900)
     assert res.returncode in (0, 1), res.stderr
     assert sorted(p.name for p in out.iterdir()) == ["centroids.csv", "labels.csv", "report.html",
                                                      "verification.json"]

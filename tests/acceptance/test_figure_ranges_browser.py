@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -33,6 +32,7 @@ import pytest
 
 from analysis import report as R
 from browser import Chromium, find_chromium
+from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")
@@ -203,8 +203,7 @@ def first_step_attended(states: list[dict], view: str) -> list[str]:
 
 
 def run_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", *map(str, args)], capture_output=True, text=True,
-                         timeout=900, cwd=cwd)
+    res = run_command(*args, timeout=900, cwd=cwd)
     assert res.returncode == 0, res.stderr
     return res
 

@@ -4,8 +4,6 @@ evaluation files (``python benchmarks/bench_general.py`` writes ``checkpoints/ge
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from analysis.evaluation import REL_TOL, objectives, trajectories
 from circuits.training.checkpoint import load_model, read_config
 from circuits.training.general_tasks import general_tasks
 from circuits.training.tasks import TEST
+from command_server import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERAL = ROOT / "checkpoints" / "general"
@@ -58,8 +57,8 @@ def test_mean_objective_does_not_rise_beyond_the_evaluations_tie_tolerance(fixed
 
 
 def test_cluster_iris_at_its_true_k_reports_the_ratio_to_lloyds():
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", "--checkpoint", str(GENERAL), "--dataset",
-                          "iris", "--k", "3", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    res = run_command("cluster", "--checkpoint", GENERAL, "--dataset", "iris", "--k", "3", "--json", timeout=600,
+                      cwd=ROOT)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["verified"] and doc["d"] == 4 and len(doc["centroids"]) == 3

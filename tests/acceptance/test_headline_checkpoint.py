@@ -8,11 +8,10 @@ Lloyd's fails.
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from command_server import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADLINE = ROOT / "checkpoints" / "headline"
@@ -63,9 +62,8 @@ def test_training_page_tables_are_the_committed_evaluations():
 
 
 def test_committed_checkpoint_still_beats_lloyds_on_fresh_held_out_tasks():
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", "evaluate", "--checkpoint", str(HEADLINE),
-                          "--tasks", "16", "--datasets", "none", "--json"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    res = run_command("evaluate", "--checkpoint", HEADLINE, "--tasks", "16", "--datasets", "none", "--json",
+                      timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     final = doc["tasks"]["final"]

@@ -9,14 +9,13 @@ anything but the file itself. The checker is shown to fail on pages broken in ea
 Skipped only when no Chromium is installed (CI installs Debian's ``chromium``).
 """
 
-import subprocess
-import sys
 
 import plotly.graph_objects as go
 import pytest
 
 from analysis import report as R
 from browser import Chromium, check_page, find_chromium, static_external_references
+from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")
@@ -34,8 +33,7 @@ def browser():
 @pytest.fixture(scope="module")
 def iris_page(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "r.html"
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", "report", "--dataset", "iris", "--k", "3",
-                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+    res = run_command("report", "--dataset", "iris", "--k", "3", "--out", out, timeout=600)
     # Exit 0: iris's decimal ties are ties at the data's precision, which the circuit sends to the lower index as
     # the reference does (docs/exactness.md).
     assert res.returncode == 0 and out.exists(), res.stderr

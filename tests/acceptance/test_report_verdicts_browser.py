@@ -11,14 +11,13 @@ Skipped only when no Chromium is installed (CI installs Debian's ``chromium``).
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from browser import Chromium, find_chromium
+from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
                                 reason="headless Chromium is not installed (apt-get install chromium)")
@@ -67,8 +66,7 @@ def run(request, tmp_path_factory):
     (folder / "t.csv").write_text("0,0\n2,0\n1.000000000000001,0.3\n")
     (folder / "i.csv").write_text("0,0\n2,0\n")
     out = folder / "run"
-    res = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", *args, "--iterations", str(T),
-                          "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=folder)
+    res = run_command("cluster", *args, "--iterations", T, "--out", out, timeout=600, cwd=folder)
     assert res.returncode == code, res.stdout + res.stderr
     record = json.loads((out / "verification.json").read_text())
     return request.param, out / "report.html", record, kind

@@ -12,12 +12,9 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_iris
 
 from circuits.initialisation import initial_centroids
+from command_server import run_command as cli
 
 CLI = [sys.executable, "-m", "analysis.cli"]
-
-
-def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 def test_help_is_fast_and_lists_cluster():

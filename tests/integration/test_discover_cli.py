@@ -3,18 +3,11 @@ limits on work (each refused in one line, exit 2, stated in --help), strict JSON
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "analysis.cli"]
-
-
-def cli(*args, cwd=None, timeout=600, env=None):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env=env)
+from command_server import run_command as cli
 
 
 def strict(text: str):

@@ -1,6 +1,6 @@
 """Issue 42, section 5: a writer killed at any moment leaves the complete previous output or the complete new one.
 
-A subprocess runs :func:`circuits.files.write_folder_atomic` (the one writer of every ``--out`` folder and of every
+A new process (tests/command_server.py's ``run_python``) runs :func:`circuits.files.write_folder_atomic` (the one writer of every ``--out`` folder and of every
 checkpoint) over an existing folder and is killed with ``os._exit`` at its n-th step — each file written, each
 entry linked, each rename, the swap — for every n until it completes; then ``cluster --out`` itself is killed at
 the swap, and failed (in-process) at every step.
@@ -9,9 +9,6 @@ the swap, and failed (in-process) at every step.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,10 +16,9 @@ import pytest
 
 from analysis.cli import main
 from circuits import files
+from command_server import run_python
 from test_files import KEPT, NEW, OLD, contents, make_previous
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 #: Kills the writer at its n-th step (argv: n, then what to run); "renames": as on a system without renameat2.
 KILLER = textwrap.dedent("""
@@ -74,8 +70,7 @@ def test_a_writer_killed_at_any_step_leaves_a_complete_folder(tmp_path, swap):
         root = tmp_path / f"run{n}"
         out = root / "out"
         make_previous(out)
-        done = subprocess.run([sys.executable, "-c", KILLER, str(n), swap, "write", str(out), json.dumps(NEW)],
-                              capture_output=True, text=True, env=ENV)
+        done = run_python(KILLER, n, swap, "write", out, json.dumps(NEW))
         assert done.returncode in (0, 9), done.stderr
         if out.exists():
             state = contents(out)
@@ -104,8 +99,7 @@ def test_cluster_killed_at_the_swap_keeps_the_previous_output(tmp_path):
     before = contents(out)
     assert sorted(before) == sorted(CLUSTER_FILES)
     for n, expected in ((4, "old"), (5, "old"), (6, "new")):  # 4 files written, then the swap (5th step)
-        done = subprocess.run([sys.executable, "-c", KILLER, str(n), "exchange", "cli", *CLUSTER, "--seed", "2",
-                               "--out", str(out)], capture_output=True, text=True, env=ENV)
+        done = run_python(KILLER, n, "exchange", "cli", *CLUSTER, "--seed", "2", "--out", out)
         state = contents(out)
         if expected == "old":
             assert done.returncode == 9 and state == before, (n, done.stderr[-2000:])

@@ -1,16 +1,10 @@
 """``kmeans-circuits patch`` as a user meets it: the iris example, output files, the outlier pair, bad input."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-CLI = [sys.executable, "-m", "analysis.cli"]
-
-
-def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+from command_server import run_command as cli
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 """The train / evaluate / drift / cluster --checkpoint commands as a user meets them (tiny sizes)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +9,9 @@ import pytest
 from browser import static_external_references
 from circuits import reference
 from circuits.training.schema import read_log
+from command_server import run_command as cli
 
-CLI = [sys.executable, "-m", "analysis.cli"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args, timeout=600):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 def assert_usage_error(res, *needles):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from circuits import reference
-from test_training_cli import assert_usage_error, cli
+from command_server import run_command as cli
+from test_training_cli import assert_usage_error
 
 HEADLINE = Path(__file__).resolve().parents[2] / "checkpoints" / "headline"
 

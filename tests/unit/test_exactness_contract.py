@@ -8,8 +8,6 @@ no empty cluster, with scikit-learn's ``KMeans(init=C0, n_init=1, algorithm="llo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from analysis.pipeline import run_problem
 from analysis.verify import distance_uncertainty
 from circuits.initialisation import initial_centroids
 from circuits.sharpness import Sharpness, for_problem, score_rounding, tie_magnitude
+from command_server import run_command
 
 
 def numpy_lloyd(X, C0, T):
@@ -59,8 +58,7 @@ def assert_is_lloyd(result, X, C0, T):
 
 
 def cli_json(*args, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "cluster", *args, "--json"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = run_command("cluster", *args, "--json", cwd=tmp_path)
     return proc.returncode, json.loads(proc.stdout) if proc.stdout else None, proc.stderr
 
 

@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from circuits.layout import ResidualLayout
 from circuits.sharpness import Sharpness
 
 from conftest import lloyd_circuit
+from command_server import run_command
 
 #: The obligations the issue asks for, by name (QK, OV and MLP of each block, unembedding, architecture).
 EXPECTED = [
@@ -115,8 +114,7 @@ def _params(circuit):
 
 
 def test_cli_prove_d4_k3_passes_every_obligation():
-    out = subprocess.run([sys.executable, "-m", "analysis.cli", "prove", "--d", "4", "--k", "3"],
-                         capture_output=True, text=True, timeout=600)
+    out = run_command("prove", "--d", "4", "--k", "3", timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in EXPECTED:
         line = next(line for line in out.stdout.splitlines() if re.search(rf"\s{re.escape(name)}(\s|$)", line))

@@ -21,6 +21,7 @@ from circuits.variants import VARIANTS, get_variant
 from circuits.variants.attention import sparsemax_grouped_rows, sparsemax_rows
 
 from conftest import lloyd_circuit
+from command_server import run_command
 
 
 def problem(n, d, k, seed=0):
@@ -193,19 +194,15 @@ def test_sweep_structured_runner_equals_the_dense_circuit_runner():
 
 def test_cli_says_which_path_ran_and_refuses_a_dense_run_too_large(tmp_path):
     import json
-    import subprocess
-    import sys
 
-    cli = [sys.executable, "-m", "analysis.cli", "cluster", "--dataset", "blobs", "--k", "3"]
-    res = subprocess.run([*cli, "--n", "300", "--iterations", "2", "--json"], capture_output=True, text=True, timeout=300)
+    cli = ["cluster", "--dataset", "blobs", "--k", "3"]
+    res = run_command(*cli, "--n", "300", "--iterations", "2", "--json", timeout=300)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["path"] == "structured" and doc["verified"]
-    res = subprocess.run([*cli, "--n", "300", "--iterations", "2", "--path", "dense"], capture_output=True, text=True,
-                         timeout=300)
+    res = run_command(*cli, "--n", "300", "--iterations", "2", "--path", "dense", timeout=300)
     assert res.returncode == 0 and "dense path" in res.stdout.splitlines()[0]
-    res = subprocess.run([*cli, "--n", "20000", "--path", "dense", "--out", str(tmp_path / "big")], capture_output=True,
-                         text=True, timeout=300)
+    res = run_command(*cli, "--n", "20000", "--path", "dense", "--out", tmp_path / "big", timeout=300)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "too many for the dense path" in res.stderr
     assert not (tmp_path / "big").exists()
 

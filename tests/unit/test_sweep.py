@@ -3,8 +3,6 @@
 import csv
 import math
 import io
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -13,8 +11,7 @@ from sklearn.cluster import KMeans
 
 from analysis import sweep
 from circuits import reference
-
-CLI = [sys.executable, "-m", "analysis.cli"]
+from command_server import run_command
 
 MICRO = sweep.SweepGrid(betas=(1.0, 30.0), d=(2,), k=(2, 3), n=(12,), scale=(0.5, 4.0),
                         base={"d": 2, "k": 2, "n": 12, "scale": 1.0}, seeds=2, iterations=4)
@@ -81,8 +78,7 @@ def test_trend_checks_treat_gaps_at_the_float_floor_as_equal():
 
 def test_command_writes_html_and_csv_and_states_the_verdict(tmp_path):
     out = tmp_path / "sw"
-    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = run_command("sweep", "--grid", "tiny", "--runner", "reference", "--out", out, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "reproduces the paper's qualitative finding:" in res.stdout
     rows = list(csv.DictReader(io.StringIO((out / "sweep.csv").read_text())))
@@ -99,8 +95,7 @@ def test_command_writes_html_and_csv_and_states_the_verdict(tmp_path):
     (["--scale", "x"], "comma-separated"),
 ])
 def test_bad_grids_exit_2_in_one_line(tmp_path, args, message):
-    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", "--out", str(tmp_path / "o"), *args],
-                         capture_output=True, text=True, timeout=60)
+    res = run_command("sweep", "--grid", "tiny", "--runner", "reference", "--out", tmp_path / "o", *args, timeout=60)
     assert res.returncode == 2 and message in res.stderr and res.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
 
@@ -111,8 +106,7 @@ def test_scales_and_stiffnesses_float64_cannot_carry_are_refused_in_one_line(tmp
     """Objectives of n d scale^2 past float64's range were NaN rows under a "YES" verdict; stiffnesses whose unit
     frame overflows failed every cell; squared distances below the normal range made every gap 0."""
     out = tmp_path / "sw"
-    res = subprocess.run([*CLI, "sweep", "--grid", "tiny", "--runner", "reference", *option, "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = run_command("sweep", "--grid", "tiny", "--runner", "reference", *option, "--out", out, timeout=300)
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "float64" in res.stderr, res.stderr
     assert not out.exists() and res.stdout == ""

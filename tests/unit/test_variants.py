@@ -33,6 +33,7 @@ from circuits.variants.sparse import SparseKMeans
 from circuits.variants.spherical import SphericalKMeans
 from circuits.variants.trimmed import TrimmedKMeans
 
+from command_server import run_command
 from test_lloyd_layers import problems as lloyd_problems
 
 T = 3
@@ -302,12 +303,8 @@ def test_every_variant_is_declared_once_with_its_defaults_in_range():
 
 
 # -- command line --------------------------------------------------------------------------------------------
-CLI = [sys.executable, "-m", "analysis.cli"]
-
-
 def test_cli_spherical_iris_matches_a_spherical_kmeans_reference():
-    res = subprocess.run([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--variant", "spherical", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    res = run_command("cluster", "--dataset", "iris", "--k", "3", "--variant", "spherical", "--json", timeout=300)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["variant"] == "spherical" and doc["verified"] is True and doc["iterations"] == 10
@@ -329,8 +326,8 @@ def test_cli_spherical_iris_matches_a_spherical_kmeans_reference():
 
 
 def test_cli_trimmed_reports_outliers_and_bad_specs_exit_2():
-    res = subprocess.run([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--init", "k-means++",
-                          "--variant", "trimmed:radius=0.4", "--json"], capture_output=True, text=True, timeout=300)
+    res = run_command("cluster", "--dataset", "iris", "--k", "3", "--init", "k-means++",
+                      "--variant", "trimmed:radius=0.4", "--json", timeout=300)
     # Point 70 is a decimal tie, a tie at the data's precision in binary: it goes to the lower index, as the
     # circuit's tie rule sends it; the labels are the trimmed reference's, checked below.
     assert res.returncode == 0, res.stderr
@@ -343,8 +340,7 @@ def test_cli_trimmed_reports_outliers_and_bad_specs_exit_2():
     trace = TrimmedKMeans(tie_break=tau, theta=(0.4 * s) ** 2, sink_tie_break=3 * tau).run(X, C0, 10)
     assert doc["labels"] == labels_of(trace.responsibilities[-1]).tolist() and -1 in doc["labels"]
     for spec in ["soft:beta=-1", "trimmed:size=2", "bogus"]:
-        bad = subprocess.run([*CLI, "cluster", "--dataset", "iris", "--k", "3", "--variant", spec],
-                             capture_output=True, text=True, timeout=60)
+        bad = run_command("cluster", "--dataset", "iris", "--k", "3", "--variant", spec, timeout=60)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
 

@@ -1,0 +1,72 @@
+"""tests/command_server.py, which most command-line tests run through: a served command gives what a new process
+gives (exit status, stdout, stderr, files where its working directory says), a time-out kills it, and what needs
+a process of its own gets one."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import command_server
+from command_server import run_command, run_python
+
+CLI = [sys.executable, "-m", "analysis.cli"]
+
+
+def _served_cpu() -> float:
+    return sum(server.child_cpu for server in command_server._SERVER)
+
+
+def _without_timings(text: str) -> str:
+    return re.sub(r"done in [0-9.]+ s", "done in ... s", text)
+
+
+@pytest.mark.parametrize("args", [
+    ("cluster", "--dataset", "iris", "--k", "3", "--iterations", "2", "--json"),
+    ("cluster", "--dataset", "iris", "--k", "3", "--iterations", "2", "--variant", "bogus"),
+    ("cluster", "--dataset", "iris"),
+], ids=["json", "bad-variant", "argparse"])
+def test_a_served_command_gives_what_a_new_process_gives(tmp_path, args):
+    before = _served_cpu()
+    served = run_command(*args, cwd=tmp_path)
+    assert _served_cpu() > before, "the command did not run in a child of the server"
+    fresh = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert (served.returncode, served.stdout) == (fresh.returncode, fresh.stdout)
+    assert _without_timings(served.stderr) == _without_timings(fresh.stderr)
+
+
+def test_relative_paths_are_the_working_directorys(tmp_path):
+    res = run_command("cluster", "--dataset", "iris", "--k", "3", "--iterations", "1", "--out", "run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "run" / "labels.csv").is_file()
+
+
+def test_a_command_past_its_time_is_killed_and_the_server_goes_on(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_command("cluster", "--dataset", "blobs", "--n", "400000", "--k", "8", "--iterations", "50", timeout=1,
+                    cwd=tmp_path)
+    assert run_command("--help").returncode == 0
+
+
+def test_python_code_sees_what_python_c_gives_it(tmp_path):
+    """argv, the path's first entry, the working directory and a variable of the caller's, as `python -c` has them,
+    and its exit status."""
+    code = ("import json, os, sys; print(json.dumps([sys.argv, sys.path[0], os.getcwd(),"
+            " os.environ.get('KMC_SEEN_BY_THE_CHILD')])); sys.exit(3)")
+    env = {**os.environ, "KMC_SEEN_BY_THE_CHILD": "yes"}
+    before = _served_cpu()
+    served = run_python(code, "a", 1, cwd=tmp_path, env=env)
+    assert _served_cpu() > before
+    fresh = subprocess.run([sys.executable, "-c", code, "a", "1"], capture_output=True, text=True, cwd=tmp_path,
+                           env=env)
+    assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr) == (
+        3, f'[["-c", "a", "1"], "", "{tmp_path}", "yes"]\n', "")
+
+
+def test_what_an_interpreter_reads_as_it_starts_gets_a_new_process(tmp_path):
+    before = _served_cpu()
+    res = run_python("import sys; print(sys.flags.hash_randomization)", cwd=tmp_path,
+                     env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert (res.returncode, res.stdout) == (0, "0\n") and _served_cpu() == before

@@ -40,9 +40,10 @@ settings.load_profile(os.environ.get("KMC_HYPOTHESIS", "repeatable"))
 
 # Before the first import of circuits or analysis: the kernels of tests/typecheck.py's UNCHECKED are imported
 # without the run-time type checker that pyproject's addopts puts on every other module of the two.
-from typecheck import leave_kernels_unchecked
+from typecheck import check_arrays_only_where_hinted, leave_kernels_unchecked
 
 leave_kernels_unchecked()
+check_arrays_only_where_hinted()
 
 from analysis.pipeline import RunResult, run_problem
 from circuits.build import build_lloyd_circuit

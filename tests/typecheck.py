@@ -1,6 +1,7 @@
 """The run-time type checker the test run applies to ``circuits`` and ``analysis`` (pyproject's
 ``--jaxtyping-packages``): beartype on every annotated function and dataclass, jaxtyping shapes included, except in
-the kernels named in :data:`UNCHECKED`.
+the kernels named in :data:`UNCHECKED`. jaxtyping's own wrapper, which relates the sizes of several array arguments
+through a shape memo, goes only where a hint names an array (:func:`check_arrays_only_where_hinted`).
 
 Two readings of the annotations, because that is what they mean in numerical code: PEP 484's numeric tower (an
 ``int`` is a valid ``float``), and a numpy integer (``np.int64`` from an argmax) is a valid ``int``.
@@ -57,3 +58,56 @@ def leave_kernels_unchecked() -> None:
         raise RuntimeError(f"already imported, and checked if the hook was on: {early}")
     if not any(isinstance(finder, _ImportUnchecked) for finder in sys.meta_path):
         sys.meta_path.insert(0, _ImportUnchecked())
+
+
+def _holds_an_array_hint(hint) -> bool:
+    """Whether a hint names a jaxtyping array type anywhere (``Float[Tensor, "n d"]``, ``list[Int[...]] | None``)."""
+    import typing
+
+    import jaxtyping
+
+    if isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray):
+        return True
+    return any(_holds_an_array_hint(arg) for arg in typing.get_args(hint))
+
+
+def _lean(jaxtyped):
+    """jaxtyping's ``jaxtyped`` where a function has an array hint (its shape memo relates the sizes of several
+    arguments), and the type checker alone where none has: the same checks, without binding the arguments twice
+    and a shape memo per call, which cost about 90 us a call."""
+    import inspect
+    import typing
+
+    def decorate(fn, options: dict):
+        typechecker = options.get("typechecker")
+        if callable(typechecker) and not inspect.isclass(fn):
+            try:
+                hints = typing.get_type_hints(fn, include_extras=True)
+            except Exception:  # a hint not resolvable yet: jaxtyping resolves it per call
+                hints = None
+            if hints is not None and not any(_holds_an_array_hint(h) for h in hints.values()):
+                return typechecker(fn)
+        return jaxtyped(fn, **options)
+
+    def lean(*args, **options):
+        if not args:  # the hook's form: @jaxtyped(typechecker=...)
+            return lambda fn: decorate(fn, options)
+        if isinstance(args[0], str):  # jaxtyped("context")
+            return jaxtyped(*args, **options)
+        return decorate(args[0], options)
+
+    lean.lean = True
+    return lean
+
+
+def check_arrays_only_where_hinted() -> None:
+    """Give the import hook's decorator (``@jaxtyping.jaxtyped(typechecker=...)``, looked up on the module as each
+    checked module runs) the lean form: called before anything checked is imported (tests/conftest.py).
+
+    tests/unit/test_prove_mutations.py's longest test made 385,985 checked calls, most of them the prover's small
+    exact-arithmetic helpers: 43.5 s under jaxtyping's wrapper throughout, about 15 s with it (docs/performance.md,
+    "The suite's commands from a warm process")."""
+    import jaxtyping
+
+    if not getattr(jaxtyping.jaxtyped, "lean", False):
+        jaxtyping.jaxtyped = _lean(jaxtyping.jaxtyped)

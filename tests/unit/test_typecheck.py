@@ -45,6 +45,11 @@ def wrapped_by_the_checker(f) -> bool:
     return "jaxtyping" in getattr(getattr(f, "__code__", None), "co_filename", "")
 
 
+def wrapped_by_beartype_alone(f) -> bool:
+    """Whether ``f`` is beartype's own wrapper (the checks it writes for one function), not jaxtyping's."""
+    return hasattr(f, "__wrapped__") and not wrapped_by_the_checker(f) and "<@beartype(" in f.__code__.co_filename
+
+
 def test_a_checked_function_refuses_a_wrong_shape_and_an_unchecked_one_is_not_wrapped(hook_on):
     from circuits import reference
     from circuits.structured import plans
@@ -57,3 +62,17 @@ def test_a_checked_function_refuses_a_wrong_shape_and_an_unchecked_one_is_not_wr
     kernels = [plans.per_token, plans.add_rows, plans.cached_plan, plans.RestrictedMap.apply, plans.MLPPlan.apply]
     assert not any(wrapped_by_the_checker(f) for f in kernels)
     assert plans.per_token(torch.nn.Identity(), "text") == "text"  # unchecked: a str goes through as a tensor
+
+
+def test_a_function_without_array_hints_is_checked_by_beartype_alone(hook_on):
+    """Where no hint names an array, jaxtyping's shape memo has nothing to relate: beartype's checks alone, the same
+    checks (tests/typecheck.py, check_arrays_only_where_hinted), at a microsecond a call instead of about 90."""
+    from circuits.layout import ResidualLayout
+    from circuits.variants import check_variant
+
+    assert wrapped_by_beartype_alone(check_variant) and wrapped_by_beartype_alone(ResidualLayout.width)
+    assert check_variant("lloyd", 3) == "lloyd"
+    with pytest.raises(Exception, match="check_variant"):
+        check_variant("lloyd", "3")  # iterations: an int
+    with pytest.raises(Exception, match="check_variant"):
+        check_variant(b"lloyd", 3)  # spec: a str

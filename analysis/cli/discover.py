@@ -207,7 +207,8 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
     from analysis.discovery.edges import CorruptionInvisible
     from analysis.discovery.methods import MethodError, load_method
     from analysis.discovery.report import discovery_report, summary
-    from analysis.discovery.run import build_construction, discover, family_truth, make_patcher
+    from analysis.discovery.run import (build_construction, construction_layers, construction_tokens, discover,
+                                        family_truth, make_patcher)
     from analysis.discovery.table import dataset_pairs
 
     try:
@@ -217,6 +218,15 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
     pairs = [p for c in corruptions for p in dataset_pairs(c, args.d, args.k, args.n, args.seed, args.pairs, X)]
     if not pairs:
         raise ProblemError(f"--corruption {args.corruption}: applies to none of the {args.pairs} drawn problems")
+    # Refused before the circuit is built: the pairs drawn (the patcher may drop some the corruption cannot change),
+    # the sequence's tokens and the blocks, all known from the construction's declaration.
+    tokens = construction_tokens(args.variant, args.n, args.k)
+    blocks = construction_layers(args.variant, args.iterations)
+    work = float(edges) * len(pairs) * tokens**2 * blocks
+    if work > MAX_WORK:
+        raise ProblemError(f"estimated work {work:.3g} (candidates x pairs x tokens^2 x blocks = {edges} x"
+                           f" {len(pairs)} x {tokens}^2 x {blocks}) exceeds discover's limit {MAX_WORK:g}"
+                           " (about ten minutes on 2 cores); use fewer --pairs, --n or --iterations")
     circuit = build_construction(args.variant, args.d, args.k, args.iterations)
     try:
         patcher = make_patcher(circuit, pairs, None, args.ablation, args.metric, drop_invisible=True)
@@ -224,12 +234,6 @@ def run_one(args: argparse.Namespace, out, corruptions: list[str], X, source: st
         raise ProblemError(f"--corruption {args.corruption} (seed {args.seed}): {exc}; try another seed") from None
     except ValueError as exc:
         raise ProblemError(f"--variant {args.variant}: {exc}") from None
-    tokens, blocks = patcher.clean.shape[1], patcher.graph.n_layers
-    work = float(edges) * len(patcher.pairs) * tokens**2 * blocks
-    if work > MAX_WORK:
-        raise ProblemError(f"estimated work {work:.3g} (candidates x pairs x tokens^2 x blocks = {edges} x"
-                           f" {len(patcher.pairs)} x {tokens}^2 x {blocks}) exceeds discover's limit {MAX_WORK:g}"
-                           " (about ten minutes on 2 cores); use fewer --pairs, --n or --iterations")
     truth = family_truth(circuit, patcher.graph, patcher.pairs, args.ablation, X)
     try:
         result = discover(circuit, patcher.pairs, args.method, threshold=args.threshold, steps=args.steps,
@@ -288,20 +292,15 @@ def run_table(args: argparse.Namespace, out) -> int:
 def _table_work(args: argparse.Namespace) -> float:
     """The table's estimated work, from each construction's blocks and tokens (no circuit built)."""
     from analysis.discovery.graph import candidate_count
-    from analysis.constructions.common import group_names
-    from analysis.discovery.run import construction_layers
+    from analysis.discovery.run import construction_layers, construction_tokens
     from analysis.discovery.table import PAIRS, SWAP_SHAPE, TABLE_CORRUPTIONS, TABLE_SHAPE, table_tasks
 
     tasks = len(table_tasks(TABLE_CORRUPTIONS, ABLATIONS)) * len(METRICS) * args.seeds * PAIRS
     total = 0.0
     for name in args.construction_list:
-        construction = CONSTRUCTIONS.get(name)
-        d, k, n, t = TABLE_SHAPE if construction is None else SWAP_SHAPE
+        d, k, n, t = TABLE_SHAPE if name not in CONSTRUCTIONS else SWAP_SHAPE
         blocks = construction_layers(name, t)
-        # A construction's step holds a token per point, the sink, and k centroid tokens per group of its step.
-        groups = 1 if construction is None else len(group_names(construction.step_groups()))
-        tokens = 1 + n + groups * k
-        total += candidate_count(blocks) * tokens**2 * blocks * tasks
+        total += candidate_count(blocks) * construction_tokens(name, n, k)**2 * blocks * tasks
     return total
 
 

@@ -54,6 +54,16 @@ def construction_layers(name: str, iterations: int) -> int:
     return 2 * iterations + 2 if construction is None else construction.layers(iterations)
 
 
+def construction_tokens(name: str, n: int, k: int) -> int:
+    """Tokens of one problem's sequence, read before building: the sink, a token per point, and ``k`` centroid
+    tokens per group of the step (one group for a variant; the swap's and the learned construction's name theirs)."""
+    from analysis.constructions.common import group_names
+
+    construction = CONSTRUCTIONS.get(name)
+    groups = 1 if construction is None else len(group_names(construction.step_groups()))
+    return 1 + n + groups * k
+
+
 def make_patcher(circuit, pairs, graph: CircuitGraph | None = None, ablation: str = DEFAULT_ABLATION,
                  metric: str = "l2", drop_invisible: bool = False):
     """The :class:`~analysis.discovery.edges.EdgePatcher` of ``pairs`` on ``circuit`` (``mean``: over the pairs'

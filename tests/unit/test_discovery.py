@@ -318,3 +318,18 @@ def test_swap_metric_rounding_by_batch_row_is_far_inside_acdcs_margin(swap_case)
     alone = torch.cat([p.run(masks[i:i + 1]) for i in range(len(masks))])
     assert float((batched - alone).abs().max()) <= ROUNDING * 1e-2
     assert float((batched - 1).abs().max()) > 0.1  # the subgraphs really differ from the full graph
+
+
+@pytest.mark.parametrize("name", ["lloyd", "trimmed", "distractor", "swap", "learned"])
+def test_the_work_estimate_reads_the_built_circuits_shape_before_building_it(name):
+    """discover refuses too much work before it builds anything: the tokens, blocks and candidate edges it
+    estimates from a construction's declaration are those of the circuit and patcher it would build."""
+    from analysis.discovery.graph import candidate_count
+    from analysis.discovery.run import build_construction, construction_layers, construction_tokens, make_patcher
+    from analysis.discovery.table import dataset_pairs
+
+    d, k, n, steps = 2, 3, 7, 1
+    patcher = make_patcher(build_construction(name, d, k, steps), dataset_pairs("move-point", d, k, n, 0, 2))
+    assert patcher.clean.shape[1] == construction_tokens(name, n, k)
+    assert patcher.graph.n_layers == construction_layers(name, steps)
+    assert patcher.E == candidate_count(construction_layers(name, steps))

@@ -8,8 +8,8 @@ A pytest plugin and its report. Run the suite with it (each xdist worker writes 
 Per test (setup, call and teardown together) it records the test process's CPU (user + system, all its threads)
 and that of the child processes it waited for (a command run with subprocess or through tests/command_server.py, a
 notebook kernel, mkdocs; not a Chromium or a Ray worker that outlives the test), and the wall time. The command
-server's own start-up (about 7 s of CPU, once per worker) is counted nowhere until it ends with the worker. CPU is the figure to compare between runs on
-a shared machine: two workers on two cores, or another job, stretch the wall times, not the CPU.
+server's own start-up (about 7 s of CPU, once per worker) is counted in no test. CPU is the figure to compare
+between runs on a shared machine: two workers on two cores, or another job, stretch the wall times, not the CPU.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ LOG = "KMC_SUITE_CPU"
 def _cpu() -> tuple[float, float]:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     # Commands run through tests/command_server.py are children of its server, which counts their CPU for us.
-    server = getattr(sys.modules.get("command_server"), "_SERVER", [])
-    served = sum(s.child_cpu for s in server)
+    server = sys.modules.get("command_server")
+    served = server.served_cpu() if server is not None else 0.0
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime + served
 
 

@@ -104,6 +104,11 @@ class CommandServer:
 _SERVER: list[CommandServer] = []
 
 
+def served_cpu() -> float:
+    """Seconds of CPU the commands this test process ran through its server took (0 before the first)."""
+    return sum(server.child_cpu for server in _SERVER)
+
+
 def run_command(*args, cwd=None, timeout: float = 600, env: dict | None = None,
                 input: str | None = None) -> subprocess.CompletedProcess:
     """``python -m analysis.cli ARGS``, as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""

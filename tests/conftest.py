@@ -39,7 +39,8 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("KMC_HYPOTHESIS", "repeatable"))
 
 # Before the first import of circuits or analysis: the kernels of tests/typecheck.py's UNCHECKED are imported
-# without the run-time type checker that pyproject's addopts puts on every other module of the two.
+# without the run-time type checker that pyproject's addopts puts on every other module of the two, and jaxtyping's
+# shape-memo wrapper goes only on functions with an array hint (beartype alone checks the rest).
 from typecheck import check_arrays_only_where_hinted, leave_kernels_unchecked
 
 leave_kernels_unchecked()

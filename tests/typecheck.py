@@ -9,8 +9,11 @@ Two readings of the annotations, because that is what they mean in numerical cod
 
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
+import typing
 
+import jaxtyping
 import numpy as np
 from beartype import BeartypeConf, FrozenDict, beartype
 
@@ -62,10 +65,6 @@ def leave_kernels_unchecked() -> None:
 
 def _holds_an_array_hint(hint) -> bool:
     """Whether a hint names a jaxtyping array type anywhere (``Float[Tensor, "n d"]``, ``list[Int[...]] | None``)."""
-    import typing
-
-    import jaxtyping
-
     if isinstance(hint, type) and issubclass(hint, jaxtyping.AbstractArray):
         return True
     return any(_holds_an_array_hint(arg) for arg in typing.get_args(hint))
@@ -75,8 +74,6 @@ def _lean(jaxtyped):
     """jaxtyping's ``jaxtyped`` where a function has an array hint (its shape memo relates the sizes of several
     arguments), and the type checker alone where none has: the same checks, without binding the arguments twice
     and a shape memo per call, which cost about 90 us a call."""
-    import inspect
-    import typing
 
     def decorate(fn, options: dict):
         typechecker = options.get("typechecker")
@@ -107,7 +104,5 @@ def check_arrays_only_where_hinted() -> None:
     tests/unit/test_prove_mutations.py's longest test made 385,985 checked calls, most of them the prover's small
     exact-arithmetic helpers: 43.5 s under jaxtyping's wrapper throughout, about 15 s with it (docs/performance.md,
     "The suite's commands from a warm process")."""
-    import jaxtyping
-
     if not getattr(jaxtyping.jaxtyped, "lean", False):
         jaxtyping.jaxtyped = _lean(jaxtyping.jaxtyped)

@@ -12,9 +12,8 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_iris
 
 from circuits.initialisation import initial_centroids
+from command_server import CLI
 from command_server import run_command as cli
-
-CLI = [sys.executable, "-m", "analysis.cli"]
 
 
 def test_help_is_fast_and_lists_cluster():

@@ -9,14 +9,7 @@ import sys
 
 import pytest
 
-import command_server
-from command_server import run_command, run_python
-
-CLI = [sys.executable, "-m", "analysis.cli"]
-
-
-def _served_cpu() -> float:
-    return sum(server.child_cpu for server in command_server._SERVER)
+from command_server import CLI, run_command, run_python, served_cpu
 
 
 def _without_timings(text: str) -> str:
@@ -29,9 +22,9 @@ def _without_timings(text: str) -> str:
     ("cluster", "--dataset", "iris"),
 ], ids=["json", "bad-variant", "argparse"])
 def test_a_served_command_gives_what_a_new_process_gives(tmp_path, args):
-    before = _served_cpu()
+    before = served_cpu()
     served = run_command(*args, cwd=tmp_path)
-    assert _served_cpu() > before, "the command did not run in a child of the server"
+    assert served_cpu() > before, "the command did not run in a child of the server"
     fresh = subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert (served.returncode, served.stdout) == (fresh.returncode, fresh.stdout)
     assert _without_timings(served.stderr) == _without_timings(fresh.stderr)
@@ -56,9 +49,9 @@ def test_python_code_sees_what_python_c_gives_it(tmp_path):
     code = ("import json, os, sys; print(json.dumps([sys.argv, sys.path[0], os.getcwd(),"
             " os.environ.get('KMC_SEEN_BY_THE_CHILD')])); sys.exit(3)")
     env = {**os.environ, "KMC_SEEN_BY_THE_CHILD": "yes"}
-    before = _served_cpu()
+    before = served_cpu()
     served = run_python(code, "a", 1, cwd=tmp_path, env=env)
-    assert _served_cpu() > before
+    assert served_cpu() > before
     fresh = subprocess.run([sys.executable, "-c", code, "a", "1"], capture_output=True, text=True, cwd=tmp_path,
                            env=env)
     assert (served.returncode, served.stdout, served.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr) == (
@@ -66,7 +59,7 @@ def test_python_code_sees_what_python_c_gives_it(tmp_path):
 
 
 def test_what_an_interpreter_reads_as_it_starts_gets_a_new_process(tmp_path):
-    before = _served_cpu()
+    before = served_cpu()
     res = run_python("import sys; print(sys.flags.hash_randomization)", cwd=tmp_path,
                      env={**os.environ, "PYTHONHASHSEED": "0"})
-    assert (res.returncode, res.stdout) == (0, "0\n") and _served_cpu() == before
+    assert (res.returncode, res.stdout) == (0, "0\n") and served_cpu() == before

@@ -1,9 +1,9 @@
 """Issue 42, section 5: a writer killed at any moment leaves the complete previous output or the complete new one.
 
-A new process (tests/command_server.py's ``run_python``) runs :func:`circuits.files.write_folder_atomic` (the one writer of every ``--out`` folder and of every
-checkpoint) over an existing folder and is killed with ``os._exit`` at its n-th step — each file written, each
-entry linked, each rename, the swap — for every n until it completes; then ``cluster --out`` itself is killed at
-the swap, and failed (in-process) at every step.
+A new process (tests/command_server.py's ``run_python``) runs :func:`circuits.files.write_folder_atomic` (the one
+writer of every ``--out`` folder and of every checkpoint) over an existing folder and is killed with ``os._exit``
+at its n-th step — each file written, each entry linked, each rename, the swap — for every n until it completes;
+then ``cluster --out`` itself is killed at the swap, and failed (in-process) at every step.
 """
 
 from __future__ import annotations

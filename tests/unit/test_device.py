@@ -19,10 +19,10 @@ from analysis.capture import capture
 from analysis.pipeline import RunOptions, choose_sharpness, lloyd_scaling, run_problem
 from analysis.verify import verify_problem
 from circuits import reference
-from circuits.structured import groups
 from circuits.build import build_lloyd_circuit
 from circuits.devices import resolve
 from circuits.encoding import encode
+from circuits.structured import groups
 
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                      reason="no CUDA device on this machine (torch sees none)"))
@@ -62,18 +62,27 @@ def test_no_tensor_is_created_off_the_inputs_device(path):
     np.testing.assert_array_equal(cap.centroids(3), capture(circuit, encoded, path=path).centroids(3))
 
 
+class _TorchWhoseFullIgnoresItsDevice:
+    """``torch`` as one module sees it, with ``full`` making its tensor on the default device (the grouping as it
+    was before the fix). Only that module's name is replaced, not ``torch.full`` itself: ``with torch.device(...)``
+    recognises factory functions by identity, from a set torch builds once per process on first use, so a
+    replaced ``torch.full`` would make the outcome depend on whether an earlier test had built that set."""
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    @staticmethod
+    def full(*args, device=None, **kwargs):
+        return torch.full(*args, **kwargs)
+
+
 def test_the_leak_test_can_fail(monkeypatch):
     """The meta-device check sees a tensor made without a device: a grouping made as before the fix
     (``torch.full`` on the default device) fails under it."""
     X, C0 = _problem(n=40)
     circuit = build_lloyd_circuit(3, 4, 1)
     encoded = encode(circuit.layout, X, C0)
-    real_full = torch.full
-
-    def full_without_device(*args, device=None, **kwargs):
-        return real_full(*args, **kwargs)
-
-    monkeypatch.setattr(groups.torch, "full", full_without_device)
+    monkeypatch.setattr(groups, "torch", _TorchWhoseFullIgnoresItsDevice())
     _fresh_caches()
     with torch.device("meta"), pytest.raises((RuntimeError, NotImplementedError)):
         capture(circuit, encoded, path="structured")

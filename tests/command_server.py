@@ -39,10 +39,15 @@ CLI = [sys.executable, "-m", "analysis.cli"]
 #: started with gets a new process. Every other variable is read as a command runs, and the child is given the
 #: caller's environment as it is at the call.
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "LD_", "MALLOC_")
+#: Variables of those prefixes that Python reads as they are used, not as it starts, so a child given the caller's
+#: value is what a new process would be: ``breakpoint()`` reads PYTHONBREAKPOINT at each call. Ray sets it in a
+#: process that starts Ray (tests/integration/test_engine.py does, in-process); counted as start-up, it sent every
+#: later command of that test process to a new process.
+READ_WHEN_USED = frozenset({"PYTHONBREAKPOINT"})
 
 
 def _startup(env) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k not in READ_WHEN_USED}
 
 
 class CommandServer:

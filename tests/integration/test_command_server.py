@@ -58,6 +58,17 @@ def test_python_code_sees_what_python_c_gives_it(tmp_path):
         3, f'[["-c", "a", "1"], "", "{tmp_path}", "yes"]\n', "")
 
 
+def test_a_variable_read_when_used_is_served_with_the_callers_value(tmp_path, monkeypatch):
+    """PYTHONBREAKPOINT, as Ray leaves it in a process that started Ray: read by ``breakpoint()`` at each call, so
+    the command is still served, and sees the value."""
+    monkeypatch.setenv("PYTHONBREAKPOINT", "ray.util.rpdb._driver_set_trace")
+    code = "import os; print(os.environ['PYTHONBREAKPOINT'])"
+    before = served_cpu()
+    res = run_python(code, cwd=tmp_path)
+    assert served_cpu() > before, "the command did not run in a child of the server"
+    assert (res.returncode, res.stdout) == (0, "ray.util.rpdb._driver_set_trace\n")
+
+
 def test_what_an_interpreter_reads_as_it_starts_gets_a_new_process(tmp_path):
     before = served_cpu()
     res = run_python("import sys; print(sys.flags.hash_randomization)", cwd=tmp_path,

@@ -50,16 +50,22 @@ def _startup(env) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k not in READ_WHEN_USED}
 
 
+#: This test process's start-up variables as collection found them (this module is imported as the test files are
+#: collected, before any test runs): the server's. A first command asked for inside a test that set one
+#: (``monkeypatch.setenv("OMP_NUM_THREADS", ...)``) gets a new process instead of a server made in that test's
+#: environment, which every later command of the process would differ from.
+PROCESS_STARTUP = _startup(os.environ)
+
+
 class CommandServer:
-    """The warm server of one test process, started in its environment: it runs what is asked for with the same
-    ``STARTUP_PREFIXES`` variables."""
+    """The warm server of one test process, started in the process's environment with :data:`PROCESS_STARTUP`'s
+    start-up variables: it runs what is asked for with those."""
 
     def __init__(self) -> None:
-        started_in = dict(os.environ)
-        self.startup = _startup(started_in)
+        started_in = {**{k: v for k, v in os.environ.items() if k not in _startup(os.environ)}, **PROCESS_STARTUP}
         self.child_cpu = 0.0  # seconds of CPU its children took, for benchmarks/suite_cpu.py
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+                                     text=True, env=started_in)
         #: What the server's imports set in its environment (TransformerLens's set TORCHINDUCTOR_CACHE_DIR, for
         #: one): a new process's imports would set it too, so each child is given it where the caller has not.
         imported = self._answer()["ready"]
@@ -129,10 +135,11 @@ def run_python(code: str, *args, cwd=None, timeout: float = 600, env: dict | Non
 def _run(argv: list[str], code: str | None, cwd, timeout: float, env, input) -> subprocess.CompletedProcess:
     env = dict(os.environ if env is None else env)
     fresh = input is not None or os.environ.get("KMC_FRESH_COMMANDS") == "1"
+    fresh = fresh or _startup(env) != PROCESS_STARTUP
     if not fresh and not _SERVER:
         _SERVER.append(CommandServer())
         atexit.register(_SERVER[0].close)
-    if fresh or _SERVER[0].startup != _startup(env):
+    if fresh:
         start = [sys.executable, "-c", code] if code is not None else CLI
         return subprocess.run([*start, *argv], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
                               input=input)

@@ -50,19 +50,27 @@ def _startup(env) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k not in READ_WHEN_USED}
 
 
-#: This test process's start-up variables as collection found them (this module is imported as the test files are
-#: collected, before any test runs): the server's. A first command asked for inside a test that set one
-#: (``monkeypatch.setenv("OMP_NUM_THREADS", ...)``) gets a new process instead of a server made in that test's
-#: environment, which every later command of the process would differ from.
-PROCESS_STARTUP = _startup(os.environ)
+#: This test process's start-up variables, read once (:func:`process_startup`).
+_PROCESS_STARTUP: list[dict[str, str]] = []
+
+
+def process_startup() -> dict[str, str]:
+    """This test process's start-up variables, read at the first call: the server's. tests/conftest.py calls it as
+    the session starts, after its own settings (an xdist worker's thread counts) and before any test could set one,
+    so a first command asked for inside a test that set one (``monkeypatch.setenv("OMP_NUM_THREADS", ...)``) gets a
+    new process instead of a server made in that test's environment, which every later command would differ from.
+    Not read as this module is imported: a plug-in (benchmarks/suite_cpu.py) imports it before conftest runs."""
+    if not _PROCESS_STARTUP:
+        _PROCESS_STARTUP.append(_startup(os.environ))
+    return _PROCESS_STARTUP[0]
 
 
 class CommandServer:
-    """The warm server of one test process, started in the process's environment with :data:`PROCESS_STARTUP`'s
+    """The warm server of one test process, started in the process's environment with :func:`process_startup`'s
     start-up variables: it runs what is asked for with those."""
 
     def __init__(self) -> None:
-        started_in = {**{k: v for k, v in os.environ.items() if k not in _startup(os.environ)}, **PROCESS_STARTUP}
+        started_in = {**{k: v for k, v in os.environ.items() if k not in _startup(os.environ)}, **process_startup()}
         self.child_cpu = 0.0  # seconds of CPU its children took, for benchmarks/suite_cpu.py
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=started_in)
@@ -135,7 +143,7 @@ def run_python(code: str, *args, cwd=None, timeout: float = 600, env: dict | Non
 def _run(argv: list[str], code: str | None, cwd, timeout: float, env, input) -> subprocess.CompletedProcess:
     env = dict(os.environ if env is None else env)
     fresh = input is not None or os.environ.get("KMC_FRESH_COMMANDS") == "1"
-    fresh = fresh or _startup(env) != PROCESS_STARTUP
+    fresh = fresh or _startup(env) != process_startup()
     if not fresh and not _SERVER:
         _SERVER.append(CommandServer())
         atexit.register(_SERVER[0].close)

@@ -362,6 +362,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_sessionstart(session):
+    """The start-up variables the tests' commands are served with (tests/command_server.py), read now: after the
+    settings above and before any test could change one."""
+    import command_server
+
+    command_server.process_startup()
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
     """Each test starts with the process's torch thread count: a command run in-process sets it for the process

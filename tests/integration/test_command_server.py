@@ -71,12 +71,14 @@ def test_a_variable_read_when_used_is_served_with_the_callers_value(tmp_path, mo
 
 
 def test_a_first_command_inside_a_test_that_set_a_start_up_variable_leaves_the_server_to_the_process(tmp_path):
-    """In a new test process: a command asked for while ``OMP_NUM_THREADS`` is set as a test sets it gets a new
-    process (the server is not made in that environment), and the next one, with the variable gone, is served."""
+    """In a new test process whose start-up variables were read as its session started: a command asked for while
+    ``OMP_NUM_THREADS`` is set as a test sets it gets a new process (the server is not made in that environment),
+    and the next one, with the variable gone, is served."""
     code = f"""
 import os, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 import command_server as cs
+cs.process_startup()  # as tests/conftest.py does when the session starts
 os.environ["OMP_NUM_THREADS"] = "3"
 first = cs.run_python("import os; print(os.environ['OMP_NUM_THREADS'])")
 assert (first.returncode, first.stdout, cs.served_cpu()) == (0, "3\\n", 0.0), (first, cs.served_cpu())

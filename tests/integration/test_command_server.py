@@ -6,10 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+import command_server
 from command_server import CLI, run_command, run_python, served_cpu
 
 
@@ -70,26 +70,21 @@ def test_a_variable_read_when_used_is_served_with_the_callers_value(tmp_path, mo
     assert (res.returncode, res.stdout) == (0, "ray.util.rpdb._driver_set_trace\n")
 
 
-def test_a_first_command_inside_a_test_that_set_a_start_up_variable_leaves_the_server_to_the_process(tmp_path):
-    """In a new test process whose start-up variables were read as its session started: a command asked for while
-    ``OMP_NUM_THREADS`` is set as a test sets it gets a new process (the server is not made in that environment),
-    and the next one, with the variable gone, is served."""
-    code = f"""
-import os, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-import command_server as cs
-cs.process_startup()  # as tests/conftest.py does when the session starts
-os.environ["OMP_NUM_THREADS"] = "3"
-first = cs.run_python("import os; print(os.environ['OMP_NUM_THREADS'])")
-assert (first.returncode, first.stdout, cs.served_cpu()) == (0, "3\\n", 0.0), (first, cs.served_cpu())
-del os.environ["OMP_NUM_THREADS"]
-second = cs.run_python("import os; print(os.environ.get('OMP_NUM_THREADS'))")
-assert (second.returncode, second.stdout) == (0, "None\\n") and cs.served_cpu() > 0, (second, cs.served_cpu())
-"""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr
+def test_a_first_command_inside_a_test_that_set_a_start_up_variable_leaves_the_server_to_the_process(
+        tmp_path, monkeypatch):
+    """As in a test process with no server yet, whose start-up variables were read as its session started: a
+    command asked for while ``OMP_NUM_THREADS`` is set as a test sets it gets a new process and makes no server in
+    that environment; with the variable gone, the process's variables are the server's again."""
+    monkeypatch.setattr(command_server, "_SERVER", [])
+    monkeypatch.setattr(command_server, "_PROCESS_STARTUP", [])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    command_server.process_startup()  # as tests/conftest.py does when the session starts
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    first = run_python("import os; print(os.environ['OMP_NUM_THREADS'])", cwd=tmp_path)
+    assert (first.returncode, first.stdout) == (0, "3\n")
+    assert command_server._SERVER == [], "a server was made in the test's environment"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert command_server._startup(os.environ) == command_server.process_startup()
 
 
 def test_what_an_interpreter_reads_as_it_starts_gets_a_new_process(tmp_path):

@@ -70,7 +70,8 @@ class CommandServer:
     start-up variables: it runs what is asked for with those."""
 
     def __init__(self) -> None:
-        started_in = {**{k: v for k, v in os.environ.items() if k not in _startup(os.environ)}, **process_startup()}
+        now = _startup(os.environ)  # the process's own, which a test may have set: replaced by the session's
+        started_in = {**{k: v for k, v in os.environ.items() if k not in now}, **process_startup()}
         self.child_cpu = 0.0  # seconds of CPU its children took, for benchmarks/suite_cpu.py
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=started_in)

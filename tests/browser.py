@@ -345,6 +345,8 @@ class PageCheck:
     state: dict | None
     load_ms: float
     warnings: list[str] = field(default_factory=list)
+    #: The value of ``check_page``'s ``read`` expression on the drawn page (None when none was given).
+    read: object = None
 
     @property
     def external_requests(self) -> list[str]:
@@ -377,11 +379,14 @@ def _remote_text(obj: dict) -> str:
 
 
 def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout: float = 60.0,
-               settle: float = 0.5, screenshot: str | os.PathLike | None = None) -> PageCheck:
+               settle: float = 0.5, screenshot: str | os.PathLike | None = None, read: str | None = None,
+               await_promise: bool = False) -> PageCheck:
     """Open ``path`` offline in headless Chromium, wait until it has drawn, and inspect it.
 
     A report page is done when ``window.kmeansReport.done`` is true; any other page is inspected once its load
-    event has fired and ``settle`` seconds have passed.
+    event has fired and ``settle`` seconds have passed. ``read``, a JavaScript expression, is evaluated on the same
+    drawn page (its value in :attr:`PageCheck.read`): a test that inspects a page and reads it opens it once, since
+    each opening of a report compiles plotly.js again (about 2 s of Chromium's time).
     """
     own = browser is None
     browser = browser or Chromium(timeout=timeout)
@@ -399,6 +404,7 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
         load_ms = (time.monotonic() - t0) * 1e3
         browser.drain(settle)
         result = browser.evaluate(session, f"{_INSPECT_JS}({json.dumps(MARK_SELECTORS)})")
+        value = None if read is None else browser.evaluate(session, read, await_promise)
         if screenshot is not None:
             browser.screenshot(session, screenshot)
         console, warns = [], []
@@ -415,28 +421,13 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
         requests = [e["params"]["request"]["url"] for e in browser.events(session, "Network.requestWillBeSent")]
         figures = [FigureCheck(f["id"], f["view"], f["svg"], f["plotted"], f["visible"], f["marks"], f["failed"],
                                f["rejected"]) for f in result["figures"]]
-        return PageCheck(url, figures, console, exceptions, log_errors, requests, result["state"], load_ms, warns)
+        return PageCheck(url, figures, console, exceptions, log_errors, requests, result["state"], load_ms, warns,
+                         value)
     finally:
         if own:
             browser.close()
         elif session is not None:
             browser.close_tab(session)
-
-
-def read_drawn(browser: Chromium, path: str | os.PathLike, expression: str, await_promise: bool = False,
-               timeout: float = 120.0):
-    """Open ``path`` in a new tab of ``browser``, wait until the report has drawn every figure
-    (``window.kmeansReport.done``), and return the value of the JavaScript ``expression`` there."""
-    session = browser.open(Path(path).resolve().as_uri())
-    try:
-        deadline = time.monotonic() + timeout
-        while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
-            if time.monotonic() > deadline:
-                raise ChromiumError(f"{path}: the page did not finish drawing within {timeout:.0f} s")
-            browser.drain(0.1)
-        return browser.evaluate(session, expression, await_promise)
-    finally:
-        browser.close_tab(session)
 
 
 # ----------------------------------------------------------------------------------------------- static scan

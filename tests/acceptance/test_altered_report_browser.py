@@ -23,7 +23,7 @@ from sklearn.datasets import load_wine
 
 from analysis.pipeline import run_problem
 from analysis.report import build_report
-from browser import Chromium, check_page, find_chromium, read_drawn
+from browser import Chromium, check_page, find_chromium
 from circuits import hook_names
 from circuits.initialisation import initial_centroids
 
@@ -86,9 +86,9 @@ def ablated_page(clean, hook: str, tmp_path_factory):
 
 
 def read(browser, path) -> dict:
-    check = check_page(path, browser, timeout=120)
+    check = check_page(path, browser, timeout=120, read=READ_JS, await_promise=True)
     assert check.problems() == []
-    return read_drawn(browser, path, READ_JS, await_promise=True)
+    return check.read
 
 
 def test_residual_norms_on_the_page_are_the_ablated_cache(clean, browser, tmp_path_factory):

@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pytest
 
-from browser import Chromium, check_page, find_chromium, read_drawn
+from browser import Chromium, check_page, find_chromium
 from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
@@ -57,15 +57,11 @@ def cluster_out(tmp_path, *argv) -> tuple[int, dict, object]:
     return res.returncode, json.loads((out / "verification.json").read_text()), out / "report.html"
 
 
-def read_page(browser, path) -> dict:
-    return read_drawn(browser, path, READ_JS)
-
-
 def check_construction_page(browser, code: int, record: dict, page) -> dict:
-    check = check_page(page, browser, timeout=120)
+    check = check_page(page, browser, timeout=120, read=READ_JS)
     assert check.problems() == []
     assert [f.view for f in check.figures] == ["objectives", "choose_attention", "swap_slot_attention"]
-    seen = read_page(browser, page)
+    seen = check.read
     # The badge is the run's verification record.
     assert seen["badge"] == record["verdict"]
     assert seen["badge"].startswith("VERIFIED") == record["verified"] == (code == 0)

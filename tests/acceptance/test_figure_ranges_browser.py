@@ -117,6 +117,15 @@ _TEXT_JS = r"""
 """
 
 
+#: The verdict badges in the page's header.
+_BADGES_JS = r"""
+Array.prototype.map.call(document.querySelectorAll("header .badges .verdict"), function (b) {
+  return {run: b.getAttribute("data-run"), verified: b.getAttribute("data-verified"), kind: b.getAttribute("data-kind"),
+          text: b.textContent, bad: b.classList.contains("bad")};
+})
+"""
+
+
 def open_page(browser: Chromium, path: Path) -> str:
     session = browser.open(path.resolve().as_uri(), width=1280, height=900)
     for _ in range(1200):
@@ -127,15 +136,23 @@ def open_page(browser: Chromium, path: Path) -> str:
     return session
 
 
-def figure_states(browser: Chromium, path: Path) -> tuple[list[dict], str]:
-    """Every figure's heatmaps in every state one control reaches, and the page's visible text."""
+def read_page(browser: Chromium, path: Path) -> dict:
+    """One opening of ``path`` (each costs Chromium about 2 s of compiling plotly.js): the page's visible text and
+    its verdict badges as it opens, then every figure's heatmaps in every state one control reaches."""
     session = open_page(browser, path)
     try:
         text = browser.evaluate(session, _TEXT_JS)
+        badges = browser.evaluate(session, _BADGES_JS)
         states = browser.evaluate(session, _RANGES_JS, await_promise=True)
     finally:
         browser.close_tab(session)
-    return states, text
+    return {"text": text, "badges": badges, "states": states}
+
+
+def figure_states(browser: Chromium, path: Path) -> tuple[list[dict], str]:
+    """Every figure's heatmaps in every state one control reaches, and the page's visible text."""
+    seen = read_page(browser, path)
+    return seen["states"], seen["text"]
 
 
 def reach(h: dict) -> float:
@@ -230,9 +247,22 @@ def pages(tmp_path_factory) -> dict[str, Path]:
             "patching": tmp / "patch" / "patching.html", "sweep": tmp / "sweep" / "sweep.html"}
 
 
+@pytest.fixture(scope="module")
+def drawn(pages, browser):
+    """page name -> :func:`read_page` of it, each page opened once for the tests below."""
+    read = {}
+
+    def get(page: str) -> dict:
+        if page not in read:
+            read[page] = read_page(browser, pages[page])
+        return read[page]
+
+    return get
+
+
 @pytest.mark.parametrize("page", ["drift", "learned drift", "patching", "sweep"])
-def test_every_heatmap_covers_its_data_and_no_nan_is_shown(pages, browser, page):
-    states, text = figure_states(browser, pages[page])
+def test_every_heatmap_covers_its_data_and_no_nan_is_shown(drawn, page):
+    states, text = drawn(page)["states"], drawn(page)["text"]
     assert states, "no figure was drawn"
     assert range_problems(states) == []
     assert nan_problems(text) == []
@@ -243,8 +273,8 @@ def test_every_heatmap_covers_its_data_and_no_nan_is_shown(pages, browser, page)
         assert first_step_attended(states, "drift-patterns") == []
 
 
-def test_the_sweeps_panels_share_one_colour_scale(pages, browser):
-    states, _ = figure_states(browser, pages["sweep"])
+def test_the_sweeps_panels_share_one_colour_scale(pages, drawn):
+    states = drawn("sweep")["states"]
     heatmaps = [h for fig in states for h in fig["states"][0]["heatmaps"]]
     rows = list(csv.DictReader(pages["sweep"].with_name("sweep.csv").open()))
     panels = {(r["grid"], r["beta"]) for r in rows}
@@ -254,22 +284,10 @@ def test_the_sweeps_panels_share_one_colour_scale(pages, browser):
     assert lo <= min(h["min"] for h in heatmaps) and max(h["max"] for h in heatmaps) <= hi
 
 
-_BADGES_JS = r"""
-Array.prototype.map.call(document.querySelectorAll("header .badges .verdict"), function (b) {
-  return {run: b.getAttribute("data-run"), verified: b.getAttribute("data-verified"), kind: b.getAttribute("data-kind"),
-          text: b.textContent, bad: b.classList.contains("bad")};
-})
-"""
 
-
-def test_the_patching_page_badges_each_run_as_its_json_does(pages, browser):
+def test_the_patching_page_badges_each_run_as_its_json_does(pages, drawn):
     doc = json.loads(pages["patching"].with_name("patching.json").read_text())["unpatched"]
-    session = open_page(browser, pages["patching"])
-    try:
-        badges = browser.evaluate(session, _BADGES_JS)
-        text = browser.evaluate(session, _TEXT_JS)
-    finally:
-        browser.close_tab(session)
+    badges, text = drawn("patching")["badges"], drawn("patching")["text"]
     assert [b["run"] for b in badges] == ["clean", "corrupted"]
     for badge in badges:
         record = doc[badge["run"]]
@@ -291,8 +309,15 @@ def tiny_page(tmp_path: Path, name: str, *items, text: str = "") -> Path:
     return path
 
 
-def test_the_checker_catches_a_washed_out_panel_an_overflowing_bar_and_a_nan(tmp_path, browser):
+@pytest.fixture(scope="module")
+def checker_pages(tmp_path_factory, browser) -> dict:
+    """Two tiny pages, each opened once: a good one (a heatmap on its own bar, one on an automatic bar) and a bad
+    one (a heatmap washed out under a bar twenty times its data, one overflowing its bar, a slider whose second step
+    is washed out, an all-zero panel, and a header that prints ``nan``). Each figure's states, and each page's
+    text."""
+    tmp = tmp_path_factory.mktemp("checker")
     good = go.Figure(go.Heatmap(z=[[0.0, 0.05], [0.01, 0.02]], zmin=0, zmax=0.05, name="own"))
+    automatic = go.Figure(go.Heatmap(z=[[1.0, 2.0]]))
     washed = go.Figure(go.Heatmap(z=[[0.0, 0.05], [0.01, 0.02]], zmin=0, zmax=1.0, name="shared"))
     clipped = go.Figure(go.Heatmap(z=[[0.0, 2.0], [0.5, 1.0]], zmin=0, zmax=1.0, name="clipped"))
     # A slider whose second step shows a washed-out trace: states behind a control are read too.
@@ -300,20 +325,27 @@ def test_the_checker_catches_a_washed_out_panel_an_overflowing_bar_and_a_nan(tmp
                          go.Heatmap(z=[[0.0, 0.1]], zmin=0, zmax=1, name="b", visible=False)])
     stepped.update_layout(sliders=[dict(steps=[dict(method="update", label="0", args=[{"visible": [True, False]}]),
                                                dict(method="update", label="1", args=[{"visible": [False, True]}])])])
-    states, text = figure_states(browser, tiny_page(tmp_path, "good", good))
-    assert range_problems(states) == [] and nan_problems(text) == []
-    for fig, bad in ((washed, "'shared'"), (clipped, "'clipped'"), (stepped, "slider 0 step 1")):
-        states, _ = figure_states(browser, tiny_page(tmp_path, "bad", fig))
-        problems = range_problems(states)
-        assert len(problems) == 1 and bad in problems[0], problems
-    _, text = figure_states(browser, tiny_page(tmp_path, "nan", good, text="update margin nan"))
-    assert nan_problems(text) and not nan_problems("nano finance, 1.5nan-free")
     zero = go.Figure(go.Heatmap(z=[[0.0, 0.0]], zmin=0, zmax=1e-12, name="update"))
-    states, _ = figure_states(browser, tiny_page(tmp_path, "zero", zero))
-    assert first_step_attended([{**states[0], "view": "p"}], "p") == ["p: panel 'update' is all zero as the page opens"]
+    return {"good": figure_states(browser, tiny_page(tmp, "good", good, automatic)),
+            "bad": figure_states(browser, tiny_page(tmp, "bad", washed, clipped, stepped, zero,
+                                                    text="update margin nan"))}
 
 
-def test_json_of_the_checker_is_plain(tmp_path, browser):
+def test_the_checker_catches_a_washed_out_panel_an_overflowing_bar_and_a_nan(checker_pages):
+    states, text = checker_pages["good"]
+    assert len(states) == 2 and range_problems(states) == [] and nan_problems(text) == []
+    assert first_step_attended([{**states[0], "view": "p"}], "p") == []
+    states, text = checker_pages["bad"]
+    assert len(states) == 4
+    # Each bad figure is caught, once, and named: the checker judges figure by figure.
+    for fig, bad in zip(states, ("'shared'", "'clipped'", "slider 0 step 1", "'update'")):
+        problems = range_problems([fig])
+        assert len(problems) == 1 and bad in problems[0], problems
+    assert nan_problems(text) and not nan_problems("nano finance, 1.5nan-free")
+    assert first_step_attended([{**states[3], "view": "p"}], "p") == ["p: panel 'update' is all zero as the page opens"]
+
+
+def test_json_of_the_checker_is_plain(checker_pages):
     """The states come back as plain JSON (numbers, not typed arrays), so a failure message can quote them."""
-    states, _ = figure_states(browser, tiny_page(tmp_path, "plain", go.Figure(go.Heatmap(z=[[1.0, 2.0]]))))
-    assert json.loads(json.dumps(states))[0]["states"][0]["heatmaps"][0]["max"] == 2.0
+    states, _ = checker_pages["good"]
+    assert json.loads(json.dumps(states))[1]["states"][0]["heatmaps"][0]["max"] == 2.0

@@ -84,9 +84,14 @@ def read_page(browser: Chromium, path: Path, timeout: float = 120.0) -> dict:
         browser.close_tab(session)
 
 
-def test_badge_is_the_verification_record(run, browser):
+@pytest.fixture(scope="module")
+def seen(run, browser) -> dict:
+    """The drawn page of ``run``, read once for the tests below (opening a report is about 2 s of Chromium's)."""
+    return read_page(browser, run[1])
+
+
+def test_badge_is_the_verification_record(run, seen):
     name, page, record, kind = run
-    seen = read_page(browser, page)
     assert seen["badge"] is not None, name
     assert seen["badge"]["text"] == record["verdict"], name
     assert seen["badge"]["kind"] == record["verdict_kind"] == kind, name
@@ -103,9 +108,8 @@ def test_badge_is_the_verification_record(run, browser):
         assert record["variant"] in seen["badge"]["text"] and "not Lloyd's" in seen["badge"]["text"]
 
 
-def test_no_rendered_nan_and_one_iteration_index(run, browser):
+def test_no_rendered_nan_and_one_iteration_index(run, seen):
     name, page, record, _ = run
-    seen = read_page(browser, page)
     assert seen["done"] is True
     nan = [t for t in seen["texts"] if re.search(r"\bnan\b", t, flags=re.I)]
     assert nan == [], (name, nan[:5])

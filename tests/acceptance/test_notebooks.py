@@ -11,6 +11,7 @@ every figure used to embed its own 4.8 MB copy of plotly.js (01_exact_circuit ra
 """
 
 import ast
+import copy
 import json
 import os
 import sys
@@ -83,12 +84,18 @@ def executed(kernel):
     return run
 
 
-def test_the_kernel_runs_in_this_environment(kernel):
-    nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_code_cell("import sys, analysis, circuits\nprint(sys.prefix)"))
-    execute(nb, kernel)
-    printed = "".join(o.get("text", "") for o in nb.cells[0].outputs).strip()
-    assert printed == sys.prefix
+#: Added at the end of the first notebook: where its kernel's Python lives.
+PRINT_PREFIX = "import sys, analysis, circuits\nprint(sys.prefix)"
+
+
+def stdout_of_last_cell(nb) -> str:
+    return "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("name") == "stdout")
+
+
+def test_the_kernel_runs_in_this_environment(executed):
+    nb = executed(NOTEBOOK_DIR / "01_exact_circuit.ipynb")
+    assert nb.cells[-1].source == PRINT_PREFIX
+    assert stdout_of_last_cell(nb).strip() == sys.prefix
 
 
 def test_there_are_notebooks():
@@ -160,17 +167,16 @@ def test_notebook_is_committed_stripped(path):
     assert unstripped(nb, strict=False) == [], "run python notebooks/strip_outputs.py"
 
 
-def test_strip_helper_removes_what_a_run_leaves(kernel):
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nb.cells.append(nbformat.v4.new_code_cell("print('hello')"))
-    nb.cells.append(nbformat.v4.new_markdown_cell("text"))
-    nb.metadata["language_info"] = {"name": "python", "version": "3.x"}
-    nb.cells[0].metadata["execution"] = {"iopub.status.idle": "now"}
-    execute(nb, kernel)
-    assert unstripped(nb) != [] and nb.cells[0].outputs
+def test_strip_helper_removes_what_a_run_leaves(executed):
+    """Run on a copy of an executed notebook, the helper removes what the run left (outputs, execution counts and
+    timings, the kernel's language_info) and gives back the committed cells."""
+    path = NOTEBOOK_DIR / "02_activation_patching.ipynb"
+    nb, committed = copy.deepcopy(executed(path)), nbformat.read(path, as_version=4)
+    assert any(c.outputs for c in nb.cells if c.cell_type == "code") and "language_info" in nb.metadata
+    assert unstripped(nb) != []
     assert strip(nb) and unstripped(nb) == [] and not strip(nb)
-    assert nb.cells[0].source == "print('hello')" and nb.metadata["kernelspec"]["name"] == "python3"
+    assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in committed.cells]
+    assert nb.metadata["kernelspec"] == committed.metadata["kernelspec"]
 
 
 CHECK_INTERACTIVE = '''
@@ -190,7 +196,7 @@ print(_json.dumps(_out))
 
 
 #: Notebook name -> a cell the ``executed`` fixture adds at its end, for a test that reads its output.
-APPENDED = {"05_interactive.ipynb": CHECK_INTERACTIVE}
+APPENDED = {"01_exact_circuit.ipynb": PRINT_PREFIX, "05_interactive.ipynb": CHECK_INTERACTIVE}
 
 
 def test_interactive_notebook_callbacks_against_references(executed):
@@ -201,7 +207,7 @@ def test_interactive_notebook_callbacks_against_references(executed):
 
     nb = executed(NOTEBOOK_DIR / "05_interactive.ipynb")
     assert nb.cells[-1].source == CHECK_INTERACTIVE
-    out = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("name") == "stdout"))
+    out = json.loads(stdout_of_last_cell(nb))
     X, C0 = np.array(out["X"]), np.array(out["C0"])
     nearest = reference.assign(X, C0)
     sharp = out["beta"]["14"]

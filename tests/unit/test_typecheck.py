@@ -76,3 +76,37 @@ def test_a_function_without_array_hints_is_checked_by_beartype_alone(hook_on):
         check_variant("lloyd", "3")  # iterations: an int
     with pytest.raises(Exception, match="check_variant"):
         check_variant(b"lloyd", 3)  # spec: a str
+
+
+def test_a_method_whose_hints_name_its_own_class_is_checked_by_beartype_alone(hook_on):
+    """``Lin.scale(...) -> "Lin"`` cannot be resolved while ``Lin``'s body runs: the wrapper is chosen at the first
+    call, and it is beartype's alone (no array hint), not jaxtyping's."""
+    from fractions import Fraction
+
+    from analysis.proof.algebra import Lin
+
+    lin = Lin.of({"x": Fraction(1)})
+    assert lin.scale(Fraction(2)).coeffs == {"x": Fraction(2)}
+    [chosen] = Lin.scale.chosen
+    assert wrapped_by_beartype_alone(chosen)
+    with pytest.raises(Exception, match="scale"):
+        lin.scale("2")
+
+
+def test_a_function_defined_inside_another_is_left_to_its_enclosing_function(hook_on):
+    """The hook would decorate a nested function on every run of the one around it (a new beartype wrapper compiled
+    each time); it is left as it is, and the function around it is checked."""
+    import jaxtyping
+
+    from analysis.proof import algebra
+    from typecheck import checked
+
+    def enclosing():
+        def inner(x: int) -> int:
+            return x
+
+        return inner
+
+    inner = enclosing()
+    assert jaxtyping.jaxtyped(typechecker=checked)(inner) is inner
+    assert wrapped_by_the_checker(algebra.strictly_feasible) or wrapped_by_beartype_alone(algebra.strictly_feasible)

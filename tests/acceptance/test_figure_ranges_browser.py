@@ -284,7 +284,6 @@ def test_the_sweeps_panels_share_one_colour_scale(pages, drawn):
     assert lo <= min(h["min"] for h in heatmaps) and max(h["max"] for h in heatmaps) <= hi
 
 
-
 def test_the_patching_page_badges_each_run_as_its_json_does(pages, drawn):
     doc = json.loads(pages["patching"].with_name("patching.json").read_text())["unpatched"]
     badges, text = drawn("patching")["badges"], drawn("patching")["text"]

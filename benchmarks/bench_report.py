@@ -17,6 +17,7 @@ Run: ``python benchmarks/bench_report.py [--n 2000] [--max-points 400 0]`` (0 dr
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -50,10 +51,11 @@ STEP_JS = """
 
 
 def slowest_step_ms(browser, path: Path) -> float:
+    from browser import wait_drawn
+
     session = browser.open(path.resolve().as_uri())
     try:
-        while not browser.evaluate(session, "window.kmeansReport && window.kmeansReport.done"):
-            browser.drain(0.1)
+        wait_drawn(browser, session, math.inf)
         return float(browser.evaluate(session, STEP_JS, await_promise=True))
     finally:
         browser.close_tab(session)

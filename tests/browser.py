@@ -378,6 +378,17 @@ def _remote_text(obj: dict) -> str:
     return obj.get("description") or obj.get("unserializableValue") or obj.get("type", "?")
 
 
+def wait_drawn(browser: Chromium, session: str, timeout: float) -> bool:
+    """Wait until the page of ``session`` has drawn every figure (``window.kmeansReport.done``; a page without that
+    record, once loaded, has nothing more to draw): False if ``timeout`` seconds passed first."""
+    deadline = time.monotonic() + timeout
+    while browser.evaluate(session, "window.kmeansReport ? window.kmeansReport.done : null") is False:
+        if time.monotonic() > deadline:
+            return False
+        browser.drain(0.1)
+    return True
+
+
 def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout: float = 60.0,
                settle: float = 0.5, screenshot: str | os.PathLike | None = None, read: str | None = None,
                await_promise: bool = False) -> PageCheck:
@@ -395,12 +406,7 @@ def check_page(path: str | os.PathLike, browser: Chromium | None = None, timeout
         url = Path(path).resolve().as_uri()
         t0 = time.monotonic()
         session = browser.open(url)
-        deadline = time.monotonic() + timeout
-        while True:
-            state = browser.evaluate(session, "window.kmeansReport ? window.kmeansReport.done : null")
-            if state is None or state is True or time.monotonic() > deadline:
-                break
-            browser.drain(0.1)
+        wait_drawn(browser, session, timeout)  # a page that did not finish is one of the problems its state shows
         load_ms = (time.monotonic() - t0) * 1e3
         browser.drain(settle)
         result = browser.evaluate(session, f"{_INSPECT_JS}({json.dumps(MARK_SELECTORS)})")

@@ -31,7 +31,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis import report as R
-from browser import Chromium, find_chromium
+from browser import Chromium, find_chromium, wait_drawn
 from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
@@ -126,21 +126,13 @@ Array.prototype.map.call(document.querySelectorAll("header .badges .verdict"), f
 """
 
 
-def open_page(browser: Chromium, path: Path) -> str:
-    session = browser.open(path.resolve().as_uri(), width=1280, height=900)
-    for _ in range(1200):
-        if browser.evaluate(session, "window.kmeansReport ? window.kmeansReport.done : true"):
-            break
-        browser.drain(0.1)
-    browser.drain(0.5)
-    return session
-
-
 def read_page(browser: Chromium, path: Path) -> dict:
     """One opening of ``path`` (each costs Chromium about 2 s of compiling plotly.js): the page's visible text and
     its verdict badges as it opens, then every figure's heatmaps in every state one control reaches."""
-    session = open_page(browser, path)
+    session = browser.open(path.resolve().as_uri(), width=1280, height=900)
     try:
+        wait_drawn(browser, session, 120)
+        browser.drain(0.5)
         text = browser.evaluate(session, _TEXT_JS)
         badges = browser.evaluate(session, _BADGES_JS)
         states = browser.evaluate(session, _RANGES_JS, await_promise=True)

@@ -11,12 +11,11 @@ Skipped only when no Chromium is installed (CI installs Debian's ``chromium``).
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from browser import Chromium, find_chromium
+from browser import Chromium, find_chromium, wait_drawn
 from command_server import run_command
 
 pytestmark = pytest.mark.skipif(find_chromium() is None,
@@ -75,10 +74,7 @@ def run(request, tmp_path_factory):
 def read_page(browser: Chromium, path: Path, timeout: float = 120.0) -> dict:
     session = browser.open(path.resolve().as_uri())
     try:
-        deadline = time.monotonic() + timeout
-        while browser.evaluate(session, "window.kmeansReport ? window.kmeansReport.done : null") is False:
-            assert time.monotonic() < deadline, "the report did not finish drawing"
-            browser.drain(0.1)
+        assert wait_drawn(browser, session, timeout), "the report did not finish drawing"
         return browser.evaluate(session, _READ_PAGE)
     finally:
         browser.close_tab(session)

@@ -1,8 +1,8 @@
 """The run-time type checker the test run applies to ``circuits`` and ``analysis`` (pyproject's
 ``--jaxtyping-packages``): beartype on every annotated function and dataclass, jaxtyping shapes included, except in
 the kernels named in :data:`UNCHECKED` and in functions defined inside other functions (whose enclosing function is
-checked). jaxtyping's own wrapper, which relates the sizes of several array arguments
-through a shape memo, goes only where a hint names an array (:func:`check_arrays_only_where_hinted`).
+checked). jaxtyping's own wrapper, which relates the sizes of several array arguments through a shape memo, goes
+only where a hint names an array (:func:`check_arrays_only_where_hinted`).
 
 Two readings of the annotations, because that is what they mean in numerical code: PEP 484's numeric tower (an
 ``int`` is a valid ``float``), and a numpy integer (``np.int64`` from an argmax) is a valid ``int``.

@@ -302,21 +302,45 @@ def test_the_fast_trimmed_run_is_the_definition(problem, theta):
         assert same_ties(fast.ties, slow.ties)
 
 
+def certified_references():
+    from circuits.variants.damped import DampedKMeans
+    from circuits.variants.gumbel import GumbelKMeans
+    from circuits.variants.sparse import SparseKMeans
+    from circuits.variants.trimmed import TrimmedKMeans
+
+    return {"lloyd": Reference(), "tie-break": Reference(tie_break=1e-9), "trimmed": TrimmedKMeans(
+        theta=2.0, sink_tie_break=1e-9), "damped": DampedKMeans(eta=0.6), "sparse": SparseKMeans(gamma=5.0),
+        "gumbel": GumbelKMeans(gamma=2.0)}
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tie_problems(), st.sampled_from(["damped", "sparse", "gumbel"]))
 def test_the_filter_changes_nothing_for_other_updates(problem, variant):
     """References whose update is not a plain mean (their centroids as float64 computes them): the float64 filter
     decides exactly what deciding every point in exact arithmetic decides."""
-    from circuits.variants.damped import DampedKMeans
-    from circuits.variants.gumbel import GumbelKMeans
-    from circuits.variants.sparse import SparseKMeans
-
-    ref = {"damped": DampedKMeans(eta=0.6), "sparse": SparseKMeans(gamma=5.0), "gumbel": GumbelKMeans(gamma=2.0)}
     X, C0 = problem
-    runs = [certified_run(ref[variant], X, C0, 2, filtered=f) for f in (True, False)]
+    runs = [certified_run(certified_references()[variant], X, C0, 2, filtered=f) for f in (True, False)]
     assert runs[0].trace.assignments.tolist() == runs[1].trace.assignments.tolist()
     assert runs[0].trace.centroids.tobytes() == runs[1].trace.centroids.tobytes()
     assert same_ties(runs[0].ties, runs[1].ties)
+
+
+@pytest.mark.parametrize("name", ["lloyd", "tie-break", "trimmed", "damped", "sparse", "gumbel"])
+@pytest.mark.parametrize("layout", ["C", "F", "reversed"])
+def test_the_runs_costs_are_the_references_bit_for_bit(name, layout):
+    """What the run assigns with and the step-wise checks compare (:meth:`CertifiedRun.costs`, from the fast
+    distances) is the reference's own ``costs``: values, labels and biases, for centroids laid out as the run
+    holds them, as a block's decoded input is (Fortran order) and as a strided view."""
+    ref = certified_references()[name]
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(3000, 5)) * 10.0 ** rng.integers(-4, 4, size=(3000, 1))
+    X[::5] = rng.integers(-2, 3, size=X[::5].shape)  # exact ties among small integers
+    C = X[[1, 5, 10, 17]] + np.array([[0.0], [0.5], [1e-3], [0.0]])
+    C = {"C": C, "F": np.asfortranarray(C), "reversed": C[::-1]}[layout]
+    run = certified_run(ref, X, C, 0)
+    got, want = run.costs(X, C), ref.costs(X, C, 1)
+    for a, b in ((got.values, want.values), (got.labels, want.labels), (got.bias, want.bias)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
 def test_means_are_exact_where_float64_sums_are_not():

@@ -170,11 +170,18 @@ def test_fast_distances_at_the_default_blocks_span_several():
 @given(arrays(np.float64, st.tuples(st.integers(1, 9), st.integers(1, 3)), elements=st.floats(-1e3, 1e3)),
        st.integers(1, 4), st.integers(1, 3))
 def test_fast_distances_hypothesis(X, k, block):
-    """Any points (Hypothesis), centroids among them and one ulp off them, blocks of ``block`` points."""
+    """Any points (Hypothesis), centroids among them and one ulp off them, blocks of ``block`` points; the
+    centroids C-contiguous and Fortran-ordered (the textbook sums each layout in its own order)."""
     C = np.nextafter(X[:k], np.inf) if k <= len(X) else np.concatenate([X, X])[:k]
     out = np.empty((len(X), len(C)))
     blocks.contiguous_sq_distances(np.ascontiguousarray(X), np.ascontiguousarray(C), out, block)
-    assert same_bits(out, reference.sq_distances(X, C))
+    assert same_bits(out, reference.sq_distances(X, np.ascontiguousarray(C)))
+    F = np.asfortranarray(C)
+    blocks.transposed_sq_distances(np.ascontiguousarray(X), F, out, block)
+    D = reference.sq_distances(X, F)
+    assert same_bits(out, D)
+    labels = np.arange(len(X)) % k
+    assert same_bits(blocks.own_sq_distances(np.ascontiguousarray(X), F, labels), D[np.arange(len(X)), labels])
 
 
 # --- windows ------------------------------------------------------------------------------------------------------

@@ -16,13 +16,14 @@ _DIFF_ELEMENTS = 2**17
 
 def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """:func:`circuits.reference.sq_distances`, bit for bit: :func:`contiguous_sq_distances` for C-contiguous
-    float64 operands, the textbook's own loop otherwise (a non-contiguous ``C`` lays its differences out, and so
-    sums them, in another order)."""
+    float64 operands, :func:`transposed_sq_distances` for a Fortran-ordered ``C`` (a block's decoded input), the
+    textbook's own loop otherwise (another layout of ``C`` lays its differences out, and so sums them, in another
+    order)."""
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
-    if not (X.flags.c_contiguous and C.flags.c_contiguous and C.size):
+    if not (X.flags.c_contiguous and C.size and (C.flags.c_contiguous or C.flags.f_contiguous)):
         return reference.sq_distances(X, C)
     out = np.empty((X.shape[0], C.shape[0]))
-    contiguous_sq_distances(X, C, out, reference.CHUNK)
+    (contiguous_sq_distances if C.flags.c_contiguous else transposed_sq_distances)(X, C, out, reference.CHUNK)
     return out
 
 
@@ -32,6 +33,8 @@ def own_sq_distances(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> np.nda
     length 1, at ``1/k`` of the work; otherwise each chunk of the distances is made as the textbook makes it, and
     picked. The same numbers bit for bit either way."""
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    if X.flags.c_contiguous and C.flags.f_contiguous and not C.flags.c_contiguous:
+        return _transposed_own_sq_distances(X, C, labels)
     out = np.empty(X.shape[0])
     rows = np.arange(min(reference.CHUNK, X.shape[0]))
     for start in range(0, X.shape[0], reference.CHUNK):
@@ -72,6 +75,40 @@ def contiguous_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray, max_r
         diff = np.repeat(block, k, axis=0).reshape(len(block), k, d)
         diff -= tiled[: len(block)]
         np.einsum("pcd,pcd->pc", diff, diff, out=out[start : start + len(block)])
+
+
+def transposed_sq_distances(X: np.ndarray, C: np.ndarray, out: np.ndarray, max_rows: int) -> None:
+    """:func:`circuits.reference.sq_distances` of a C-contiguous ``X`` and a Fortran-ordered ``C`` into ``out``. The
+    textbook's broadcast then lays each point's differences out coordinate by coordinate, the centroids innermost
+    (it follows ``C``'s strides), and its ``einsum`` adds the squares one coordinate after another. Here the same
+    layout is made on purpose, ``X[:, :, None] - C.T`` (``C.T`` is C-contiguous), and handed to the same ``einsum``
+    as the same ``(point, centroid, coordinate)`` view: the same strides and values, so the same sums, in blocks
+    small enough to stay in cache (at most ``max_rows`` points)."""
+    k, d = C.shape
+    rows = max(1, min(max_rows, _DIFF_ELEMENTS // (k * d)))
+    by_coordinate = C.T[None, :, :]
+    for start in range(0, X.shape[0], rows):
+        diff = X[start : start + rows, :, None] - by_coordinate
+        view = diff.transpose(0, 2, 1)
+        np.einsum("pcd,pcd->pc", view, view, out=out[start : start + len(diff)])
+
+
+def _transposed_own_sq_distances(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """:func:`own_sq_distances` for a Fortran-ordered ``C``: what :func:`transposed_sq_distances` gives at each
+    point's own centroid. The textbook's ``einsum`` there runs its inner loop over the centroids, so each sum is the
+    squares added one coordinate after another; here the same squares, added in the same order, a block of points
+    at a time (tests/unit/test_verify_fast.py holds both to the textbook)."""
+    out = np.empty(X.shape[0])
+    rows = max(1, _DIFF_ELEMENTS // max(1, X.shape[1]))
+    for start in range(0, X.shape[0], rows):
+        block, own = X[start : start + rows], C[labels[start : start + rows]]
+        squares = np.subtract(block.T, own.T)  # a row of differences per coordinate
+        squares *= squares
+        total = out[start : start + len(block)]
+        total[:] = squares[0]
+        for row in squares[1:]:
+            total += row
+    return out
 
 
 #: Entries of an ``n x k`` matrix that a pass of :func:`assign_within_biased` holds per temporary (512 KiB: in cache).

@@ -218,8 +218,9 @@ def _assign(run: CertifiedRun, state: Centroids, t: int, point_norms: np.ndarray
             filtered: bool) -> tuple[np.ndarray, dict, list[precision.Tie], float]:
     """The assignment at ``t``: the float64 filter block by block, then the exact decision of every point it
     leaves with more than one column; and the objective of the assignment (:func:`circuits.reference.objective`,
-    from the block's own distances: the same numbers)."""
-    ref, X, columns = run.ref, run.X, run.columns
+    from the block's own distances: the same numbers). The block's costs are :meth:`CertifiedRun.costs`, the
+    reference's own bit for bit."""
+    X, columns = run.X, run.columns
     col_labels = np.array(columns.labels)
     centroid_cols = np.flatnonzero(col_labels >= 0)
     labels = np.empty(len(X), dtype=np.intp)
@@ -230,7 +231,7 @@ def _assign(run: CertifiedRun, state: Centroids, t: int, point_norms: np.ndarray
     rounding = (X.shape[1] + 3) * UNIT
     for start in range(0, len(X), BLOCK):
         block = X[start : start + BLOCK]
-        cost = ref.costs(block, state.values, t)
+        cost = run.costs(block, state.values)
         values = cost.values + cost.bias if cost.bias.any() else cost.values
         F = _bound(cost.values[:, centroid_cols], point_norms[start : start + len(block)], reach_c, rho, rounding)
         if len(centroid_cols) < values.shape[1]:  # a threshold column: exact, so only its bias's rounding

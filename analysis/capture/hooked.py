@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analysis.capture.summaries import AssignAttention, UpdateAttention, _intended, to_numpy
+from analysis.capture.summaries import AssignAttention, UpdateAttention, intended_keys, to_numpy
 from circuits import hook_names
 
 
@@ -98,6 +98,6 @@ def _hard_update(pre, seq, pattern: np.ndarray) -> np.ndarray:
     hard = np.zeros_like(pattern)
     for b in range(pattern.shape[0]):
         for j in range(seq.k):
-            intended = _intended(pre.labels[b], j, seq)
+            intended = intended_keys(pre.labels[b], j, seq)
             hard[b, j] = intended / intended.sum()
     return hard

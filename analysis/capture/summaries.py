@@ -300,11 +300,11 @@ def update_certificate(att: UpdateAttention, labels_pre: Int[np.ndarray, "batch 
     rows = []
     for b in range(batch):
         for j in range(k):
-            rows.append(_update_row(att.scores[b, j], att.pattern[b, j], _intended(labels_pre[b], j, seq)))
+            rows.append(_update_row(att.scores[b, j], att.pattern[b, j], intended_keys(labels_pre[b], j, seq)))
     _fill_update_certificate(att, rows, batch, k)
 
 
-def _intended(labels: Int[np.ndarray, " n"], j: int, seq) -> np.ndarray:
+def intended_keys(labels: Int[np.ndarray, " n"], j: int, seq) -> np.ndarray:
     """Query ``j``'s intended keys over every position: its members, or its own key where it has none."""
     intended = np.zeros(seq.n_tokens, dtype=bool)
     intended[seq.points] = labels == j
@@ -368,7 +368,7 @@ def update_certificate_grouped(att: UpdateAttention, groups, labels_pre: Int[np.
                 inside[inverse[seq.centroids.start + j]] = 1
             row = _update_row_grouped(s, p, inside, counts - inside)
             if row is None:  # not decided by the shortcut: the dense row, as update_certificate reads it
-                row = _update_row(s[inverse], p[inverse], _intended(labels_pre[b], j, seq))
+                row = _update_row(s[inverse], p[inverse], intended_keys(labels_pre[b], j, seq))
             rows.append(row)
     _fill_update_certificate(att, rows, len(groups), k)
 

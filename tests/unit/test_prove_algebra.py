@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from analysis.proof.algebra import (
-    GatedTerm, Lin, Poly, Sign, prove_piecewise_identity, strict_witness, strictly_feasible,
-)
+from analysis.proof.algebra import Lin, Poly, Sign, strict_witness, strictly_feasible
+from analysis.proof.identity import GatedTerm, prove_piecewise_identity
 
 VARS = ("a", "b", "c")
 

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from analysis.proof.algebra import GatedTerm, Poly, exact, prove_piecewise_identity
+from analysis.proof.algebra import Poly, exact
+from analysis.proof.identity import GatedTerm, prove_piecewise_identity
 from analysis.proof.obligations.domain import token_flags, token_forms, valid_domain
 from analysis.proof.exact import (
     BIAS, HeadParams, LayerParams, ModelParams, Sparse, Unit, affine, coordinate_label, mlp_units, ov_form, qk_form,

@@ -314,7 +314,7 @@ def heatmap_pair(sweep: SweepResult, local: np.ndarray, metric: str = "restored"
     :func:`analysis.patching.report.local_readout`) and at the sweep's read layer."""
     from plotly.subplots import make_subplots
 
-    from analysis.views._common import colorbar_beside
+    from analysis.views.figure_parts import colorbar_beside
 
     final = sweep.values[metric].numpy().astype(float)
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.12, subplot_titles=(

@@ -29,7 +29,8 @@ The views of what training changed (:mod:`analysis.views.drift`) take a drift an
 them from that module (they need the training code, which the views of a run do not).
 """
 
-from analysis.views._common import DEFAULT_MAX_POINTS, PointSample, View, point_sample
+from analysis.views._common import View
+from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, point_sample
 from analysis.views.assign_attention import assign_attention
 from analysis.views.attention_pattern import attention_pattern
 from analysis.views.head_circuits import head_circuit, head_matrices, ov_circuit, qk_circuit

@@ -14,20 +14,10 @@ from plotly.subplots import make_subplots
 
 from analysis.capture import AssignAttention
 from analysis.views._common import (
-    DEFAULT_MAX_POINTS,
-    PointSample,
-    View,
-    as_capture,
-    centroid_labels,
-    drawn_rows,
-    head_layers,
-    hooked_caveats,
-    layer_title,
-    point_labels,
-    sample_notes,
-    slider,
-    visibility,
+    View, as_capture, centroid_labels, drawn_rows, hooked_caveats, layer_title, point_labels
 )
+from analysis.views.figure_parts import slider, visibility
+from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, head_layers, sample_notes
 from circuits.blocks import ASSIGN
 from circuits.sharpness import FLOAT64_UNDERFLOW
 

@@ -19,17 +19,9 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from analysis.views._common import (
-    DEFAULT_MAX_POINTS,
-    PointSample,
-    View,
-    as_capture,
-    layer_title,
-    point_sample,
-    run_activations,
-    slider,
-    visibility,
-)
+from analysis.views._common import View, as_capture, layer_title, run_activations
+from analysis.views.figure_parts import slider, visibility
+from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, point_sample
 from circuits import hook_names
 
 #: Above this many tokens the pattern (tokens^2 per layer) is not recomputed for a view.

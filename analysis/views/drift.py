@@ -23,7 +23,8 @@ from plotly.subplots import make_subplots
 
 from analysis.drift.record import DriftAnalysis
 from analysis.drift.weights import BLOCK_NAMES, subspace_blocks
-from analysis.views._common import View, cluster_colour, colorbar_beside, signed_log, signed_log_ticks
+from analysis.views._common import View
+from analysis.views.figure_parts import cluster_colour, colorbar_beside, signed_log, signed_log_ticks
 from circuits.blocks import ASSIGN, UPDATE
 
 

@@ -24,9 +24,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.views._common import (
-    View, alteration_caveats, as_circuit, dropdown, signed_log, signed_log_ticks, visibility,
-)
+from analysis.views._common import View, alteration_caveats, as_circuit
+from analysis.views.figure_parts import dropdown, signed_log, signed_log_ticks, visibility
 
 #: Above this ratio of largest to smallest non-zero magnitude a head is coloured on a signed log scale.
 LOG_RANGE = 100.0

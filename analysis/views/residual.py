@@ -25,17 +25,9 @@ import torch
 from plotly.subplots import make_subplots
 
 from analysis.capture import ExecutionPath
-from analysis.views._common import (
-    View,
-    as_capture,
-    below_plot,
-    display_clusters,
-    layer_title,
-    min_assign_margin,
-    run_activations,
-    slider,
-    token_labels,
-)
+from analysis.views._common import View, as_capture, display_clusters, layer_title, run_activations, token_labels
+from analysis.views.figure_parts import below_plot, slider
+from analysis.views.sampling import min_assign_margin
 from circuits import hook_names
 from circuits.encoding import UnitScaling, decode
 from circuits.layout import TOKEN_TYPES

@@ -16,21 +16,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.pipeline import RunResult
-from analysis.views._common import (
-    DEFAULT_MAX_POINTS,
-    PointSample,
-    View,
-    as_capture,
-    centroid_labels,
-    cluster_colour,
-    display_clusters,
-    point_labels,
-    point_sample,
-    report_of,
-    sample_notes,
-    slider,
-    visibility,
-)
+from analysis.views._common import View, as_capture, centroid_labels, display_clusters, point_labels, report_of
+from analysis.views.figure_parts import cluster_colour, slider, visibility
+from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, point_sample, sample_notes
 
 
 class Projection:

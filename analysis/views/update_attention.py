@@ -16,24 +16,11 @@ from plotly.subplots import make_subplots
 
 from analysis.capture import UpdateAttention
 from analysis.views._common import (
-    DEFAULT_MAX_POINTS,
-    PointSample,
-    View,
-    below_plot,
-    cluster_colour,
-    assignment_rows,
-    cluster_sizes,
-    head_layers,
-    hooked_caveats,
-    layer_title,
-    per_layer,
-    require_rows,
-    sample_notes,
-    slider,
-    soft_clusters,
+    View, assignment_rows, cluster_sizes, hooked_caveats, layer_title, per_layer, require_rows, soft_clusters,
     token_labels,
-    visibility,
 )
+from analysis.views.figure_parts import below_plot, cluster_colour, slider, visibility
+from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, head_layers, sample_notes
 from circuits.blocks import UPDATE
 
 

@@ -161,7 +161,7 @@ def test_drift_report_draws_every_figure_offline(untrained_analysis, tmp_path):
 
 def test_drift_figures_titles_scales_and_labels(untrained_analysis):
     from analysis.views import drift as views
-    from analysis.views._common import signed_log
+    from analysis.views.figure_parts import signed_log
 
     a = untrained_analysis
     # Behaviour and patterns: x-axis titles only under the bottom row (above it they overprint subplot titles).

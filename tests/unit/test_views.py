@@ -315,7 +315,7 @@ def test_a_changed_layer_gets_its_own_group():
 
 
 def test_signed_log_colour_scale():
-    from analysis.views._common import signed_log
+    from analysis.views.figure_parts import signed_log
 
     np.testing.assert_array_equal(signed_log(np.array([0.0, 1e3, -1e3, 1e14, -2e3]), 1e3),
                                   [0.0, 1.0, -1.0, 12.0, -(1 + np.log10(2))])
@@ -324,7 +324,7 @@ def test_signed_log_colour_scale():
 def test_signed_log_scale_of_a_subnormal_floor_beside_a_huge_weight_is_finite():
     # A tie-break of 5e-324 beside beta near 1e300 (report --tie-break 5e-324): the ratio top / floor is inf in
     # float64, the scale and its ticks must not be.
-    from analysis.views._common import signed_log, signed_log_ticks
+    from analysis.views.figure_parts import signed_log, signed_log_ticks
 
     values = signed_log(np.array([5e-324, -1e300]), 5e-324)
     assert values[0] == 1.0 and -values[1] == pytest.approx(1 + 300 + 323.306, abs=1e-3)
@@ -391,7 +391,7 @@ def test_a_trimmed_runs_outliers_have_a_legend_entry():
     outliers = [tr for tr in shown if tr.name == "left out (outliers)"]
     assert len(outliers) == 1 and outliers[0].showlegend is not False
     assert len(outliers[0].x) == int(left_out[t][view.data["drawn"]].sum())
-    assert set(outliers[0].marker.color) == {views._common.cluster_colour(-1)}
+    assert set(outliers[0].marker.color) == {views.figure_parts.cluster_colour(-1)}
 
 
 def test_two_dimensional_data_is_drawn_as_is(line_run):
@@ -417,7 +417,7 @@ def test_point_sample_keeps_ties_and_close_calls_and_stratifies():
     flagged = {t.point for t in run.report.ties} | {m.point for m in run.report.mismatches}
     assert sample.drawn == 60 and len(chosen) == 60 and sample.indices.tolist() == sorted(chosen)
     assert flagged <= chosen and sample.flagged == len(flagged)
-    from analysis.views._common import min_assign_margin
+    from analysis.views.sampling import min_assign_margin
 
     margin = min_assign_margin(run.capture)
     rest = [i for i in np.argsort(margin, kind="stable") if i not in flagged][: sample.low_margin]

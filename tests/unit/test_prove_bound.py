@@ -248,6 +248,30 @@ def test_only_damped_and_trimmed_variants_report_a_bound():
     assert run_problem(X, C0, 1, variant="damped:eta=0.1").report.per_iteration[0].proven_bound is None
 
 
+@pytest.mark.parametrize("live_share", [0.0, 0.01, 0.2, 0.3, 1.0])
+@pytest.mark.parametrize("size", [1, 4095, 4096, 65_536])
+def test_exp_is_numpys_bit_for_bit(live_share, size):
+    """The bound's ``exp`` (:func:`analysis.proof.bound.records.exp`) writes exact zeros for arguments below
+    :data:`EXP_ZERO_BELOW` instead of calling ``exp`` on them: it must give ``np.exp``'s numbers, where it skips
+    (few live elements) and where it does not, at the edge of the skip (where exp's results are the smallest
+    subnormals and 0), for -inf, +inf, NaN, -0.0 and overflowing arguments, as 1-d and 2-d arrays."""
+    from analysis.proof.bound.records import EXP_ZERO_BELOW, exp
+
+    rng = np.random.default_rng(size + int(100 * live_share))
+    dead = EXP_ZERO_BELOW - rng.random(size) * 10.0 ** rng.integers(-3, 17, size=size)
+    special = np.array([-745.2, -745.13, -745.1, -744.44, -708.5, -30.0, -1e-300, -0.0, 0.0, 1.0, 709.7, 710.0,
+                        np.inf, np.nan])
+    live = np.where(rng.random(size) < 0.5, rng.choice(special, size=size), rng.uniform(-760.0, 10.0, size=size))
+    a = np.where(rng.random(size) < live_share, live, dead)
+    edges = [EXP_ZERO_BELOW, -np.inf, np.nextafter(EXP_ZERO_BELOW, 0.0), np.nextafter(EXP_ZERO_BELOW, -np.inf)]
+    a[: min(size, 4)] = edges[: min(size, 4)]
+    for shaped in (a, a.reshape(-1, 1), a.reshape(1, -1)):
+        with np.errstate(over="ignore", under="ignore"):
+            want = np.exp(shaped)
+        got = exp(shaped)
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_for_bit(seed):
     """The update layer evaluates every centroid query's off-support ``log sum exp`` from terms shared by all

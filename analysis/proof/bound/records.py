@@ -40,7 +40,7 @@ def logsumexp(a: np.ndarray, axis: int = -1) -> np.ndarray | float:
     top = np.maximum.reduce(a, axis=axis, keepdims=True)  # np.max's reduction, without its wrapper
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(under="ignore", over="ignore", divide="ignore"):
-        out = np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
+        out = np.log(np.sum(exp(a - top), axis=axis)) + np.squeeze(top, axis=axis)
     # Outward: a tiny relative and absolute push up covers the float evaluation of the sum.
     return out + 1e-12 * np.abs(out) + 1e-12
 
@@ -53,7 +53,7 @@ def logsumexp_vector(a: np.ndarray) -> float:
     if not np.isfinite(top):
         top = np.float64(0.0)
     with np.errstate(under="ignore", over="ignore"):
-        return log_sum_shifted(np.exp(a - top), top)
+        return log_sum_shifted(exp(a - top), top)
 
 
 def log_sum_shifted(shifted: np.ndarray, top: np.float64) -> float:
@@ -64,10 +64,31 @@ def log_sum_shifted(shifted: np.ndarray, top: np.float64) -> float:
     return float(out + 1e-12 * np.abs(out) + 1e-12)
 
 
+#: Below this, float64's ``exp`` is exactly +0: ``e^-746`` is under half the smallest subnormal (``2^-1075``, about
+#: ``e^-745.13``), so it rounds to 0.
+EXP_ZERO_BELOW = -746.0
+#: Arrays from this size on may have :func:`exp` skip their underflowing elements.
+_SKIP_FROM = 4096
+
+
 def exp(a) -> np.ndarray | float:
-    """``exp`` in float64 without underflow or overflow warnings."""
+    """``np.exp`` in float64, without underflow or overflow warnings: the same numbers.
+
+    An element below :data:`EXP_ZERO_BELOW` is exactly +0, and is written so without calling ``exp``, whose
+    underflow path is slow (10 ms against 4 ms for 786,432 elements here): a bound's exponents, ``beta`` in the
+    10^15s times a gap, are mostly there. Where most elements are above it, every one goes to ``np.exp``, as the
+    masking would cost more than it saves. ``exp`` is elementwise, so an element's value does not depend on which
+    others are computed with it (tests/unit/test_prove_bound.py holds both ways to ``np.exp`` bit for bit)."""
+    a = np.asarray(a, dtype=np.float64)
     with np.errstate(under="ignore", over="ignore"):
-        return np.exp(np.asarray(a, dtype=np.float64))
+        if a.size < _SKIP_FROM:
+            return np.exp(a)
+        live = ~(a < EXP_ZERO_BELOW)  # NaN stays live: np.exp gives it back
+        if 4 * np.count_nonzero(live) > a.size:
+            return np.exp(a)
+        out = np.zeros(a.shape)
+        out[live] = np.exp(a[live])
+        return out
 
 
 @dataclass

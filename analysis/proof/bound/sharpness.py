@@ -378,7 +378,7 @@ def _off_mass_terms(p: _Problem, eps: np.ndarray, a: np.ndarray, order: np.ndarr
     top = np.where(np.isfinite(top), top, 0.0)
     keep = np.ones((k, len(scores)), dtype=bool)
     keep[:, :n] = a[None, :] != np.arange(k)[:, None]
-    return np.exp(scores[None, :] - top[:, None]), keep, top
+    return exp(scores[None, :] - top[:, None]), keep, top
 
 
 def _member_updates(p: _Problem, old: _State, new: _State, l1: np.ndarray, filled: list[int], bounds: list[int],

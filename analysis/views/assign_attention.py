@@ -108,7 +108,8 @@ def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
     ypos = np.arange(len(rows))
     fig.add_trace(go.Heatmap(
         z=z, x=xlab, y=ypos, customdata=gap_to_top, zmin=0, zmax=1,
-        hovertext=[[lab] * z.shape[1] for lab in ylab],
+        # Object arrays, not nested lists: plotly validates a list element by element (0.16 s a report at 400 rows).
+        hovertext=np.repeat(np.array(ylab, dtype=object)[:, None], z.shape[1], axis=1),
         colorscale="Blues", colorbar=dict(title=dict(text="weight"), x=1.02, len=0.5, y=0.75),
         hovertemplate="query %{hovertext} -> key %{x}<br>weight %{z:.6g}<br>score - top score %{customdata:.4g}"
                       "<extra></extra>",
@@ -120,7 +121,7 @@ def _add_layer(fig: go.Figure, title: str, data: dict, keys: np.ndarray, a: int,
     fig.add_trace(go.Scatter(
         x=np.where(finite, np.maximum(mg, MARGIN_FLOOR), np.nan), y=ypos, mode="markers", hovertext=ylab,
         marker=dict(size=5, color=np.where(exact, "#1b7837", "#d6604d")),
-        text=[[*clabels, "sink"][j] for j in top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
+        text=np.array([*clabels, "sink"], dtype=object)[top], customdata=np.stack([mg, leak[a, rows]], axis=-1),
         hovertemplate="%{hovertext} picks %{text}<br>margin %{customdata[0]:.6g}<br>"
                       "leak bound %{customdata[1]:.3g}<extra></extra>",
         showlegend=False, visible=a == 0, name=f"{title} margin",

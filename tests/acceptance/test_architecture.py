@@ -104,22 +104,13 @@ def test_no_module_above_the_size_limit(name):
     assert lines <= MAX_LINES, f"{name} has {lines} lines"
 
 
-#: Modules under rework elsewhere (issue 41, items 1, 2 and 4: the textbook reference, the distance memo, the
-#: capture) that still import a private name of another module, or re-export names under ``noqa: F401``; nothing
-#: may be added.
-KNOWN_PRIVATE_IMPORTS = {("circuits.reference", "circuits.memo"),
-                         ("analysis.capture.hooked", "analysis.capture.summaries")}
-KNOWN_REEXPORTS = {"circuits.reference"}
-
-
 def test_no_module_imports_a_private_name_of_another():
     """A leading underscore means "this module's own": another module that needs the name needs a public one (as
     ``circuits.structured.groups.hash_direction`` became, when the structured path became a package)."""
     found = []
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES
-                    and (name, node.module) not in KNOWN_PRIVATE_IMPORTS):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
                 found += [f"{name}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert found == []
@@ -130,8 +121,6 @@ def test_no_split_left_a_reexport():
     package's surface is what its ``__init__`` imports and lists in ``__all__`` (no noqa needed there)."""
     found = []
     for name, path in modules().items():
-        if name in KNOWN_REEXPORTS:
-            continue
         source = path.read_text()
         imports = {line for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
                    for line in range(node.lineno, node.end_lineno + 1)}

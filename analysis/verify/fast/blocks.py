@@ -30,8 +30,9 @@ def sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 def own_sq_distances(X: np.ndarray, C: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """``sq_distances(X, C)[i, labels[i]]`` for every point (labels in ``0..k-1``), chunk by chunk, with no ``n x k``
     matrix: for a C-contiguous ``C``, the same differences summed by the same ``einsum`` over a centroid axis of
-    length 1, at ``1/k`` of the work; otherwise each chunk of the distances is made as the textbook makes it, and
-    picked. The same numbers bit for bit either way."""
+    length 1, at ``1/k`` of the work; for a Fortran-ordered one, :func:`_transposed_own_sq_distances`; otherwise
+    each chunk of the distances is made as the textbook makes it, and picked. The same numbers bit for bit each
+    way."""
     X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
     if X.flags.c_contiguous and C.flags.f_contiguous and not C.flags.c_contiguous:
         return _transposed_own_sq_distances(X, C, labels)

@@ -22,7 +22,6 @@ ZERO = Fraction(0)
 ONE = Fraction(1)
 
 
-
 class Sign(Enum):
     """Sign constraint of a variable of the domain."""
 

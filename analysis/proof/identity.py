@@ -21,17 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from analysis.proof.algebra import (
-    ONE,
-    ZERO,
-    Lin,
-    Poly,
-    Sign,
-    evaluate,
-    fmt,
-    strict_witness,
-    strictly_feasible,
-)
+from analysis.proof.algebra import ONE, ZERO, Lin, Poly, Sign, evaluate, fmt, strict_witness, strictly_feasible
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from analysis.capture import AssignAttention
 from analysis.views._common import (
-    View, as_capture, centroid_labels, drawn_rows, hooked_caveats, layer_title, point_labels
+    View, as_capture, centroid_labels, drawn_rows, hooked_caveats, layer_title, point_labels,
 )
 from analysis.views.figure_parts import slider, visibility
 from analysis.views.sampling import DEFAULT_MAX_POINTS, PointSample, head_layers, sample_notes

@@ -122,7 +122,6 @@ def point_sample(obj, max_points: int | None = DEFAULT_MAX_POINTS, seed: int = 0
     return PointSample(np.array(sorted(chosen), dtype=int), n, flagged=n_flagged, low_margin=len(low))
 
 
-
 def sample_notes(sample: PointSample) -> tuple[list[str], list[str]]:
     """Where a figure states its sample: under it (``notes``) for a sample of a full capture, above it
     (``caveats``) for one chosen before a run at scale, which the figure cannot draw beyond."""

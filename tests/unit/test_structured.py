@@ -259,3 +259,47 @@ def test_grouped_assign_summary_equals_a_dense_reference_with_ties():
         np.testing.assert_allclose(fast.leak_bound[0], np.where(others, np.exp(s - top_score[:, None]), 0).sum(-1),
                                    rtol=1e-15)
         np.testing.assert_allclose(fast.leak_observed[0], np.where(others, p, 0).sum(-1), rtol=1e-14, atol=1e-16)
+
+
+
+def _fresh_copy(model):
+    """``model``'s copy with no plan kept: every module is planned from its weights as they are."""
+    import copy
+
+    fresh = copy.deepcopy(model)
+    for module in fresh.modules():
+        module.__dict__.pop("_structured_plan", None)
+    return fresh
+
+
+@pytest.mark.parametrize("edit", ["none", "no_grad", "data", "new tensor", "sign of zero"])
+def test_an_edited_weight_is_planned_again_however_it_was_edited(edit):
+    """The structured path keeps each module's plan between runs; a weight edited after a run must run as edited,
+    also when the edit went through ``.data`` (which torch's version counter does not see) or changed only the sign
+    of a zero (equal to ``==``, another bit pattern in the plan's products)."""
+    from circuits.structured import MLPPlan, cached_plan
+
+    X, C0 = problem(40, 2, 3)
+    circuit = lloyd_circuit(2, 3, 2)
+    encoded = encode(circuit.layout, X, C0)
+    model = circuit.model
+    before, _ = structured_forward(model, encoded.resid, circuit.score_hooks)
+    mlp = model.blocks[3].mlp
+    plan = cached_plan(mlp, MLPPlan)
+    if edit == "no_grad":
+        with torch.no_grad():
+            mlp.W_out.mul_(2.0)
+    elif edit == "data":
+        mlp.W_out.data.mul_(2.0)
+    elif edit == "new tensor":
+        mlp.W_out.data = mlp.W_out.data * 2.0
+    elif edit == "sign of zero":
+        zeros = mlp.W_out.data == 0
+        assert bool(zeros.any())
+        mlp.W_out.data[zeros] = -0.0
+    assert (cached_plan(mlp, MLPPlan) is plan) == (edit == "none")
+    after, records = structured_forward(model, encoded.resid, circuit.score_hooks)
+    expected, fresh = structured_forward(_fresh_copy(model), encoded.resid, circuit.score_hooks)
+    assert torch.equal(after, expected)
+    assert all(torch.equal(r.resid_post, f.resid_post) for r, f in zip(records, fresh))
+    assert torch.equal(before, after) == (edit in ("none", "sign of zero"))

@@ -280,7 +280,7 @@ def test_an_edited_weight_is_planned_again_however_it_was_edited(edit):
     from circuits.structured import MLPPlan, cached_plan
 
     X, C0 = problem(40, 2, 3)
-    circuit = lloyd_circuit(2, 3, 2)
+    circuit = build_lloyd_circuit(2, 3, 2)  # its own: the edits must not reach the shared test circuits
     encoded = encode(circuit.layout, X, C0)
     model = circuit.model
     before, _ = structured_forward(model, encoded.resid, circuit.score_hooks)
@@ -303,3 +303,18 @@ def test_an_edited_weight_is_planned_again_however_it_was_edited(edit):
     assert torch.equal(after, expected)
     assert all(torch.equal(r.resid_post, f.resid_post) for r, f in zip(records, fresh))
     assert torch.equal(before, after) == (edit in ("none", "sign of zero"))
+
+
+def test_a_verification_after_an_edit_through_data_is_the_edited_model_s():
+    """A user who verifies, edits a weight through ``.data`` and verifies again gets the edited model's verdict on
+    the structured path, as on the dense one (before plans were checked by value: VERIFIED, the unedited run)."""
+    X, C0 = problem(60, 2, 3)
+    circuit = build_lloyd_circuit(2, 3, 2)  # its own: the edits must not reach the shared test circuits
+    encoded = encode(circuit.layout, X, C0)
+    model = circuit.model  # built first: the structured path runs it from now on
+    assert verify_problem(capture(circuit, encoded, path="structured")).verified
+    model.blocks[2].mlp.W_out.data.mul_(1.5)
+    structured = verify_problem(capture(circuit, encoded, path="structured"))
+    dense = verify_problem(capture(circuit, encoded, path="dense"))
+    assert not structured.verified and not dense.verified
+    assert structured.failures[0] == dense.failures[0]

@@ -3,21 +3,20 @@ numpy reference and compared with Lloyd's and the untrained swap (``cluster --co
 tasks as a general model (``evaluate --construction learned``), and what training changed (``drift --construction
 learned``).
 
-The circuit (:func:`circuits.learned.build.build_learned_circuit`) is built per shape ``(d, k)``, number of steps
-and trained factors, and cached. Its factors come from a learned checkpoint
-(:mod:`circuits.learned.checkpoint`, a JSON file read as untrusted input): the shipped one by default, or any
-given by path (:func:`find_checkpoint` recognises the file, or a folder holding ``learned.json`` and no
-``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
+The circuit (:func:`circuits.learned.build.build_learned_circuit`) is built for each call, for its shape ``(d, k)``,
+number of steps and trained factors (a circuit a caller altered is never handed to another). Its factors come from a
+learned checkpoint (:mod:`circuits.learned.checkpoint`, a JSON file read as untrusted input): the shipped one by
+default, or any given by path (:func:`find_checkpoint` recognises the file, or a folder holding ``learned.json`` and
+no ``config.json``). *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract, the swap's: the
 transformer's run *is* :func:`circuits.learned.reference.learned_swap`'s with the same factors (no tie-break) at
-every step, the same state kept and centroids within each column's tolerance; a difference the
-circuit's tie-break explains is NOT VERIFIED with that cause. What every construction shares lives in
+every step, the same state kept and centroids within each column's tolerance; a difference the circuit's tie-break
+explains is NOT VERIFIED with that cause. What every construction shares lives in
 :mod:`analysis.constructions.common`; the drift numbers are :func:`analysis.drift.learned.learned_drift`
 (:mod:`analysis.report.learned` draws them).
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +65,6 @@ def load_alphas(path: str | Path | None = None) -> np.ndarray:
     return checkpoint.load(found if found is not None else path).alphas
 
 
-@functools.lru_cache(maxsize=16)
 def learned_circuit(d: int, k: int, steps: int, alphas: tuple[float, ...], beta: float, tie_break: float,
                     mask: float | None = None):
     from circuits.learned.build import build_learned_circuit

@@ -2,19 +2,17 @@
 numpy reference and compared with Lloyd's (``cluster --construction swap``), and held-out tasks, as a general
 model (``evaluate --construction swap``).
 
-The construction (:mod:`circuits.swap`) is built per shape ``(d, k)`` and number of steps and cached, like the
-Lloyd circuits of the estimator. *Verified* is :class:`analysis.verify.swap.ConstructionReport`'s contract: the
-transformer's result *is* its reference's (:func:`circuits.swap.reference.safeguarded_swap` without a tie-break)
-at every step, the same state kept and every centroid coordinate within its column's tolerance
-(:func:`analysis.verify.swap.column_tolerances`); a difference the circuit's tie-break explains is NOT VERIFIED
-with that cause. Lloyd's (:func:`circuits.reference.lloyd`, from the same initial centroids) is the yardstick the
-construction is meant to beat, never to match. What every construction shares (paths, the document, the
-diagnostics, the evaluation's model) is in :mod:`analysis.constructions.common`.
+The construction (:mod:`circuits.swap`) is built for each call, for its shape ``(d, k)`` and number of steps (a
+circuit a caller altered is never handed to another). *Verified* is
+:class:`analysis.verify.swap.ConstructionReport`'s contract: the transformer's result *is* its reference's
+(:func:`circuits.swap.reference.safeguarded_swap` without a tie-break) at every step, the same state kept and every
+centroid coordinate within its column's tolerance (:func:`analysis.verify.swap.column_tolerances`); a difference the
+circuit's tie-break explains is NOT VERIFIED with that cause. Lloyd's (:func:`circuits.reference.lloyd`, from the
+same initial centroids) is the yardstick the construction is meant to beat, never to match. What every construction
+shares (paths, the document, the diagnostics, the evaluation's model) is in :mod:`analysis.constructions.common`.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 from jaxtyping import Float
@@ -24,7 +22,6 @@ from analysis.constructions.spec import ConstructionSpec
 from circuits import reference
 
 
-@functools.lru_cache(maxsize=16)
 def swap_circuit(d: int, k: int, steps: int, beta: float, tie_break: float):
     from circuits.swap import build_swap_circuit
 

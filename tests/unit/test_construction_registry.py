@@ -66,6 +66,21 @@ def test_its_evaluation_model_follows_its_reference(name):
         np.testing.assert_allclose(cents[:, b], ref.centroids, rtol=0, atol=CENTROID_TOLERANCE * spread(x))
 
 
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_run_gets_its_own_circuit_whatever_an_earlier_caller_did_to_theirs(name):
+    """Two runs of one problem are two circuits: a weight one caller edits (through ``.data``, as interpretability
+    code does) is not in the next caller's circuit, whose run is still its reference's."""
+    construction = CONSTRUCTIONS[name]
+    X, C0 = blobs(2)
+    first = construction.run(X, C0, 2)
+    assert first.doc["verified"]
+    for p in first.circuit.model.parameters():
+        p.data.mul_(0.5)
+    second = construction.run(X, C0, 2)
+    assert second.circuit is not first.circuit and second.doc["verified"]
+    assert second.doc["centroids"] == first.doc["centroids"]
+
 def test_a_checkpoint_names_its_trained_construction_and_nothing_else(tmp_path):
     import json
 

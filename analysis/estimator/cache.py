@@ -12,13 +12,15 @@ from dataclasses import replace
 
 from analysis.pipeline import DTYPES
 from circuits import hook_names
+from circuits.fingerprint import fingerprint
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import get_variant
 
 #: Built circuits kept for reuse (:func:`built_circuit`): at most this many, holding at most this many bytes of
-#: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
+#: weights together, with the copy of their bits each is kept with (an iris circuit of 10 iterations holds ~0.3 MiB
+#: of weights, a digits one ~40 MiB).
 CACHE_SIZE = 64
 CACHE_BYTES = 256 * 2**20
 
@@ -29,9 +31,10 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
 
     The key is everything the weights depend on (variant and its parameters, ``d``, ``k``, iterations, the
     sharpness knobs, dtype, build options such as trimmed k-means' radius), so a refit or a ``predict`` with the
-    same weights runs the circuit already built. Fitted estimators share it: do not add permanent hooks to a
-    fitted ``model_`` (use ``model.hooks(...)``). The most recently used circuits are kept, within
-    :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
+    same weights runs the circuit already built. Fitted estimators share it, so a kept circuit is handed out again
+    only as it was built (:func:`_as_built`): a circuit whose weights a caller edited, or whose ``HookedTransformer``
+    a caller asked for (the model one hooks and edits: ``model_``, a report), is dropped and built (or derived)
+    anew. The most recently used circuits are kept, within :data:`CACHE_SIZE` and :data:`CACHE_BYTES`.
 
     Lloyd's circuit with knobs not built yet is derived from a cached one of the same structure (same key but for
     ``beta``, ``tie_break``, ``mask`` and the iterations): only its assign heads are rebuilt and its tied blocks
@@ -41,6 +44,8 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
     """
     key = (variant, d, k, iterations, sharpness, dtype, device, tuple(sorted(options.items())))
     entry = _BUILT.pop(key, None)
+    if entry is not None and not _as_built(entry):
+        entry = None
     if entry is None:
         structure = None if sharpness is None else _structure(key)
         template = None if options else _same_structure(structure)
@@ -50,7 +55,8 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
         circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \
             get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], device=device,
                                        **options)
-        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
+        bits = fingerprint(_tensors(circuit))
+        entry = (circuit, 2 * sum(len(b[-1]) for b in bits), structure, bits)
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
         _BUILT.popitem(last=False)
@@ -75,10 +81,26 @@ def _same_structure(structure: tuple | None):
     (:func:`_structure`, stored with each entry so that a lookup compares tuples only), or ``None``."""
     if structure is None:
         return None
-    for circuit, _, other in reversed(_BUILT.values()):
-        if other == structure and circuit.spec is LLOYD_SPEC and not circuit.hooks and circuit.weights is not None:
+    for entry in reversed(_BUILT.values()):
+        circuit, _, other, _ = entry
+        if other == structure and circuit.spec is LLOYD_SPEC and not circuit.hooks and circuit.weights is not None \
+                and _as_built(entry):
             return circuit
     return None
+
+
+def _tensors(circuit) -> list:
+    """The circuit's parameter tensors, each once (a derived circuit's layers share theirs), in a fixed order."""
+    return list({id(t): t for t in circuit.weights.parameters.values()}.values()) if circuit.weights is not None else []
+
+
+def _as_built(entry: tuple) -> bool:
+    """Whether a kept circuit is still the one built: its weights hold the bits they were built with (an edit through
+    ``.data`` included, :mod:`circuits.fingerprint`), and nobody asked for its ``HookedTransformer``, which holds
+    copies of the weights and any hooks a caller added. The estimator's own runs build it only on the dense path
+    (``path="dense"``), whose fits then derive a circuit each."""
+    circuit, _, _, bits = entry
+    return not circuit.model_built and fingerprint(_tensors(circuit)) == bits
 
 
 def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = None):

@@ -17,6 +17,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits.fingerprint import fingerprint
+
 
 #: Positions a linear map or an MLP works on at once. A longer residual stream is streamed through them in chunks of
 #: this many positions, so that their temporaries (the MLP's hidden units, the gathered input rows) take memory in
@@ -242,24 +244,15 @@ class MLPPlan:
         return self.out.apply(hidden if self.bias is None else hidden + self.bias)
 
 
-def _fingerprint(params: tuple[Tensor, ...]) -> tuple:
-    """Each parameter's dtype, device, shape and bytes: equal exactly when the values are the same bits (``-0.0`` is not
-    ``0.0``; a NaN is itself). Floats are read as integers of their width (numpy has no bfloat16)."""
-    widths = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return tuple((p.dtype, p.device, tuple(p.shape), (p.detach().view(widths[p.element_size()]) if p.is_floating_point()
-                                            else p.detach()).cpu().numpy().tobytes()) for p in params)
-
-
 def cached_plan(module, plan_type):
     """The plan of ``module``, kept on the module with the bits of the parameters it was made from, and made again
-    when one of them holds other bits, however it changed: an edit under ``torch.no_grad()``, one through ``.data``
-    (which torch's version counter does not see), a new tensor. A plan reads nothing but the parameters, so equal
-    bits give the same plan. A module shared by several layers (tied layers, a derived circuit's iterations:
-    :mod:`circuits.plain`) is compared once per forward. The comparison costs about 0.17 ms a block of the d = 8,
-    k = 10 circuit (90 KB of parameters), against 9 ms to plan it."""
-    fingerprint = _fingerprint(tuple(module.parameters()))
+    when one of them holds other bits, however it changed (:mod:`circuits.fingerprint`). A plan reads nothing but
+    the parameters, so equal bits give the same plan. A module shared by several layers (tied layers, a derived
+    circuit's iterations: :mod:`circuits.plain`) is compared once per forward. The comparison costs about 0.17 ms a
+    block of the d = 8, k = 10 circuit (90 KB of parameters), against 9 ms to plan it."""
+    bits = fingerprint(module.parameters())
     planned = module.__dict__.get("_structured_plan")
-    if planned is None or not isinstance(planned[1], plan_type) or planned[0] != fingerprint:
-        planned = (fingerprint, plan_type.of(module))
+    if planned is None or not isinstance(planned[1], plan_type) or planned[0] != bits:
+        planned = (bits, plan_type.of(module))
         module.__dict__["_structured_plan"] = planned
     return planned[1]

@@ -127,6 +127,33 @@ def test_cache_never_serves_knobs_chosen_for_other_data(monkeypatch):
         is fits[0].circuit_
 
 
+
+@pytest.mark.parametrize("alteration", ["weights through .data", "model weights", "model hook"])
+def test_a_circuit_one_fit_altered_is_not_the_next_fits(alteration):
+    """Fitted estimators share built circuits; what one caller does to its fitted circuit (ablate a weight of its
+    state dict through ``.data``, edit or hook its ``HookedTransformer``) must not reach a later fit, which must
+    run the circuit as built: the same results as before the alteration, verified."""
+    X = folds(1)[0]
+    params = dict(n_clusters=4, max_iter=4, random_state=3)
+    clear_circuit_cache()
+    first = CircuitKMeans(**params).fit(X)
+    altered = first.circuit_
+    if alteration == "weights through .data":
+        for name, tensor in altered.weights.parameters.items():
+            if name.endswith("mlp.W_out"):
+                tensor.data.mul_(1.5)  # shared by every update layer, and by the template it was derived from
+                break
+    elif alteration == "model weights":
+        first.model_.blocks[0].mlp.W_out.data.mul_(1.5)
+    else:
+        first.model_.blocks[0].hook_resid_post.add_hook(lambda x, hook: x * 1.5, is_permanent=True)
+    second = CircuitKMeans(**params).fit(X)
+    assert second.circuit_ is not altered and second.report_.verified
+    np.testing.assert_array_equal(second.labels_, first.labels_)
+    np.testing.assert_array_equal(second.cluster_centers_, first.cluster_centers_)
+    assert same_weights(second.circuit_, build_lloyd_circuit(X.shape[1], 4, second.circuit_.iterations,
+                                                              second.circuit_.sharpness))
+
 @pytest.fixture(scope="module")
 def fitted():
     X, _ = make_blobs(200, n_features=3, centers=4, random_state=1)

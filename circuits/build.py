@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 
 from circuits import hook_names
+from circuits.fingerprint import digest
 from circuits.blocks import ASSIGN, UPDATE, assign_block, lloyd_schedule, unembed_matrix, update_block
 from circuits.layout import ResidualLayout
 from circuits.plain import CircuitConfig, PlainTransformer
@@ -229,6 +230,8 @@ class KMeansCircuit:
         self._model: CircuitTransformer | None = None
         reuse = plain_from._plain if plain_from is not None else None
         self._plain: PlainTransformer | None = self.weights.plain(reuse) if self.weights is not None else None
+        # The weights as built, by name, so that what later changed in them can be named (weight_edits).
+        self._built: dict[str, bytes] = _digests(self.weights.parameters) if self.weights is not None else {}
 
     @classmethod
     def from_model(cls, model: CircuitTransformer, *args, **kwargs) -> KMeansCircuit:
@@ -264,6 +267,17 @@ class KMeansCircuit:
         if self._model is not None or self._plain is None:
             return self.model
         return self._plain
+
+    def weight_edits(self) -> list[str]:
+        """The parameters, by state-dict name, whose bits in what runs (:attr:`runnable`: the ``HookedTransformer``
+        once it exists, else the state dict) differ from the weights as built, however they were changed (an edit
+        through ``.data`` included: :mod:`circuits.fingerprint`). Empty for a circuit made around a given model,
+        which has no weights as built to compare with."""
+        if not self._built:
+            return []
+        running = self._model.state_dict() if self._model is not None else self.weights.parameters
+        now = _digests({name: running[name] for name in self._built if name in running})
+        return [name for name, built in self._built.items() if now.get(name) != built]
 
     @property
     def config(self) -> CircuitConfig:
@@ -301,6 +315,14 @@ class KMeansCircuit:
     def assignment_layers(self) -> list[int]:
         """``assignment_layers[t]``: the layer after which ``Y`` holds the assignment to centroids ``t``."""
         return self.layers_of(ASSIGN)
+
+
+def _digests(parameters: dict[str, torch.Tensor]) -> dict[str, bytes]:
+    """:func:`circuits.fingerprint.digest` of each parameter, by name; a tensor under several names (tied layers)
+    is read once."""
+    by_tensor: dict[int, bytes] = {}
+    return {name: by_tensor[id(t)] if id(t) in by_tensor else by_tensor.setdefault(id(t), digest(t))
+            for name, t in parameters.items()}
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,15 +1,18 @@
-"""The bits of a set of tensors, kept to tell later whether any of them changed, however it was changed.
+"""The bits of tensors, kept to tell later whether any of them changed, however it was changed.
 
 torch's version counter sees an in-place edit under ``torch.no_grad()`` but not one through ``.data``, which
-interpretability code uses to ablate or rescale a weight; a copy of the bits sees both, and a tensor swapped for
-another. Whatever is derived from a circuit's weights and kept (a structured plan, a circuit kept for reuse) is
-kept with the fingerprint of the weights it was derived from.
+interpretability code uses to ablate or rescale a weight; the bits see both, and a tensor swapped for another.
+:func:`fingerprint` is the bits themselves (a copy: for what is small and compared often, a structured plan's
+parameters); :func:`digest` is a BLAKE2b digest of them (32 bytes: for a circuit's weights as built, which a
+report compares with the weights that ran).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -17,10 +20,21 @@ from torch import Tensor
 _INTEGERS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 
 
+def _bits(t: Tensor) -> np.ndarray:
+    """``t``'s elements as integers of their width, on the CPU (numpy has no bfloat16; ``-0.0`` is not ``0.0``)."""
+    t = t.detach()
+    return np.ascontiguousarray((t.view(_INTEGERS[t.element_size()]) if t.is_floating_point() else t).cpu().numpy())
+
+
 def fingerprint(tensors: Iterable[Tensor]) -> tuple:
     """Each tensor's dtype, device, shape and bytes, in order: equal exactly when every tensor holds the same bits
-    (``-0.0`` is not ``0.0``; a NaN is itself). Floats are read as integers of their width (numpy, which makes the
-    bytes, has no bfloat16)."""
-    return tuple((t.dtype, t.device, tuple(t.shape),
-                  (t.detach().view(_INTEGERS[t.element_size()]) if t.is_floating_point() else t.detach())
-                  .cpu().numpy().tobytes()) for t in tensors)
+    (a NaN is itself)."""
+    return tuple((t.dtype, t.device, tuple(t.shape), _bits(t).tobytes()) for t in tensors)
+
+
+def digest(t: Tensor) -> bytes:
+    """A BLAKE2b digest of ``t``'s dtype, shape and bits: equal for the same bits, and different for different ones
+    but with probability 2^-256."""
+    h = hashlib.blake2b(repr((t.dtype, tuple(t.shape))).encode(), digest_size=32)
+    h.update(_bits(t).data)
+    return h.digest()

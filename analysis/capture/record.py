@@ -99,6 +99,12 @@ class Capture:
     hooked_patterns: dict = field(default_factory=dict)
     #: A lean capture's rows of the points its :class:`Keep` sampled (:mod:`analysis.capture.sampled`), else ``None``.
     sampled: SampledRows | None = None
+    #: The parameters whose bits in what ran differ from the weights as built (``KMeansCircuit.weight_edits``), read
+    #: as the capture is made, after its run.
+    weight_edits: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.weight_edits = self.circuit.weight_edits()
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""

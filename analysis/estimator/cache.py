@@ -12,15 +12,13 @@ from dataclasses import replace
 
 from analysis.pipeline import DTYPES
 from circuits import hook_names
-from circuits.fingerprint import fingerprint
 from circuits.blocks import ASSIGN, assign_block, lloyd_schedule
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD as LLOYD_SPEC
 from circuits.variants import get_variant
 
 #: Built circuits kept for reuse (:func:`built_circuit`): at most this many, holding at most this many bytes of
-#: weights together, with the copy of their bits each is kept with (an iris circuit of 10 iterations holds ~0.3 MiB
-#: of weights, a digits one ~40 MiB).
+#: weights together (an iris circuit of 10 iterations holds ~0.3 MiB, a digits one ~40 MiB).
 CACHE_SIZE = 64
 CACHE_BYTES = 256 * 2**20
 
@@ -55,8 +53,7 @@ def built_circuit(variant: str, d: int, k: int, iterations: int, sharpness, dtyp
         circuit = with_assign_knobs(template, sharpness, iterations) if template is not None else \
             get_variant(variant).build(d, k, iterations, sharpness=sharpness, dtype=DTYPES[dtype], device=device,
                                        **options)
-        bits = fingerprint(_tensors(circuit))
-        entry = (circuit, 2 * sum(len(b[-1]) for b in bits), structure, bits)
+        entry = (circuit, sum(p.numel() * p.element_size() for p in circuit.weights.parameters.values()), structure)
     _BUILT[key] = entry
     while len(_BUILT) > 1 and (len(_BUILT) > CACHE_SIZE or sum(e[1] for e in _BUILT.values()) > CACHE_BYTES):
         _BUILT.popitem(last=False)
@@ -82,25 +79,20 @@ def _same_structure(structure: tuple | None):
     if structure is None:
         return None
     for entry in reversed(_BUILT.values()):
-        circuit, _, other, _ = entry
+        circuit, _, other = entry
         if other == structure and circuit.spec is LLOYD_SPEC and not circuit.hooks and circuit.weights is not None \
                 and _as_built(entry):
             return circuit
     return None
 
 
-def _tensors(circuit) -> list:
-    """The circuit's parameter tensors, each once (a derived circuit's layers share theirs), in a fixed order."""
-    return list({id(t): t for t in circuit.weights.parameters.values()}.values()) if circuit.weights is not None else []
-
-
 def _as_built(entry: tuple) -> bool:
-    """Whether a kept circuit is still the one built: its weights hold the bits they were built with (an edit through
-    ``.data`` included, :mod:`circuits.fingerprint`), and nobody asked for its ``HookedTransformer``, which holds
-    copies of the weights and any hooks a caller added. The estimator's own runs build it only on the dense path
+    """Whether a kept circuit is still the one built: none of its weights changed since (an edit through ``.data``
+    included: ``KMeansCircuit.weight_edits``), and nobody asked for its ``HookedTransformer``, which holds copies of
+    the weights and any hooks a caller added. The estimator's own runs build it only on the dense path
     (``path="dense"``), whose fits then derive a circuit each."""
-    circuit, _, _, bits = entry
-    return not circuit.model_built and fingerprint(_tensors(circuit)) == bits
+    circuit = entry[0]
+    return not circuit.model_built and not circuit.weight_edits()
 
 
 def with_assign_knobs(template, sharpness: Sharpness, iterations: int | None = None):

@@ -26,6 +26,7 @@ from analysis.report.document import Fact, Header, Report, Section, Table
 from analysis.views import DEFAULT_MAX_POINTS, PointSample
 from analysis.pipeline import as_run
 from analysis.views._common import as_circuit
+from analysis.verify.report import weight_edits_text
 from analysis.verify.verdict import bound_text, convergence_text, not_applicable
 
 # ----------------------------------------------------------------------------------------------------- building
@@ -282,13 +283,19 @@ def _construction_facts(run, variant) -> list[Fact]:
              "one-hot pattern"),
     ]
     alterations = list(getattr(rep, "alterations", []) or [])
+    edited = bool(getattr(rep, "weight_edits", None))
     if alterations:
         # A cache run with hooks: the construction is the variant's, the run is not.
         construction.insert(0, Fact("alteration", "hooks changed this run: " + "; ".join(alterations),
                                     "found by re-running each block on its cached input: the first activation"
                                     " that differs from the block's own is named"))
     elif variant is not None and variant.alteration:
-        construction.insert(0, Fact("alteration", variant.alteration))
+        construction.insert(0, Fact("alteration, as built" if edited else "alteration", variant.alteration))
+    if edited:
+        # Edited weights (through .data, say): the facts below are the build's, the run was not that build.
+        construction.insert(0, Fact("weights changed since the build", weight_edits_text(rep.weight_edits),
+                                    "what ran is not the construction: the knobs below are those it was built with,"
+                                    " and the weight views draw the weights as they ran"))
     params = dict(getattr(circ, "params", {}) or {})
     if params:
         construction.append(Fact("variant parameters", ", ".join(f"{k} = {v:g}" for k, v in params.items()),

@@ -222,6 +222,10 @@ class VerificationReport:
     #: Hooks found to have changed the run (a report of an ``ActivationCache`` run with hooks:
     #: :func:`analysis.verify.altered.find_alterations`), each as ``"<hook name>: <what changed>"``.
     alterations: list[str] = field(default_factory=list)
+    #: The parameters whose bits in what ran differ from the weights as built (edited after the build, e.g. through
+    #: ``.data``: :meth:`circuits.build.KMeansCircuit.weight_edits`), by state-dict name. In ``to_dict`` only when
+    #: there are some (a command-line run builds its circuit and never has any).
+    weight_edits: list[str] = field(default_factory=list)
     #: The largest centroid tolerance the trajectory was held to (user units): ``tolerances.centroid``, or a soft
     #: run's noise floor times ``FLOOR_FACTOR`` where larger.
     centroid_limit: float = 0.0
@@ -262,6 +266,8 @@ class VerificationReport:
         out["n_tie_mismatches"] = len(self.tie_mismatches)
         out["n_errors"] = len(self.errors)
         out["n_unresolved"] = len(self.unresolved)
+        if not self.weight_edits:
+            del out["weight_edits"]
         return _finite(out)
 
     def _counts_text(self) -> str:
@@ -305,6 +311,12 @@ class VerificationReport:
         return "\n".join(lines)
 
 
+def weight_edits_text(edits: list[str]) -> str:
+    """Parameters changed since the build (``KMeansCircuit.weight_edits``) in words, the first four named."""
+    more = f" and {len(edits) - 4} more" if len(edits) > 4 else ""
+    return f"{len(edits)} parameter(s): {', '.join(edits[:4])}{more}"
+
+
 def verdict_of(rep: VerificationReport) -> Verdict:
     """A circuit's verification in the vocabulary of :mod:`analysis.verify.verdict`: exact only for Lloyd's circuit
     in float64 with hard attention everywhere; a variant names its reference, parameters and tolerance; a failure
@@ -317,7 +329,8 @@ def verdict_of(rep: VerificationReport) -> Verdict:
         more = len(rep.failures) - 1
         return vocabulary.failure(cause + (f" (and {more} more)" if more > 0 else ""), reference=rep.reference_name,
                                   layer=rep.first_failing_layer, role=rep.first_failing_role,
-                                  altered_by=[f"hook {a}" for a in rep.alterations])
+                                  altered_by=[f"hook {a}" for a in rep.alterations]
+                                  + [f"weight {w} (changed since the build)" for w in rep.weight_edits])
     ties = tie_text([tie for tie in rep.ties if tie.bounds])
     if lloyd and rep.dtype == "float64" and rep.hard_attention:
         return vocabulary.exact_lloyd(rep.dtype, ties)

@@ -113,13 +113,29 @@ def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
 
 
 def alteration_caveats(obj) -> list[str]:
-    """For a view of the weights of a run that hooks changed: the weights are not what ran."""
+    """For a view of the weights, which it reads as they are now: where they are not the construction's (changed
+    since the build), where they are not what ran (changed since the run), and what of the run they cannot show
+    (hooks)."""
+    from analysis.verify.report import weight_edits_text
+
+    circuit = as_circuit(obj)
+    ran = [] if isinstance(obj, KMeansCircuit) else as_capture(obj).weight_edits
+    now = circuit.weight_edits()
+    out = []
+    if now != ran:
+        now_text = weight_edits_text(now) if now else "back to the weights as built"
+        ran_text = weight_edits_text(ran) if ran else "the weights as built"
+        out.append(f"The weights were changed after this run (now {now_text}; the run had {ran_text}): they are drawn"
+                   " as they are now, not as they ran.")
+    elif now:
+        out.append(f"The weights that ran were changed since the build ({weight_edits_text(now)}): they are drawn as"
+                   " they ran, and what is said of the construction's weights may not hold of them.")
     rep = report_of(obj)
-    if rep is None or not rep.alterations:
-        return []
-    return [f"Hooks changed this run ({'; '.join(rep.alterations)}). Hooks act on activations, not on weights: these"
-            " are the circuit's weights as built, and where the hooks acted the run did not compute what they"
-            " compute."]
+    if rep is not None and rep.alterations:
+        out.append(f"Hooks changed this run ({'; '.join(rep.alterations)}). Hooks act on activations, not on weights:"
+                   f" these are the circuit's weights {'as they are now' if now else 'as built'}, and where the hooks"
+                   " acted the run did not compute what they compute.")
+    return out
 
 
 def hooked_caveats(obj, kind: str) -> list[str]:

@@ -126,3 +126,24 @@ def test_a_zeroed_pattern_is_drawn_as_it_ran_and_the_header_says_so(clean, brows
     # Hard attention and the leak bound are those of the patterns that ran: a zeroed row is 1 from one-hot.
     assert seen["facts"]["hard attention everywhere"] == "False"
     assert seen["facts"]["largest assignment leak bound"] == "no bound"
+
+
+def test_weights_edited_after_the_build_are_named_in_the_header_and_above_the_weight_views(browser, tmp_path_factory):
+    """An ablation through ``.data`` (the L2 update MLP's output weights halved) on a fresh wine circuit: the page's
+    header names the parameter in its own line, the verdict names it as what altered the run, and the caveat above
+    the QK and OV views says they draw the weights as they ran."""
+    from analysis.capture import capture
+    from analysis.pipeline import as_run
+
+    X = load_wine().data
+    run = run_problem(X, initial_centroids(X, 3, "k-means++", seed=0), iterations=5)
+    run.circuit.model.blocks[2].mlp.W_out.data.mul_(0.5)
+    edited = as_run(capture(run.circuit, run.encoded))
+    path = tmp_path_factory.mktemp("edited") / "report.html"
+    build_report(edited).write(path)
+    seen = read(browser, path)
+    assert seen["facts"]["weights changed since the build"] == "1 parameter(s): blocks.2.mlp.W_out"
+    for view in ("qk_circuit", "ov_circuit"):
+        caveat = next(c for c in seen["caveats"] if c["of"] == view)
+        assert caveat["before"] == view and "blocks.2.mlp.W_out" in caveat["text"] and "as they ran" in caveat["text"]
+    assert not edited.report.verified and "weight blocks.2.mlp.W_out" in edited.report.verdict

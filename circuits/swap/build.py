@@ -87,8 +87,9 @@ class SwapCircuit:
 
     @property
     def model(self) -> CircuitTransformer:
-        """The whole circuit, ``steps`` copies of the step's blocks in one ``HookedTransformer`` (built on first use:
-        the structured path runs :attr:`step_model` instead)."""
+        """The whole circuit, ``steps`` copies of the step's blocks in one ``HookedTransformer``, built on first use.
+        Until then the structured path runs :attr:`step_model` once per step; once it exists, the structured path
+        runs it, so that an edit of its weights counts on every path."""
         if self._model is None:
             self._model = build_model(self.stacked_blocks(), self.W_U, self.layout,
                                       dtype=self.step_model.cfg.dtype, device=self.step_model.cfg.device)
@@ -172,6 +173,16 @@ class SwapCircuit:
 
         out: dict[tuple[int, str], torch.Tensor] = {}
         names = self.STEP
+        if self._model is not None:
+            # The stacked model exists: it is what a caller edits or hooks, so it is what runs (the step models are the
+            # weights as built). One forward over every layer; a hook it cannot see through refuses the path.
+            def take_any(layer: int, record) -> None:
+                t, i = divmod(layer, len(names))
+                if names[i] in blocks:
+                    out[(t, names[i])] = record.resid_post.clone()
+
+            structured_forward(self._model, resid, recording=Recording(take_any, pre=False))
+            return out
         end = names[-1]
         for t in range(self.steps):
             step: dict[str, torch.Tensor] = {}

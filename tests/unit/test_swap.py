@@ -158,18 +158,41 @@ def test_structured_path_is_the_dense_forward_at_every_block(init, index):
 
 
 def assert_paths_agree(circ, X: np.ndarray, C0: np.ndarray) -> dict:
-    """The two paths' residual streams after every block of every step, within 1e-12, and the same run read from
-    both (also used by tests/unit/test_learned_circuit.py); the dense residuals, by ``(step, block)``."""
+    """The paths' residual streams after every block of every step, within 1e-12, and the same run read from each
+    (also used by tests/unit/test_learned_circuit.py); the dense residuals, by ``(step, block)``. The structured
+    path runs the step models until the stacked model exists and the stacked model afterwards: both are held to
+    the stacked model's dense forward."""
+    import dataclasses
+
     resid, _, _ = circ.encode(X, C0)
-    dense, structured = (circ.residuals(resid, path, circ.STEP) for path in ("dense", "structured"))
-    assert dense.keys() == structured.keys() and len(dense) == circ.n_layers == circ.model.cfg.n_layers
-    for key, value in dense.items():
-        # Unit-scaled stream (points and centroids in the unit ball): only the summation order differs.
-        torch.testing.assert_close(structured[key], value, rtol=0, atol=1e-12, msg=str(key))
-    fast, slow = circ.run(X, C0), circ.run(X, C0, path="dense")
-    assert (fast.path, slow.path) == ("structured", "dense") and fast.choices == slow.choices
-    np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
+    unbuilt = dataclasses.replace(circ, _model=None)  # the same weights, no stacked model yet: the step models run
+    dense = circ.residuals(resid, "dense", circ.STEP)
+    assert len(dense) == circ.n_layers == circ.model.cfg.n_layers
+    for structured in (unbuilt.residuals(resid, "structured", circ.STEP), circ.residuals(resid, "structured",
+                                                                                        circ.STEP)):
+        assert dense.keys() == structured.keys()
+        for key, value in dense.items():
+            # Unit-scaled stream (points and centroids in the unit ball): only the summation order differs.
+            torch.testing.assert_close(structured[key], value, rtol=0, atol=1e-12, msg=str(key))
+    slow = circ.run(X, C0, path="dense")
+    for fast in (unbuilt.run(X, C0), circ.run(X, C0)):
+        assert (fast.path, slow.path) == ("structured", "dense") and fast.choices == slow.choices
+        np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
     return dense
+
+
+def test_an_edit_of_the_stacked_model_runs_on_every_path():
+    """Once ``circuit.model`` exists the structured path runs it, so a weight edited there (through ``.data``)
+    counts on ``auto`` as on ``dense``; before, ``auto`` ran the step models, as built."""
+    X, C0 = SWAP_WINS
+    circ = build_swap_circuit(1, 2, 2)  # its own: the cached test circuits stay as built
+    before = circ.run(X, C0)
+    W_out = circ.model.blocks[circ.layer(0, "select")].mlp.W_out
+    W_out.data.mul_(0.5)
+    fast, slow = circ.run(X, C0), circ.run(X, C0, path="dense")
+    assert fast.path == "structured" and fast.choices == slow.choices
+    np.testing.assert_allclose(fast.centroids, slow.centroids, rtol=0, atol=1e-12 * np.abs(X).max())
+    assert not np.allclose(fast.centroids, before.centroids)
 
 
 def test_steps_share_weights_and_leave_every_staging_slot_empty():

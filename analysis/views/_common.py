@@ -24,6 +24,7 @@ from jaxtyping import Float, Int
 
 from analysis.capture import Capture, stream_activations
 from analysis.pipeline import as_run
+from analysis.verify.report import weight_edits_text
 from circuits.build import KMeansCircuit
 from circuits.onehot import OneHotStack, one_hot
 
@@ -116,8 +117,6 @@ def alteration_caveats(obj) -> list[str]:
     """For a view of the weights, which it reads as they are now: where they are not the construction's (changed
     since the build), where they are not what ran (changed since the run), and what of the run they cannot show
     (hooks)."""
-    from analysis.verify.report import weight_edits_text
-
     circuit = as_circuit(obj)
     ran = [] if isinstance(obj, KMeansCircuit) else as_capture(obj).weight_edits
     now = circuit.weight_edits()

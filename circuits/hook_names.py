@@ -8,13 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-#: The hook points of an attention layer (attribute names on ``block.attn``); a structured run must find no hook on
-#: any of them but the permanent score hook of a variant.
-ATTENTION_HOOK_ATTRIBUTES: tuple[str, ...] = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern",
-                                              "hook_z", "hook_result")
-#: The attribute of the attention-score hook point on ``block.attn``.
-SCORES_ATTRIBUTE = "hook_attn_scores"
-
 #: Where the residual stream can be read around block ``layer``.
 RESID_POSITIONS: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")
 

@@ -89,7 +89,7 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
 
     ``model`` is a ``HookedTransformer`` or the plain modules of :mod:`circuits.plain` (same attributes, no hook
     points). ``score_hooks[layer]`` is the permanent ``hook_attn_scores`` hook of each layer that has one; each must carry a
-    ``structured`` counterpart. Any other attention hook refuses the path.
+    ``structured`` counterpart. Any other forward hook, on any module of ``model``, refuses the path.
     """
     cfg = model.cfg
     score_hooks = score_hooks or {}
@@ -112,19 +112,17 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
         problems.append("OLMo-style attention")
     if not (cfg.gated_mlp and cfg.act_fn == "relu"):
         problems.append("an MLP other than a gated ReLU")
-    for layer, block in enumerate(model.blocks):
-        attn = block.attn
-        submodules = attn._modules  # a hook point is a submodule (looked up here: no failing getattr per name)
-        for name in hook_names.ATTENTION_HOOK_ATTRIBUTES:
-            hook = submodules.get(name)
-            if hook is None:
-                # No hook point (circuits.plain): nothing is registered, the given score hooks are all that runs.
-                continue
-            registered = len(hook._forward_hooks) + len(hook._forward_pre_hooks)
-            expected = 1 if name == hook_names.SCORES_ATTRIBUTE and layer in score_hooks else 0
-            if registered != expected:
-                problems.append(f"{registered} hook(s) on blocks.{layer}.attn.{name}, which grouped attention would not run")
-        if layer in score_hooks and not hasattr(score_hooks[layer], "structured"):
+    # The structured path computes each block from its weights and runs none of the blocks' hooks: a forward hook (a
+    # TransformerLens hook point's, permanent or in a hooks() context, or torch's register_forward_hook on a module)
+    # changes the dense run and not this one. The only hooks it runs are the score hooks it is given; a hook on a
+    # module it does call (the unembedding) is refused too, which keeps the rule one line: then the dense run runs.
+    allowed = {hook_names.attn_scores(layer) for layer in score_hooks}
+    for name, module in model.named_modules():
+        registered = len(module._forward_hooks) + len(module._forward_pre_hooks)
+        if registered != (1 if name in allowed else 0):
+            problems.append(f"{registered} hook(s) on {name or 'the model'}, which the structured path would not run")
+    for layer in score_hooks:
+        if not hasattr(score_hooks[layer], "structured"):
             problems.append(f"the score hook of layer {layer} has no structured counterpart")
     if problems:
         raise StructuredPathUnavailable("structured path does not support " + "; ".join(problems))

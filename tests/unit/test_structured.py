@@ -136,12 +136,30 @@ def test_refuses_unstructured_weights_and_auto_falls_back():
         capture(circuit, enc, path="structured")
 
 
-def test_refuses_a_hook_it_cannot_see_through():
-    circuit = build_lloyd_circuit(2, 3, 1)
-    circuit.model.add_hook(hook_names.pattern(1), lambda pattern, hook: pattern, is_permanent=True)
+@pytest.mark.parametrize("where", ["pattern", "mlp_out", "resid_post", "torch hook on an MLP", "hooks() context"])
+def test_refuses_a_hook_it_cannot_see_through(where):
+    """Any forward hook on the model refuses the structured path, which computes the blocks from their weights and
+    runs none of their hooks; ``auto`` then runs the dense forward, hook included. Before, only the attention's hook
+    points were looked at: a permanent hook zeroing ``hook_mlp_out`` was skipped, and the run reported VERIFIED."""
+    circuit = build_lloyd_circuit(2, 3, 2)  # its own: the hooks must not reach the shared test circuits
+    model = circuit.model
+    zero = lambda value, hook: torch.zeros_like(value)  # noqa: E731
     X, C0 = problem(20, 2, 3)
-    with pytest.raises(StructuredPathUnavailable, match="hook"):
-        structured_forward(circuit.model, encode(circuit.layout, X, C0).resid)
+    enc = encode(circuit.layout, X, C0)
+    expected = verify_problem(capture(circuit, enc, path="auto"))
+    assert expected.verified
+    hooks = {"pattern": hook_names.pattern(1), "mlp_out": hook_names.mlp_out(2),
+             "resid_post": hook_names.resid_post(2)}
+    if where in hooks:
+        model.add_hook(hooks[where], zero, is_permanent=True)
+    elif where == "torch hook on an MLP":
+        model.blocks[2].mlp.register_forward_hook(lambda module, args, out: torch.zeros_like(out))
+    with model.hooks(fwd_hooks=[(hook_names.mlp_out(2), zero)] if where == "hooks() context" else []):
+        with pytest.raises(StructuredPathUnavailable, match="hook"):
+            structured_forward(model, enc.resid)
+        cap = capture(circuit, enc, path="auto")
+        assert cap.path == "dense" and "hook" in cap.path_note
+        assert not verify_problem(cap).verified  # the hook ran: each of these changes the run
 
 
 def test_grouping_is_exact_even_when_the_hash_collides():

@@ -124,8 +124,9 @@ class RunResult:
             **{key: value for key, value in verdict.items() if key != "verified"},
             "initial": {key: rep["initial"][key] for key in keys} if rep["initial"] is not None else None,
             "alterations": rep["alterations"],
-            # Only where the weights that ran are not those built (never on the command line, which builds them).
-            **({"weight_edits": rep["weight_edits"]} if rep.get("weight_edits") else {}),
+            # Only where the weights that ran are not those built, or hooks were added to the model (never on the
+            # command line, which builds its circuit).
+            **{key: rep[key] for key in ("weight_edits", "added_hooks") if rep.get(key)},
         }
 
 

@@ -18,6 +18,7 @@ embedding (``d_vocab = 0``) and positions carry no information, so one model ser
 
 from __future__ import annotations
 
+import collections
 import functools
 from dataclasses import InitVar, dataclass, field
 from collections.abc import Callable
@@ -278,6 +279,16 @@ class KMeansCircuit:
         running = self._model.state_dict() if self._model is not None else self.weights.parameters
         now = _digests({name: running[name] for name in self._built if name in running})
         return [name for name, built in self._built.items() if now.get(name) != built]
+
+    def added_hooks(self) -> list[str]:
+        """The modules of the ``HookedTransformer`` (once it exists) carrying forward hooks beyond the circuit's own
+        permanent ones (:attr:`hooks`), by name: hooks a user added, permanently or in a ``hooks()`` context, which
+        run wherever the model runs (the structured path refuses them: :func:`circuits.structured.check_supported`)."""
+        if self._model is None:
+            return []
+        own = collections.Counter(name for name, _ in self.hooks)
+        return [name for name, module in self._model.named_modules()
+                if len(module._forward_hooks) + len(module._forward_pre_hooks) > own[name]]
 
     @property
     def config(self) -> CircuitConfig:

@@ -102,9 +102,11 @@ class Capture:
     #: The parameters whose bits in what ran differ from the weights as built (``KMeansCircuit.weight_edits``), read
     #: as the capture is made, after its run.
     weight_edits: list[str] = field(init=False, default_factory=list)
+    #: The model's modules carrying hooks beyond the circuit's own (``KMeansCircuit.added_hooks``), read likewise.
+    added_hooks: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self.weight_edits = self.circuit.weight_edits()
+        self.weight_edits, self.added_hooks = self.circuit.weight_edits(), self.circuit.added_hooks()
 
     def centroids(self, t: int) -> Float[np.ndarray, "batch k d"]:
         """Centroids after ``t`` iterations, read from ``C`` after the ``t``-th update layer."""

@@ -284,18 +284,24 @@ def _construction_facts(run, variant) -> list[Fact]:
     ]
     alterations = list(getattr(rep, "alterations", []) or [])
     edited = bool(getattr(rep, "weight_edits", None))
+    added = list(getattr(rep, "added_hooks", []) or [])
     if alterations:
         # A cache run with hooks: the construction is the variant's, the run is not.
         construction.insert(0, Fact("alteration", "hooks changed this run: " + "; ".join(alterations),
                                     "found by re-running each block on its cached input: the first activation"
                                     " that differs from the block's own is named"))
     elif variant is not None and variant.alteration:
-        construction.insert(0, Fact("alteration, as built" if edited else "alteration", variant.alteration))
+        construction.insert(0, Fact("alteration, as built" if edited or added else "alteration", variant.alteration))
     if edited:
         # Edited weights (through .data, say): the facts below are the build's, the run was not that build.
         construction.insert(0, Fact("weights changed since the build", weight_edits_text(rep.weight_edits),
                                     "what ran is not the construction: the knobs below are those it was built with,"
                                     " and the weight views draw the weights as they ran"))
+    if added:
+        construction.insert(0, Fact("hooks added to the model", ", ".join(added),
+                                    "they ran in this run (permanent, or in a hooks() context); what they changed is"
+                                    " not checked here: the verification holds the run, hooks and all, to the"
+                                    " reference"))
     params = dict(getattr(circ, "params", {}) or {})
     if params:
         construction.append(Fact("variant parameters", ", ".join(f"{k} = {v:g}" for k, v in params.items()),

@@ -111,7 +111,7 @@ def _undefined_reference(cap: Capture, b: int, exc: Exception) -> VerificationRe
         failures=[f"the reference algorithm is undefined on this problem: {exc}"],
         notes=[f"variant {circ.spec.name}: {circ.spec.algorithm}"], variant_params=circ.params,
         reference=f"{circ.spec.name} reference ({circ.spec.reference_class.__module__}): undefined here",
-        weight_edits=list(cap.weight_edits),
+        weight_edits=list(cap.weight_edits), added_hooks=list(cap.added_hooks),
     )
 
 
@@ -138,7 +138,7 @@ def _verify(cap: Capture, b: int, scheduler: Scheduler, prefetched=None) -> Veri
         failures=found.failures, notes=found.notes, variant_params=p.circ.params,
         reference=_reference_text(p.circ, p.ref), sharpness_bound=sharpness_bound, unresolved=found.unresolved,
         initial=found.initial, centroid_limit=found.centroid_limit, reference_name=reference_name(p.spec),
-        weight_edits=list(cap.weight_edits), **_first_failure(p, found),
+        weight_edits=list(cap.weight_edits), added_hooks=list(cap.added_hooks), **_first_failure(p, found),
     )
 
 

@@ -226,6 +226,10 @@ class VerificationReport:
     #: ``.data``: :meth:`circuits.build.KMeansCircuit.weight_edits`), by state-dict name. In ``to_dict`` only when
     #: there are some (a command-line run builds its circuit and never has any).
     weight_edits: list[str] = field(default_factory=list)
+    #: The model's modules on which hooks a user added ran (:meth:`circuits.build.KMeansCircuit.added_hooks`), by
+    #: name; what they changed is not checked (the verification holds the run, hooks and all, to the reference). In
+    #: ``to_dict`` only when there are some.
+    added_hooks: list[str] = field(default_factory=list)
     #: The largest centroid tolerance the trajectory was held to (user units): ``tolerances.centroid``, or a soft
     #: run's noise floor times ``FLOOR_FACTOR`` where larger.
     centroid_limit: float = 0.0
@@ -266,8 +270,9 @@ class VerificationReport:
         out["n_tie_mismatches"] = len(self.tie_mismatches)
         out["n_errors"] = len(self.errors)
         out["n_unresolved"] = len(self.unresolved)
-        if not self.weight_edits:
-            del out["weight_edits"]
+        for key in ("weight_edits", "added_hooks"):
+            if not out[key]:
+                del out[key]
         return _finite(out)
 
     def _counts_text(self) -> str:
@@ -330,7 +335,8 @@ def verdict_of(rep: VerificationReport) -> Verdict:
         return vocabulary.failure(cause + (f" (and {more} more)" if more > 0 else ""), reference=rep.reference_name,
                                   layer=rep.first_failing_layer, role=rep.first_failing_role,
                                   altered_by=[f"hook {a}" for a in rep.alterations]
-                                  + [f"weight {w} (changed since the build)" for w in rep.weight_edits])
+                                  + [f"weight {w} (changed since the build)" for w in rep.weight_edits]
+                                  + [f"hook on {h} (added to the model)" for h in rep.added_hooks])
     ties = tie_text([tie for tie in rep.ties if tie.bounds])
     if lloyd and rep.dtype == "float64" and rep.hard_attention:
         return vocabulary.exact_lloyd(rep.dtype, ties)

@@ -100,7 +100,7 @@ def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
         held = set(cap.cache.keys())
         missing = [name for name in names if name not in held]
         rep = report_of(obj)
-        unaltered = rep is not None and not rep.alterations and not cap.hooked_patterns
+        unaltered = rep is not None and not rep.alterations and not cap.hooked_patterns and not cap.added_hooks
         if not missing or not unaltered:
             for name in names:
                 if name not in missing:
@@ -110,6 +110,10 @@ def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
                 f" reads ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): they are left out, as a"
                 " re-run would not have the run's hooks. Run run_with_cache without a names_filter to see them."]
     stream_activations(cap.circuit, cap.encoded.stream()[b : b + 1], cap.path, names, take)
+    if cap.added_hooks and cap.circuit.added_hooks() != cap.added_hooks:
+        return [f"Hooks added to the model ran in this run (on {', '.join(cap.added_hooks[:4])}"
+                f"{' ...' if len(cap.added_hooks) > 4 else ''}) and the model carries others now: this figure re-ran"
+                " the circuit with the hooks it carries now, so it is not the run."]
     return []
 
 
@@ -130,10 +134,13 @@ def alteration_caveats(obj) -> list[str]:
         out.append(f"The weights that ran were changed since the build ({weight_edits_text(now)}): they are drawn as"
                    " they ran, and what is said of the construction's weights may not hold of them.")
     rep = report_of(obj)
-    if rep is not None and rep.alterations:
-        out.append(f"Hooks changed this run ({'; '.join(rep.alterations)}). Hooks act on activations, not on weights:"
-                   f" these are the circuit's weights {'as they are now' if now else 'as built'}, and where the hooks"
-                   " acted the run did not compute what they compute.")
+    hooks = ([f"Hooks changed this run ({'; '.join(rep.alterations)})."] if rep is not None and rep.alterations
+             else []) + ([] if isinstance(obj, KMeansCircuit) or not as_capture(obj).added_hooks else
+                         [f"Hooks added to the model ran in this run (on {', '.join(as_capture(obj).added_hooks)})."])
+    if hooks:
+        out.append(" ".join(hooks) + " Hooks act on activations, not on weights: these are the circuit's weights"
+                   f" {'as they are now' if now else 'as built'}, and where the hooks acted the run did not compute"
+                   " what they compute.")
     return out
 
 

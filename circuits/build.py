@@ -35,6 +35,7 @@ from circuits.layout import ResidualLayout
 from circuits.plain import CircuitConfig, PlainTransformer
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD, VariantSpec
+from circuits.structured.forward import forward_hook_counts
 from circuits.weights import BlockWeights
 
 if TYPE_CHECKING:
@@ -287,8 +288,7 @@ class KMeansCircuit:
         if self._model is None:
             return []
         own = collections.Counter(name for name, _ in self.hooks)
-        return [name for name, module in self._model.named_modules()
-                if len(module._forward_hooks) + len(module._forward_pre_hooks) > own[name]]
+        return [name for name, registered in forward_hook_counts(self._model).items() if registered > own[name]]
 
     @property
     def config(self) -> CircuitConfig:
@@ -332,8 +332,12 @@ def _digests(parameters: dict[str, torch.Tensor]) -> dict[str, bytes]:
     """:func:`circuits.fingerprint.digest` of each parameter, by name; a tensor under several names (tied layers)
     is read once."""
     by_tensor: dict[int, bytes] = {}
-    return {name: by_tensor[id(t)] if id(t) in by_tensor else by_tensor.setdefault(id(t), digest(t))
-            for name, t in parameters.items()}
+    out = {}
+    for name, t in parameters.items():
+        if id(t) not in by_tensor:
+            by_tensor[id(t)] = digest(t)
+        out[name] = by_tensor[id(t)]
+    return out
 
 
 @functools.lru_cache(maxsize=256)

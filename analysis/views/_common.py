@@ -107,14 +107,18 @@ def run_activations(obj, names: list[str], take, b: int = 0) -> list[str]:
                     take(name, cap.cache[name][b : b + 1])
             return [] if not missing else [
                 f"This run was changed by hooks and its cache lacks {len(missing)} of the activations this figure"
-                f" reads ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): they are left out, as a"
-                " re-run would not have the run's hooks. Run run_with_cache without a names_filter to see them."]
+                f" reads ({_named(missing)}): they are left out, as a re-run would not have the run's hooks. Run"
+                " run_with_cache without a names_filter to see them."]
     stream_activations(cap.circuit, cap.encoded.stream()[b : b + 1], cap.path, names, take)
     if cap.added_hooks and cap.circuit.added_hooks() != cap.added_hooks:
-        return [f"Hooks added to the model ran in this run (on {', '.join(cap.added_hooks[:4])}"
-                f"{' ...' if len(cap.added_hooks) > 4 else ''}) and the model carries others now: this figure re-ran"
-                " the circuit with the hooks it carries now, so it is not the run."]
+        return [f"Hooks added to the model ran in this run (on {_named(cap.added_hooks)}) and the model carries others"
+                " now: this figure re-ran the circuit with the hooks it carries now, so it is not the run."]
     return []
+
+
+def _named(names: list[str]) -> str:
+    """``names`` for a caveat: the first four, and ``...`` after them."""
+    return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
 
 
 def alteration_caveats(obj) -> list[str]:
@@ -122,7 +126,8 @@ def alteration_caveats(obj) -> list[str]:
     since the build), where they are not what ran (changed since the run), and what of the run they cannot show
     (hooks)."""
     circuit = as_circuit(obj)
-    ran = [] if isinstance(obj, KMeansCircuit) else as_capture(obj).weight_edits
+    cap = None if isinstance(obj, KMeansCircuit) else as_capture(obj)
+    ran = cap.weight_edits if cap is not None else []
     now = circuit.weight_edits()
     out = []
     if now != ran:
@@ -134,9 +139,11 @@ def alteration_caveats(obj) -> list[str]:
         out.append(f"The weights that ran were changed since the build ({weight_edits_text(now)}): they are drawn as"
                    " they ran, and what is said of the construction's weights may not hold of them.")
     rep = report_of(obj)
-    hooks = ([f"Hooks changed this run ({'; '.join(rep.alterations)})."] if rep is not None and rep.alterations
-             else []) + ([] if isinstance(obj, KMeansCircuit) or not as_capture(obj).added_hooks else
-                         [f"Hooks added to the model ran in this run (on {', '.join(as_capture(obj).added_hooks)})."])
+    hooks = []
+    if rep is not None and rep.alterations:
+        hooks.append(f"Hooks changed this run ({'; '.join(rep.alterations)}).")
+    if cap is not None and cap.added_hooks:
+        hooks.append(f"Hooks added to the model ran in this run (on {_named(cap.added_hooks)}).")
     if hooks:
         out.append(" ".join(hooks) + " Hooks act on activations, not on weights: these are the circuit's weights"
                    f" {'as they are now' if now else 'as built'}, and where the hooks acted the run did not compute"

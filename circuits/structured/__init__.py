@@ -38,7 +38,7 @@ from circuits.structured.attention import (
     grouped_attention, pattern_of,
 )
 from circuits.structured.forward import (
-    KEEP_ALL, LayerRecord, OwnedStreams, Recording, check_supported, feature_major_copies,
+    KEEP_ALL, LayerRecord, OwnedStreams, Recording, check_supported, feature_major_copies, forward_hook_counts,
     structured_forward,
 )
 from circuits.structured.groups import (
@@ -50,6 +50,6 @@ __all__ = [
     "CHUNK", "KEEP_ALL", "PAIR_BUDGET", "STREAM_CHUNK", "AttentionPlan", "GroupedAttention", "Groups",
     "LayerRecord", "MLPPlan", "OwnedStreams", "Recording", "RestrictedMap", "ScoreGroups", "SparseTerms",
     "StructuredPathUnavailable", "cached_plan", "check_supported", "chunked_block", "columns_match",
-    "feature_major_copies", "group_identical_columns", "group_identical_rows", "grouped_attention", "hash_groups",
+    "feature_major_copies", "forward_hook_counts", "group_identical_columns", "group_identical_rows", "grouped_attention", "hash_groups",
     "identity_groups", "pattern_of", "structured_forward",
 ]

@@ -84,6 +84,12 @@ class OwnedStreams:
         return streams
 
 
+def forward_hook_counts(model) -> dict[str, int]:
+    """How many forward hooks (pre-hooks included) each module of ``model`` carries, by module name (``""``: the
+    model itself); a TransformerLens hook point's hooks, permanent or in a ``hooks()`` context, are torch's."""
+    return {name: len(module._forward_hooks) + len(module._forward_pre_hooks) for name, module in model.named_modules()}
+
+
 def check_supported(model, score_hooks: dict[int, object] | None = None) -> None:
     """Refuse configurations whose attention this module does not reproduce exactly.
 
@@ -117,8 +123,7 @@ def check_supported(model, score_hooks: dict[int, object] | None = None) -> None
     # changes the dense run and not this one. The only hooks it runs are the score hooks it is given; a hook on a
     # module it does call (the unembedding) is refused too, which keeps the rule one line: then the dense run runs.
     allowed = {hook_names.attn_scores(layer) for layer in score_hooks}
-    for name, module in model.named_modules():
-        registered = len(module._forward_hooks) + len(module._forward_pre_hooks)
+    for name, registered in forward_hook_counts(model).items():
         if registered != (1 if name in allowed else 0):
             problems.append(f"{registered} hook(s) on {name or 'the model'}, which the structured path would not run")
     for layer in score_hooks:

@@ -234,7 +234,11 @@ def test_a_re_run_that_differs_says_by_how_much_and_why_without_guessing():
     assert "stochastic" not in notes[0] and "batching" not in notes[0]
     kept = capture(run.circuit, run.encoded, keep_cache=True, path="structured")
     assert views.residual_streams(kept).notes == []
-    assert not np.array_equal(kept.final.unit_centroids, run.capture.final.unit_centroids)
+    # The re-run's final state is not the run's: in the centroids or the assignments, whichever this processor's
+    # summation order reaches (the note gives both).
+    final, reran = run.capture.final, kept.final
+    assert not (np.array_equal(reran.unit_centroids, final.unit_centroids)
+                and np.array_equal(np.asarray(reran.assignments), np.asarray(final.assignments)))
     dense = run_problem(X, C0, iterations=10, variant="soft", options=RunOptions(path="dense"))
     assert views.residual_streams(dense).notes == []
 

@@ -247,7 +247,9 @@ def _margins(p: _Problem, state: _State) -> _Margins:
 #: Points per pass of an assign layer's bound (:func:`_assign_pass`): its ``n x k`` temporaries (distances, rounding
 #: bounds, gaps, exponents: about ten) exist for one chunk at a time, not for every point. Every step is elementwise
 #: or per point (``tests/unit/test_bound_chunks.py`` holds the bound to the same numbers for chunks of 1, 3 and 64).
-BOUND_CHUNK = 1 << 16
+#: 8,192 points keep a chunk's temporaries (about 0.7 MB each at k = 10) near the core's cache: at a million points
+#: the bound took 9.8 s of CPU against 10.8-11.1 s in chunks of 65,536 (docs/performance.md, "The eighth round").
+BOUND_CHUNK = 1 << 13
 
 
 def _assign_pass(p: _Problem, state: _State, it: int) -> tuple[np.ndarray, np.ndarray, int, LayerBound | None]:

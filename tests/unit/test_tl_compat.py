@@ -5,6 +5,7 @@ what is installed."""
 
 import ast
 import contextlib
+import gc
 import io
 import re
 import subprocess
@@ -47,6 +48,25 @@ def test_importing_it_imports_no_transformer_lens():
     code = "import sys, circuits.tl as tl; print(tl.TL_MAJOR, 'transformer_lens' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == [str(tl.TL_MAJOR), "False"]
+
+
+def test_transformer_lens_is_imported_with_the_collector_paused_and_left_as_it_was():
+    """No collection runs while TransformerLens is imported (its objects are not garbage: docs/performance.md), and
+    the collector is left as the caller had it, enabled or disabled, also when the import fails."""
+    code = ("import gc, sys, circuits.tl as tl\n"
+            "starts = []\n"
+            "gc.callbacks.append(lambda phase, info: starts.append(info['generation']) if phase == 'start' else None)\n"
+            "if sys.argv[1] == 'disabled': gc.disable()\n"
+            "tl.FactoredMatrix\n"
+            "print(len(starts), 'transformer_lens' in sys.modules, gc.isenabled())")
+    for before, enabled in (("enabled", "True"), ("disabled", "False")):
+        out = subprocess.run([sys.executable, "-c", code, before], capture_output=True, text=True, check=True,
+                             cwd=ROOT)
+        assert out.stdout.split() == ["0", "True", enabled]
+    assert gc.isenabled()
+    with pytest.raises(ModuleNotFoundError):
+        tl._import_uncollected("kmeans_circuits_no_such_module")
+    assert gc.isenabled()
 
 
 def _imports_transformer_lens(path: Path) -> list[int]:

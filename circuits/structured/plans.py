@@ -174,17 +174,17 @@ class SparseTerms:
                    if first_rows.size < W_T.shape[0] else None, bool((values[first] == 1).all()))
 
     def apply(self, xT: Float[Tensor, "d_in pos"], out: Float[Tensor, "c pos"] | None = None) -> Float[Tensor, "c pos"]:
-        if out is None:
-            out = xT.new_empty(self.rows, xT.shape[1])
         first = xT.index_select(0, self.first_sources)
         if not self.ones:
             first.mul_(self.first_weights)
-        if self.empty_rows is not None:
-            out.index_fill_(0, self.empty_rows, 0.0)
-            out.index_copy_(0, self.first_rows, first)
-        elif isinstance(self.first_rows, slice):
-            out.copy_(first)
+        if isinstance(self.first_rows, slice):  # every row opened, in order
+            # A fresh output is the gathered first terms themselves, not a copy of them (1.3 s of a million-point
+            # forward's 13 s of CPU).
+            out = first if out is None else out.copy_(first)
         else:
+            out = xT.new_empty(self.rows, xT.shape[1]) if out is None else out
+            if self.empty_rows is not None:
+                out.index_fill_(0, self.empty_rows, 0.0)
             out.index_copy_(0, self.first_rows, first)
         if self.rest_sources.numel():
             rest = xT.index_select(0, self.rest_sources).mul_(self.rest_weights)

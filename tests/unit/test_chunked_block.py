@@ -200,6 +200,30 @@ def test_sparse_terms_are_the_dense_product(seed, with_bias):
     assert bool(((got - want).abs() <= 2 * np.finfo(np.float64).eps * magnitude).all())
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sparse_terms_give_the_same_bits_fresh_or_into_a_given_output(seed):
+    """A fresh output (for maps that open every row: the gathered first terms themselves) and an output written into
+    a given tensor are the same numbers bit for bit, with weights of one (a copy) and not, rows with no term and
+    without; a fresh output shares no memory with the input, which the caller goes on reading."""
+    rng = np.random.default_rng(seed)
+    W = _sparse_matrix(rng, 12, 9, 0.15)
+    if seed % 3:
+        for j in np.flatnonzero(~(W != 0).any(dim=0).numpy()):
+            W[j % 12, j] = 0.5  # every output has a term (the matrix left some with none)
+    if seed % 2:
+        W = torch.where(W != 0, torch.ones_like(W), W)  # weights of 1: the first terms are copied, not scaled
+    terms = RestrictedMap.of(W, all_outputs=True).terms
+    assert terms is not None and isinstance(terms.first_rows, slice) == bool(seed % 3) and terms.ones == bool(seed % 2)
+    xT = torch.from_numpy(rng.normal(size=(12, 50)))
+    before = xT.clone()
+    fresh = terms.apply(xT)
+    given = torch.full((9, 50), float("nan"), dtype=torch.float64)
+    assert terms.apply(xT, given) is given
+    assert torch.equal(fresh, given) and torch.equal(xT, before)
+    fresh.add_(1.0)
+    assert torch.equal(xT, before)
+
+
 def test_a_dense_map_keeps_the_dense_product():
     rng = np.random.default_rng(0)
     W = torch.from_numpy(rng.normal(size=(6, 5)))

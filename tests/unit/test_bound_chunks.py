@@ -84,3 +84,44 @@ def test_bound_inputs_from_the_encoding_are_the_streams_slots(variant, hold):
     cap_changed = capture(circuit, changed, path="structured")
     (X_changed, *_), _ = bound_inputs(cap_changed)
     assert X_changed[0, 0] == X_unit[0, 0] + 1.0
+
+def _margins_as_written(p, state):
+    """The assign layer's margins as the module docstring writes them, one expression each (the oracle of the
+    in-place form in :func:`analysis.proof.bound.sharpness._margins`)."""
+    from analysis.proof.bound.records import U, gamma
+    from circuits.reference import sq_distances
+
+    X, n, d = p.X, len(p.X), p.X.shape[1]
+    D = sq_distances(X, state.C)
+    E = np.sqrt(d) * state.e
+    g = gamma(d + 2)
+    rho = (g * D * (1 + 2 * g) + 2 * np.sqrt(D) * (1 + g) * E[None, :] + E[None, :] ** 2
+           + U * (D + p.t[None, :])) * 1.01 + 1e-300
+    V = D + p.t[None, :]
+    if p.sink is not None:
+        v_sink = -p.sink / p.beta
+        V = np.concatenate([V, np.full((n, 1), v_sink)], axis=1)
+        rho = np.concatenate([rho, np.full((n, 1), 2 * U * abs(v_sink) + 1e-300)], axis=1)
+    a = np.argmin(V, axis=1)
+    rows = np.arange(n)
+    gap = V - V[rows, a][:, None] - rho - rho[rows, a][:, None]
+    gap[rows, a] = np.inf
+    return a, gap, D, E, V[rows, a], rho[rows, a]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_in_place_margins_are_the_written_expression_bit_for_bit(seed):
+    """Labels, gaps, distances, centroid errors, and the cost and rounding at each label: every bit the same as the
+    expression (random points and centroids, some points on a centroid, zero and large float errors, a sink)."""
+    rng = np.random.default_rng(seed)
+    n, k, d = int(rng.integers(1, 300)), int(rng.integers(1, 8)), int(rng.integers(1, 9))
+    X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-3, 2)
+    C = X[rng.choice(n, size=k)].copy() if seed % 3 == 0 else rng.normal(size=(k, d))
+    e = np.zeros(k) if seed % 4 == 0 else np.abs(rng.normal(size=k)) * 10.0 ** rng.integers(-18, -2)
+    state = sharpness._State(C, e, np.zeros(k))
+    p = sharpness._Problem(X, sharpness.tie_breaks(1e-9, k), 1e6, 100.0, 10.0, 1.0,
+                           -3.0 if seed % 5 == 0 else None, np.array([]), 1.0, np.abs(X).max(axis=1))
+    got = sharpness._margins(p, state)
+    want = _margins_as_written(p, state)
+    for name, expected in zip(("a", "gap", "D", "E", "Va", "rho_a"), want, strict=True):
+        assert np.asarray(getattr(got, name)).tobytes() == np.asarray(expected).tobytes(), name

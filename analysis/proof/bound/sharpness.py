@@ -228,9 +228,23 @@ def _margins(p: _Problem, state: _State) -> _Margins:
     D = sq_distances(X, state.C)
     E = np.sqrt(d) * state.e  # Euclidean error of the float centroids
     g = gamma(d + 2)
-    rho = (g * D * (1 + 2 * g) + 2 * np.sqrt(D) * (1 + g) * E[None, :] + E[None, :] ** 2
-           + U * (D + p.t[None, :])) * 1.01 + 1e-300
-    V = D + p.t[None, :]
+    # rho = (g D (1 + 2 g) + 2 sqrt(D) (1 + g) E + E^2 + U (D + t)) 1.01 + 1e-300 and V = D + t, evaluated in place:
+    # the same float64 operations in the same order, in two chunk-sized buffers instead of a dozen
+    # (tests/unit/test_bound_chunks.py holds it to the expression).
+    rho = np.multiply(g, D)
+    rho *= 1 + 2 * g
+    term = np.sqrt(D)
+    term *= 2
+    term *= 1 + g
+    term *= E[None, :]
+    rho += term
+    rho += E[None, :] ** 2
+    np.add(D, p.t[None, :], out=term)
+    term *= U
+    rho += term
+    rho *= 1.01
+    rho += 1e-300
+    V = np.add(D, p.t[None, :], out=term)
     if p.sink is not None:
         # The sink as a (k+1)-th candidate: V_sink = -L / beta (one division, rounded), no centroid error.
         v_sink = -p.sink / p.beta
@@ -239,7 +253,9 @@ def _margins(p: _Problem, state: _State) -> _Margins:
     a = np.argmin(V, axis=1)
     rows = np.arange(n)
     Va, rho_a = V[rows, a], rho[rows, a]
-    gap = V - Va[:, None] - rho - rho_a[:, None]
+    gap = np.subtract(V, Va[:, None])
+    gap -= rho
+    gap -= rho_a[:, None]
     gap[rows, a] = np.inf
     return _Margins(a, gap, D, E, Va, rho_a)
 

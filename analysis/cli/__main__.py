@@ -1,7 +1,5 @@
 """``python -m analysis.cli``: the same as the ``kmeans-circuits`` script."""
 
-import sys
+from analysis.cli.main import program
 
-from analysis.cli.main import main
-
-sys.exit(main())
+program()

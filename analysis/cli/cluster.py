@@ -106,13 +106,12 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:
             from analysis.report import build_report
 
-            stages.start("report")
-            if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
-                from analysis.cli.main import release_freed_memory
+            from analysis.cli.main import settled_for_the_report
 
-                release_freed_memory()
-            files = output_files(result, problem)
-            files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
+            stages.start("report")
+            with settled_for_the_report(at_scale=result.capture.lean):
+                files = output_files(result, problem)
+                files["report.html"] = build_report(result, problem, seed=args.seed).to_html()
     if out is not None:
         write_output_dir(out, files)
     if args.json:

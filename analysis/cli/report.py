@@ -54,14 +54,12 @@ def run(args: argparse.Namespace) -> int:
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
                              lean=None, threads=args.threads, sample=args.max_points)
         stages.start("report")
-        if result.capture.lean:  # at scale: the run's freed temporaries back to the kernel before the report's
-            from analysis.cli.main import release_freed_memory
-
-            release_freed_memory()
         # The views (plotly, and TransformerLens for those that run the model) load after the first stage shows.
+        from analysis.cli.main import settled_for_the_report
         from analysis.report import build_report
 
-        report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
+        with settled_for_the_report(at_scale=result.capture.lean):
+            report = build_report(result, problem, seed=args.seed, max_points=args.max_points)
     write_page(out, report, args.plotly_js)
     rep = result.report
     print(f"{problem.source}: n={result.encoded.n} d={result.encoded.d} k={problem.k}, variant {problem.variant}, "

@@ -115,3 +115,50 @@ def test_a_lean_run_without_a_sample_says_what_is_missing():
     for view in (views.assign_attention, views.update_attention):
         with pytest.raises(ValueError, match="kept only what its verification reads"):
             view(run)
+
+
+SETTLED = """
+import gc, sys, weakref
+import analysis.cli.main as _  # noqa: F401
+main = sys.modules["analysis.cli.main"]
+
+
+class Node:
+    pass
+
+
+def garbage_cycle():
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+gc.disable()  # no automatic collection: only the report stage's own can collect the cycle below
+if sys.argv[1] == "frozen-before":
+    gc.freeze()
+before = gc.get_freeze_count()
+gone = garbage_cycle()
+alive = Node()
+with main.settled_for_the_report(at_scale=False):
+    inside = gc.get_freeze_count()
+    print(gone() is None, "transformer_lens" in sys.modules, inside > before, gc.isenabled())
+print(gc.get_freeze_count() > 0, gc.isenabled())
+"""
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_the_report_stage_freezes_what_is_alive_after_collecting_it_and_unfreezes(frozen_before):
+    """The command line's report stage (analysis.cli.main.settled_for_the_report) imports TransformerLens, collects
+    the cycles that are garbage before freezing (none is kept alive by the freeze), freezes while the report is made
+    and unfreezes after; where the process had frozen objects already, it freezes nothing and unfreezes nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", SETTLED, "frozen-before" if frozen_before else "fresh"],
+                         capture_output=True, text=True, check=True, cwd=root)
+    collected, imported, froze, enabled, frozen_after, enabled_after = out.stdout.split()
+    assert (imported, froze, enabled, frozen_after, enabled_after) == (
+        "True", str(not frozen_before), "False", str(frozen_before), "False")
+    assert collected == str(not frozen_before)  # collected, not frozen (and where nothing is frozen, not collected)

@@ -59,10 +59,11 @@ def _import_uncollected(module_name: str):
     """``importlib.import_module(module_name)`` with the cyclic garbage collector paused, then as it was.
 
     Importing TransformerLens (and the transformers package it imports) makes several hundred thousand objects, none
-    of them garbage; each full collection they trigger walks all of them and everything the process already holds.
-    Paused, the import took 3.7-3.9 s of CPU instead of 4.6-4.7 s (``python -c "import torch, transformer_lens"``),
-    and a million-point run's report header 2.4 s instead of 3.1 s (docs/performance.md, "The eighth round"). Only
-    the collector's timing changes: what it would have found is collected at its next pass.
+    of them garbage, and set off 1,130 collections, each walking every object made so far: paused, the import took
+    3.7-3.9 s of CPU instead of 4.6-4.7 s (``python -c "import gc; gc.disable(); import torch, transformer_lens"``
+    against the same without ``gc.disable()``). Later collections still walk its objects, until something freezes
+    them: the command line does, for its report (:func:`analysis.cli.main.settled_for_the_report`; docs/performance.md,
+    "The eighth round"). Only the collector's timing changes: what it would have found it finds at its next pass.
     """
     was_enabled = gc.isenabled()
     gc.disable()

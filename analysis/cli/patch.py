@@ -234,14 +234,16 @@ def _pages(args, problem, exp, patched: Patched) -> tuple[dict, dict, dict]:
         "patching.html": patching_page(exp, results, check, read, problem_info),
     }
     if args.report:
+        from analysis.cli.main import settled_for_the_report
         from analysis.patching.report import add_patching_section
         from analysis.pipeline import run_problem
         from analysis.report import build_report
 
         clean_run = run_problem(pair.X_clean, pair.C0_clean, problem.iterations, circuit=circuit)
-        report = build_report(clean_run, problem, seed=args.seed)
-        add_patching_section(report, exp, results, check, read)
-        files["report.html"] = report.to_html()
+        with settled_for_the_report(at_scale=clean_run.capture.lean):
+            report = build_report(clean_run, problem, seed=args.seed)
+            add_patching_section(report, exp, results, check, read)
+            files["report.html"] = report.to_html()
     return files, doc, problem_info
 
 

@@ -104,9 +104,8 @@ def run(args: argparse.Namespace) -> int:
         result = run_circuit(problem, DTYPES[args.dtype], sharpness, args.path, stages, args.device,
                              lean=None, threads=args.threads, sample=None if out is None else MAX_POINTS)
         if out is not None:
-            from analysis.report import build_report
-
             from analysis.cli.main import settled_for_the_report
+            from analysis.report import build_report
 
             stages.start("report")
             with settled_for_the_report(at_scale=result.capture.lean):

@@ -35,7 +35,7 @@ from circuits.layout import ResidualLayout
 from circuits.plain import CircuitConfig, PlainTransformer
 from circuits.sharpness import Sharpness
 from circuits.spec import LLOYD, VariantSpec
-from circuits.structured.forward import forward_hook_counts
+from circuits.structured import forward_hook_counts
 from circuits.weights import BlockWeights
 
 if TYPE_CHECKING:

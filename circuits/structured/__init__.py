@@ -50,6 +50,6 @@ __all__ = [
     "CHUNK", "KEEP_ALL", "PAIR_BUDGET", "STREAM_CHUNK", "AttentionPlan", "GroupedAttention", "Groups",
     "LayerRecord", "MLPPlan", "OwnedStreams", "Recording", "RestrictedMap", "ScoreGroups", "SparseTerms",
     "StructuredPathUnavailable", "cached_plan", "check_supported", "chunked_block", "columns_match",
-    "feature_major_copies", "forward_hook_counts", "group_identical_columns", "group_identical_rows", "grouped_attention", "hash_groups",
-    "identity_groups", "pattern_of", "structured_forward",
+    "feature_major_copies", "forward_hook_counts", "group_identical_columns", "group_identical_rows",
+    "grouped_attention", "hash_groups", "identity_groups", "pattern_of", "structured_forward",
 ]

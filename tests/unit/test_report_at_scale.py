@@ -134,6 +134,9 @@ def garbage_cycle():
 
 
 gc.disable()  # no automatic collection: only the report stage's own can collect the cycle below
+full_collections = []  # whether TransformerLens was imported, at the start of each full collection
+gc.callbacks.append(lambda phase, info: full_collections.append("transformer_lens" in sys.modules)
+                    if phase == "start" and info["generation"] == 2 else None)
 if sys.argv[1] == "frozen-before":
     gc.freeze()
 before = gc.get_freeze_count()
@@ -142,15 +145,15 @@ alive = Node()
 with main.settled_for_the_report(at_scale=False):
     inside = gc.get_freeze_count()
     print(gone() is None, "transformer_lens" in sys.modules, inside > before, gc.isenabled())
-print(gc.get_freeze_count() > 0, gc.isenabled())
+print(gc.get_freeze_count() > 0, gc.isenabled(), full_collections == [False])
 """
 
 
 @pytest.mark.parametrize("frozen_before", [False, True])
 def test_the_report_stage_freezes_what_is_alive_after_collecting_it_and_unfreezes(frozen_before):
-    """The command line's report stage (analysis.cli.main.settled_for_the_report) imports TransformerLens, collects
-    the cycles that are garbage before freezing (none is kept alive by the freeze), freezes while the report is made
-    and unfreezes after; where the process had frozen objects already, it freezes nothing and unfreezes nothing."""
+    """The command line's report stage (analysis.cli.main.settled_for_the_report) collects the cycles that are
+    garbage (none is kept alive by the freeze), then imports TransformerLens, freezes while the report is made and
+    unfreezes after; where the process had frozen objects already, it freezes nothing and unfreezes nothing."""
     import subprocess
     import sys
     from pathlib import Path
@@ -158,7 +161,9 @@ def test_the_report_stage_freezes_what_is_alive_after_collecting_it_and_unfreeze
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", SETTLED, "frozen-before" if frozen_before else "fresh"],
                          capture_output=True, text=True, check=True, cwd=root)
-    collected, imported, froze, enabled, frozen_after, enabled_after = out.stdout.split()
+    collected, imported, froze, enabled, frozen_after, enabled_after, before_import = out.stdout.split()
     assert (imported, froze, enabled, frozen_after, enabled_after) == (
         "True", str(not frozen_before), "False", str(frozen_before), "False")
     assert collected == str(not frozen_before)  # collected, not frozen (and where nothing is frozen, not collected)
+    # One full collection, before the import: it walks the run's objects, not TransformerLens's as well.
+    assert before_import == str(not frozen_before)

@@ -233,7 +233,7 @@ class KMeansCircuit:
         reuse = plain_from._plain if plain_from is not None else None
         self._plain: PlainTransformer | None = self.weights.plain(reuse) if self.weights is not None else None
         # The weights as built, by name, so that what later changed in them can be named (weight_edits).
-        self._built: dict[str, bytes] = _digests(self.weights.parameters) if self.weights is not None else {}
+        self._built: dict[str, bytes] = parameter_digests(self.weights.parameters) if self.weights is not None else {}
 
     @classmethod
     def from_model(cls, model: CircuitTransformer, *args, **kwargs) -> KMeansCircuit:
@@ -278,7 +278,7 @@ class KMeansCircuit:
         if not self._built:
             return []
         running = self._model.state_dict() if self._model is not None else self.weights.parameters
-        now = _digests({name: running[name] for name in self._built if name in running})
+        now = parameter_digests({name: running[name] for name in self._built if name in running})
         return [name for name, built in self._built.items() if now.get(name) != built]
 
     def added_hooks(self) -> list[str]:
@@ -328,7 +328,7 @@ class KMeansCircuit:
         return self.layers_of(ASSIGN)
 
 
-def _digests(parameters: dict[str, torch.Tensor]) -> dict[str, bytes]:
+def parameter_digests(parameters: dict[str, torch.Tensor]) -> dict[str, bytes]:
     """:func:`circuits.fingerprint.digest` of each parameter, by name; a tensor under several names (tied layers)
     is read once."""
     by_tensor: dict[int, bytes] = {}

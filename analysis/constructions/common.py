@@ -185,6 +185,7 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
     from ``C0`` (:func:`exact_lloyd`); ``variant`` is ``construction:<name>``. Step ``t`` (``iteration``) is the
     state after ``t`` updates, ``t = 0`` the start."""
     from analysis.verify.swap import CENTROID_TOLERANCE, MAGNITUDE_ULPS
+    from analysis.verify.verdict import alterations_named
 
     iterations = len(run.centroids) - 1
     tie_break = checked.tie_break
@@ -218,7 +219,9 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
         })
     final = run.centroids[-1]
     inertia, lloyd_inertia = reference.objective(X, final), float(lloyd_objectives[-1])
-    verdict = checked.verdict(construction.title)
+    altered = run.alterations
+    verdict = checked.verdict(construction.title, alterations_named(weight_edits=altered.weight_edits,
+                                                                    added_hooks=altered.hooks))
     notes = [f"construction: 'verified' means the transformer equals its numpy reference"
              f" ({construction.reference_note}, no"
              " tie-break) at every step: the same candidate kept and every centroid coordinate within"
@@ -226,6 +229,8 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
              " magnitude; objective_lloyd is Lloyd's from the same initial centroids in exact arithmetic at the data's"
              " precision (circuits/precision.py: the nearest centroid, the lowest index on a tie the data cannot"
              " decide, exact means, an empty cluster keeps its centroid), at t = the step's index"]
+    if altered:
+        notes.append(alterations_note(altered, construction.title))
     notes.extend(chain_notes(per_iteration, names, checked.problems))
     if sum(differ):
         causes = [text for count, text in zip(differ, (
@@ -243,8 +248,27 @@ def cluster_document(circ, run, checked, X: Float[np.ndarray, "n d"], C0: Float[
         "ratio_to_lloyd": reference.objective_ratio(inertia, lloyd_inertia), "knobs": circ.knobs.to_dict(),
         "centroid_tolerances": [float(v) for v in checked.tolerances],
         "tie_break_user_units": tie_break, "layers": circ.n_layers, "path": run.path, "path_note": run.path_note,
+        # Only where the circuit that ran was not the construction as built (a run of the command line never is).
+        **({"weight_edits": altered.weight_edits} if altered.edited else {}),
+        **({"added_hooks": list(altered.hooks)} if altered.hooks else {}),
         "notes": notes,
     }
+
+
+def alterations_text(altered) -> str:
+    """What of a run (or of a circuit now) was not the construction as built, a
+    :class:`circuits.swap.build.Alterations`, in words."""
+    from analysis.verify.report import weight_edits_text
+
+    parts = ([f"weights changed since the build ({weight_edits_text(altered.weight_edits)})"] if altered.edited
+             else []) + ([f"hooks added on {', '.join(altered.hooks)}"] if altered.hooks else [])
+    return "; ".join(parts) or "the construction as built"
+
+
+def alterations_note(altered, title: str) -> str:
+    """The document's note on a run whose circuit was not the construction as built."""
+    return (f"altered: {alterations_text(altered)}. The run is held to {title}'s reference all the same; what the"
+            " construction guarantees by its weights (never above Lloyd's chain) need not hold of this run")
 
 
 @dataclass

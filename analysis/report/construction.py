@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.constructions.common import CANDIDATE_LABELS
+from analysis.constructions.common import CANDIDATE_LABELS, alterations_text
 from analysis.report.document import Fact, Header, Report, Section, Table
 
 #: The heads whose attention the page draws, by block name, with what their keys are.
@@ -176,6 +176,10 @@ def construction_report(result, source: str = "", init: str = "") -> Report:
     if "alphas" in doc:
         facts.append(Fact("factors", ", ".join(f"{a:g}" for a in doc["alphas"]), "alpha_t per step; the last one"
                           " for every later step"))
+    ran = result.run.alterations
+    if ran:
+        facts.append(Fact("altered", alterations_text(ran), "not the construction as built: the verdict and every"
+                          " table are this run's; what is said of the construction need not hold of it"))
     knobs = [Fact(key, f"{value:g}") for key, value in doc["knobs"].items()]
     header = Header(f"{title[0].upper()}{title[1:]} on {source or 'the data'}", verdict=doc["verdict"],
                     verified=doc["verified"], exact=False, groups={"run": facts, "knobs": knobs},
@@ -183,7 +187,9 @@ def construction_report(result, source: str = "", init: str = "") -> Report:
     choice = Section("Candidates and the choice", (
         "Each step forms its candidates from the current centroids and keeps the one of least objective; the safety"
         " nets (Lloyd's chain, and for the learned construction the untrained swap's chain) are trajectories run"
-        " beside it from the same start, so the kept objective is never above theirs."), key="candidates")
+        " beside it from the same start, so the kept objective is never above theirs."
+        + (" This run's circuit was not the construction as built (the header's 'altered'): what is said here of the"
+           " construction need not hold of it." if ran else "")), key="candidates")
     choice.add(objectives_view(doc))
     choice.add(candidates_table(doc))
     heads = Section("The heads that choose", (
@@ -191,9 +197,15 @@ def construction_report(result, source: str = "", init: str = "") -> Report:
         " candidate's objective (with the tie-order margin), so all its weight lands on the kept candidate's tokens;"
         " shown from the BOS token, summed over each candidate's k tokens. `swap_slot`: every token attends to the"
         " current centroid of least removal cost, the one the swap moves onto the farthest point."), key="heads")
-    att = attention(result)
+    now = result.circuit.alterations()
+    att = attention(result) if now == ran else None
     labels = [CANDIDATE_LABELS[c] for c in doc["candidates"]]
-    if att is None:
+    if now != ran:
+        # The attention is read from a re-run: with other weights or hooks it would be another run's.
+        heads.add(Table(["note"], [[f"attention not drawn: the circuit was changed after this run (now:"
+                                    f" {alterations_text(now)}; the run: {alterations_text(ran)}), and the page reads"
+                                    " the attention from a re-run, which would not be this run"]]))
+    elif att is None:
         heads.add(Table(["note"], [[f"attention not drawn: the problem has more than {PAGE_MAX_TOKENS} tokens, and"
                                     " the page reads it from the dense model, whose every layer forms a (tokens)^2"
                                     " pattern"]]))

@@ -334,9 +334,8 @@ def verdict_of(rep: VerificationReport) -> Verdict:
         more = len(rep.failures) - 1
         return vocabulary.failure(cause + (f" (and {more} more)" if more > 0 else ""), reference=rep.reference_name,
                                   layer=rep.first_failing_layer, role=rep.first_failing_role,
-                                  altered_by=[f"hook {a}" for a in rep.alterations]
-                                  + [f"weight {w} (changed since the build)" for w in rep.weight_edits]
-                                  + [f"hook on {h} (added to the model)" for h in rep.added_hooks])
+                                  altered_by=vocabulary.alterations_named(rep.alterations, rep.weight_edits,
+                                                                          rep.added_hooks))
     ties = tie_text([tie for tie in rep.ties if tie.bounds])
     if lloyd and rep.dtype == "float64" and rep.hard_attention:
         return vocabulary.exact_lloyd(rep.dtype, ties)

@@ -148,16 +148,17 @@ class ConstructionReport:
         """The widest column's tolerance (:attr:`tolerances` holds each column's)."""
         return float(np.max(self.tolerances)) if self.tolerances is not None else CENTROID_TOLERANCE * self.spread
 
-    def verdict(self, name: str):
+    def verdict(self, name: str, altered_by: list[str] | tuple[str, ...] = ()):
         """The run's verdict in the one vocabulary (:mod:`analysis.verify.verdict`): ``name`` (``"the safeguarded
-        swap"``) matches its numpy reference, or NOT VERIFIED against it with the first problem as the cause."""
+        swap"``) matches its numpy reference, or NOT VERIFIED against it with the first problem as the cause and
+        what changed the run (``altered_by``: :func:`analysis.verify.verdict.alterations_named`)."""
         from analysis.verify import verdict as vv
 
         if self.verified:
             return vv.matches_construction(name, CENTROID_TOLERANCE, TOLERANCE_UNITS)
         more = len(self.problems) - 1
         return vv.failure(self.problems[0] + (f" (and {more} more)" if more > 0 else ""),
-                          reference=f"{name} (numpy reference)")
+                          reference=f"{name} (numpy reference)", altered_by=altered_by)
 
 
 #: The name this report had when the swap was the only construction (kept: docs/swap.md shows it).

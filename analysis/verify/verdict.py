@@ -130,6 +130,14 @@ def trained_export(tolerance: float, units: str = "unit coordinates") -> Verdict
                    reference="the model's training forward", tolerance=tolerance, tolerance_units=units)
 
 
+def alterations_named(hooks: list[str] | tuple[str, ...] = (), weight_edits: list[str] | tuple[str, ...] = (),
+                      added_hooks: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """What changed a run, as a failure's ``altered_by`` names it: the hooks that changed its activations, the
+    parameters changed since the build, the modules carrying hooks added to the model."""
+    return ([f"hook {a}" for a in hooks] + [f"weight {w} (changed since the build)" for w in weight_edits]
+            + [f"hook on {h} (added to the model)" for h in added_hooks])
+
+
 def failure(cause: str, reference: str = "", layer: int | None = None, role: str = "",
             altered_by: list[str] | tuple[str, ...] = ()) -> Verdict:
     """NOT VERIFIED: the first failing ``layer`` (``role`` says what it does, e.g. ``"assign, t = 0"``), the hooks

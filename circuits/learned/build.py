@@ -37,7 +37,7 @@ from circuits.learned.stages import (ALPHA_BLOCK, CIRCUIT_CANDIDATES, LEARNED_GR
                                      learned_layout, step_blocks)
 from circuits.plain import PlainTransformer
 from circuits.sharpness import MAX_UNIT_SQ_DISTANCE, Sharpness
-from circuits.swap.build import CENTRE, SwapCircuit
+from circuits.swap.build import CENTRE, Alterations, SwapCircuit
 from circuits.swap.knobs import SwapKnobs
 from circuits.weights import dense
 
@@ -51,6 +51,8 @@ class LearnedRun(LearnedTrajectory):
     path_note: str = ""
     #: Where the run may have left what its mask keeps exact (:meth:`LearnedCircuit._check_reach`); empty if nowhere.
     problems: list[str] = field(default_factory=list)
+    #: What of the circuit that ran was not the construction as built (as :attr:`SwapRun.alterations`).
+    alterations: Alterations = field(default_factory=Alterations)
 
 
 def reach_needed(X: Float[np.ndarray, "n d"], C0: Float[np.ndarray, "k d"], centroids: Float[np.ndarray, "t k d"],
@@ -147,7 +149,7 @@ class LearnedCircuit(SwapCircuit):
         # The untrained swap's objectives are its chain's candidate's (step 0: the start, shared by all).
         chain = [*r.objectives[:1], *per[:, CANDIDATES.index("swap_reference")]]
         return LearnedRun(r.centroids, r.choices, r.objectives, r.lloyd_centroids, r.lloyd_objectives,
-                          np.array(chain), per, r.path, r.path_note, beyond)
+                          np.array(chain), per, r.path, r.path_note, beyond, r.alterations)
 
     def _check_reach(self, X, C0, centroids) -> list[str]:
         """Where a step's extrapolated centroids may have been beyond the reach of the mask (:func:`reach_needed`):

@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 
 from circuits import hook_names
-from circuits.build import CircuitWeights, build_model
+from circuits.build import CircuitWeights, build_model, parameter_digests
 from circuits.devices import torch_threads
 from circuits.encoding import as_batch, fit_unit_scaling, read
 from circuits.layout import ResidualLayout
@@ -49,6 +49,24 @@ if TYPE_CHECKING:
 CENTRE = "median"
 
 
+@dataclass(frozen=True)
+class Alterations:
+    """What of a run was not the construction as built (:meth:`SwapCircuit.alterations`): the stacked model's
+    parameters whose bits differed from the weights as built (``edited``: by state-dict name, the digest of the bits
+    that ran, :func:`circuits.build.parameter_digests`) and its modules that carried forward hooks (``hooks``). Empty
+    (false): the construction ran as built."""
+
+    edited: dict[str, bytes] = field(default_factory=dict)
+    hooks: tuple[str, ...] = ()
+
+    @property
+    def weight_edits(self) -> list[str]:
+        return list(self.edited)
+
+    def __bool__(self) -> bool:
+        return bool(self.edited or self.hooks)
+
+
 @dataclass
 class SwapRun(SwapTrajectory):
     """One problem run through the circuit: the trajectory (``centroids[t]`` after ``t`` steps, ``[0]`` is ``C0``,
@@ -59,6 +77,8 @@ class SwapRun(SwapTrajectory):
     #: The execution path that ran it (``"structured"`` or ``"dense"``) and, when ``auto`` fell back, why.
     path: str = "dense"
     path_note: str = ""
+    #: What of the circuit that ran was not the construction as built (edited weights, added hooks).
+    alterations: Alterations = field(default_factory=Alterations)
 
 
 #: The execution paths of :meth:`SwapCircuit.run`: ``auto`` is structured, dense where the structured path refuses.
@@ -84,6 +104,8 @@ class SwapCircuit:
     blocks: list = field(default_factory=list, repr=False)
     W_U: np.ndarray | None = field(default=None, repr=False)
     _model: CircuitTransformer | None = field(default=None, repr=False)
+    #: The stacked model's parameters as built (digests by name), taken as it is built: what an edit is told by.
+    _built: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def model(self) -> CircuitTransformer:
@@ -93,7 +115,21 @@ class SwapCircuit:
         if self._model is None:
             self._model = build_model(self.stacked_blocks(), self.W_U, self.layout,
                                       dtype=self.step_model.cfg.dtype, device=self.step_model.cfg.device)
+            self._built = parameter_digests(dict(self._model.named_parameters()))
         return self._model
+
+    def alterations(self) -> Alterations:
+        """What a run now would run that is not the construction as built: the stacked model's parameters whose bits
+        differ from the weights as built, however they were changed (through ``.data`` too: :mod:`circuits.fingerprint`),
+        and its modules carrying forward hooks (the construction has none of its own). The stacked model is what a
+        caller edits or hooks; before it exists the step models run, which are the weights as built."""
+        if self._model is None:
+            return Alterations()
+        from circuits.structured import forward_hook_counts
+
+        now = parameter_digests(dict(self._model.named_parameters()))
+        edited = {name: now.get(name, b"") for name, built in self._built.items() if now.get(name) != built}
+        return Alterations(edited, tuple(name for name, n in forward_hook_counts(self._model).items() if n))
 
     def stacked_blocks(self) -> list:
         """Every layer's block, step after step (the same weights in every step)."""
@@ -204,6 +240,7 @@ class SwapCircuit:
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
         resid, seq, scaling = self.encode(X, C0)
+        altered = self.alterations()
         used, note = ("dense", "") if path == "dense" else ("structured", "")
         if used == "structured":
             from circuits.structured import StructuredPathUnavailable
@@ -236,7 +273,7 @@ class SwapCircuit:
         # Lloyd's chain's objectives are the circuit's "reference" candidate's (step 0: the start, shared by all).
         return SwapRun(np.stack(centroids), choices, np.array([*objectives[:1], *chosen_obj]), np.stack(lloyd),
                        np.array([*objectives[:1], *candidates[:, self.SPEC.slot("reference")]]), candidates,
-                       used, note)
+                       used, note, altered)
 
 
 def build_swap_circuit(d: int, k: int, steps: int, *, beta: float = 1e14, tie_break: float = 1e-11,

@@ -126,12 +126,13 @@ def settled_for_the_report(at_scale: bool):
     garbage there is now is collected, TransformerLens, which the report's model and weight views need, is imported
     (with the collector paused: :mod:`circuits.tl`), and every object alive is frozen (``gc.freeze``) while the report
     is made: the run's results, which the report reads, and the modules imported so far. Collecting before the
-    import walks the run's objects alone: after it, the collection walked TransformerLens's too, 0.25 s against
-    0.1 s, to find some twenty unreachable objects among them (frozen now, until the unfreeze). The collections that the
-    report's own imports and figures set off (scikit-learn, plotly) then no longer walk them again and again. With
-    the freeze at the process's end (:func:`program`), ``report --dataset iris --k 3`` took 4.8-5.2 s of CPU against
-    6.2-6.4 s (docs/performance.md, "The eighth round"). A frozen object is still freed when its last reference
-    goes, and at the end they are unfrozen (collectable again). Where something else in the process froze objects
+    import walks the run's objects alone: after it, the collection walked TransformerLens's too (0.27 s against
+    0.06-0.07 s in ``cluster --out`` at a million points), to find some twenty unreachable objects among them
+    (frozen now, until the unfreeze). The collections that the report's own imports and figures set off
+    (scikit-learn, plotly) then no longer walk them again and again. With the freeze at the process's end
+    (:func:`program`), ``report --dataset iris --k 3`` took 4.8-5.2 s of CPU against 6.2-6.4 s (docs/performance.md,
+    "The eighth round"). A frozen object is still freed when its last reference goes, and at the end they are
+    unfrozen (collectable again). Where something else in the process froze objects
     already, nothing is frozen (its unfreeze would be ours)."""
     import gc
 

@@ -120,9 +120,10 @@ class SwapCircuit:
 
     def alterations(self) -> Alterations:
         """What a run now would run that is not the construction as built: the stacked model's parameters whose bits
-        differ from the weights as built, however they were changed (through ``.data`` too: :mod:`circuits.fingerprint`),
-        and its modules carrying forward hooks (the construction has none of its own). The stacked model is what a
-        caller edits or hooks; before it exists the step models run, which are the weights as built."""
+        differ from the weights as built, however they were changed (through ``.data`` too:
+        :mod:`circuits.fingerprint`), and its modules carrying forward hooks (the construction has none of its own).
+        The stacked model is what a caller edits or hooks; before it exists the step models run, which are the
+        weights as built."""
         if self._model is None:
             return Alterations()
         from circuits.structured import forward_hook_counts

@@ -1,4 +1,4 @@
-"""The sharpness bound's assign layers run over chunks of points (analysis.proof.bound.sharpness.BOUND_CHUNK): the
+"""The sharpness bound's assign layers run over chunks of points (analysis.proof.bound.assign.BOUND_CHUNK): the
 bound, the hard trajectory and every note must be the same numbers, bit for bit, whatever the chunk."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
+import analysis.proof.bound.assign as assign
 import analysis.proof.bound.sharpness as sharpness
+from analysis.proof.bound.records import BoundProblem, HardState
 
 
 def _bound(X, C0, sink=None, tie_break=1e-9):
@@ -34,9 +36,9 @@ def _problems():
 def test_chunked_assign_layers_give_the_unchunked_bound_bit_for_bit(monkeypatch, chunk):
     uncertain_seen = False
     for X, C0, sink, tie_break in _problems():
-        monkeypatch.setattr(sharpness, "BOUND_CHUNK", 1 << 20)
+        monkeypatch.setattr(assign, "BOUND_CHUNK", 1 << 20)
         whole = _bound(X, C0, sink, tie_break)
-        monkeypatch.setattr(sharpness, "BOUND_CHUNK", chunk)
+        monkeypatch.setattr(assign, "BOUND_CHUNK", chunk)
         assert _bound(X, C0, sink, tie_break) == whole
         uncertain_seen |= not pickle.loads(whole)[0].certified
     assert uncertain_seen  # the uncertified path was compared too
@@ -87,7 +89,7 @@ def test_bound_inputs_from_the_encoding_are_the_streams_slots(variant, hold):
 
 def _margins_as_written(p, state):
     """The assign layer's margins as the module docstring writes them, one expression each (the oracle of the
-    in-place form in :func:`analysis.proof.bound.sharpness._margins`)."""
+    in-place form in :func:`analysis.proof.bound.assign.margins`)."""
     from analysis.proof.bound.records import U, gamma
     from circuits.reference import sq_distances
 
@@ -118,10 +120,10 @@ def test_the_in_place_margins_are_the_written_expression_bit_for_bit(seed):
     X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-3, 2)
     C = X[rng.choice(n, size=k)].copy() if seed % 3 == 0 else rng.normal(size=(k, d))
     e = np.zeros(k) if seed % 4 == 0 else np.abs(rng.normal(size=k)) * 10.0 ** rng.integers(-18, -2)
-    state = sharpness._State(C, e, np.zeros(k))
-    p = sharpness._Problem(X, sharpness.tie_breaks(1e-9, k), 1e6, 100.0, 10.0, 1.0,
+    state = HardState(C, e, np.zeros(k))
+    p = BoundProblem(X, sharpness.tie_breaks(1e-9, k), 1e6, 100.0, 10.0, 1.0,
                            -3.0 if seed % 5 == 0 else None, np.array([]), 1.0, np.abs(X).max(axis=1))
-    got = sharpness._margins(p, state)
+    got = assign.margins(p, state)
     want = _margins_as_written(p, state)
     for name, expected in zip(("a", "gap", "D", "E", "Va", "rho_a"), want, strict=True):
         assert np.asarray(getattr(got, name)).tobytes() == np.asarray(expected).tobytes(), name

@@ -207,7 +207,7 @@ def test_damped_bound_with_lloyds_propagation_is_caught(monkeypatch):
     """Damping carries a fraction |1 - eta| of each centroid's error into the next iteration. Lloyd's propagation
     (the new error is the head's alone) is too small for damped: once the assignments are hard again the head adds
     nothing, but half of the earlier error is still there; the layer-by-layer check finds it."""
-    import analysis.proof.bound.sharpness as bound
+    import analysis.proof.bound.update as bound
 
     X = DATASETS["blobs"]
     result = run_variant("damped", {"eta": 0.5}, X, initial_centroids(X, 5, "random", 0), 3, 1e6, 4000.0)
@@ -275,11 +275,11 @@ def test_exp_is_numpys_bit_for_bit(live_share, size):
 @pytest.mark.parametrize("seed", range(40))
 def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_for_bit(seed):
     """The update layer evaluates every centroid query's off-support ``log sum exp`` from terms shared by all
-    queries (:func:`sharpness._off_mass_terms`); each must equal :func:`logsumexp_vector` of that query's own
-    scores (the non-members' ``beta_u (eps_i - 1)``, then the constants and the sinks) to the last bit, with
-    empty clusters, outliers (label k) and scores that are -inf or all equal."""
-    from analysis.proof.bound import sharpness
-    from analysis.proof.bound.records import log_sum_shifted, logsumexp_vector
+    queries (:func:`analysis.proof.bound.update.off_mass_terms`); each must equal :func:`logsumexp_vector` of that
+    query's own scores (the non-members' ``beta_u (eps_i - 1)``, then the constants and the sinks) to the last bit,
+    with empty clusters, outliers (label k) and scores that are -inf or all equal."""
+    from analysis.proof.bound import update
+    from analysis.proof.bound.records import BoundProblem, log_sum_shifted, logsumexp_vector
 
     rng = np.random.default_rng(seed)
     n, k = int(rng.integers(1, 40)), int(rng.integers(1, 6))
@@ -287,10 +287,10 @@ def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_f
     sink_terms = np.array([] if seed % 2 else [float(rng.normal(0, 20))])
     eps = rng.choice([0.0, 5e-324, 1e-12, 0.3, 1.0], size=n) * (rng.random(n) if seed % 3 else 1.0)
     a = rng.integers(0, k + (1 if sink_terms.size else 0), size=n)
-    p = sharpness._Problem(np.zeros((n, 1)), np.zeros(k), 1.0, beta_u, 1.0, 1.0, None, sink_terms, 0.0, np.zeros(n))
+    p = BoundProblem(np.zeros((n, 1)), np.zeros(k), 1.0, beta_u, 1.0, 1.0, None, sink_terms, 0.0, np.zeros(n))
     order = np.argsort(a, kind="stable")
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
-        shifted, keep, top = sharpness._off_mass_terms(p, eps, a, order, k)
+        shifted, keep, top = update.off_mass_terms(p, eps, a, order, k)
         for j in range(k):
             scores = np.concatenate([beta_u * (eps[a != j] - 1), [-beta_u / 2, math.log(k) - beta_u],
                                      sink_terms - beta_u])
@@ -300,13 +300,13 @@ def test_update_layers_off_support_mass_is_logsumexp_of_each_querys_scores_bit_f
 
 @pytest.mark.parametrize("seed", range(60))
 def test_update_layer_equals_each_clusters_straightforward_bound_bit_for_bit(seed):
-    """:func:`sharpness._update_layer` evaluates all clusters' sums, ``log`` and ``exp`` in shared calls; each
-    cluster's next centroid, float error, ``delta`` and ``|softmax - hardmax|_1`` bound must equal the formulas of
-    the module docstring evaluated for that cluster alone (its members selected by mask, its own scores' ``log sum
+    """:func:`analysis.proof.bound.update.update_layer` evaluates all clusters' sums, ``log`` and ``exp`` in shared
+    calls; each cluster's next centroid, float error, ``delta`` and ``|softmax - hardmax|_1`` bound must equal the
+    formulas of the module docstring evaluated for that cluster alone (its members selected by mask, its own scores' ``log sum
     exp``) to the last bit: with empty clusters, outliers (label k), members whose weights are far from uniform
     (``denom <= 0``), damped steps and update sinks."""
-    from analysis.proof.bound import sharpness
-    from analysis.proof.bound.records import U, logsumexp_vector, round_up_scalar
+    from analysis.proof.bound import update
+    from analysis.proof.bound.records import U, BoundProblem, HardState, logsumexp_vector, round_up_scalar
 
     rng = np.random.default_rng(seed)
     n, d, k = int(rng.integers(1, 50)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
@@ -318,11 +318,11 @@ def test_update_layer_equals_each_clusters_straightforward_bound_bit_for_bit(see
     X = rng.normal(size=(n, d)) * 10.0 ** rng.integers(-3, 3)
     x_inf = np.abs(X).max(axis=1)
     r_x = float((np.sqrt((X**2).sum(axis=1)) * (1 + (d + 2) * U)).max())
-    p = sharpness._Problem(X, np.zeros(k), 1.0, beta_u, 1.0, eta, None, sink_terms, r_x, x_inf)
+    p = BoundProblem(X, np.zeros(k), 1.0, beta_u, 1.0, eta, None, sink_terms, r_x, x_inf)
     C, e, delta = rng.normal(size=(k, d)), rng.random(k) * 1e-15, rng.random(k) * 1e-3
-    state = sharpness._State(C.copy(), e.copy(), delta.copy())
+    state = HardState(C.copy(), e.copy(), delta.copy())
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
-        l1 = sharpness._update_layer(p, state, a, eps)
+        l1 = update.update_layer(p, state, a, eps)
     c_norm = np.sqrt((C**2).sum(axis=1)) * (1 + (d + 2) * U) + np.sqrt(d) * e
     r_v = r_x + max(r_x, float((c_norm + delta).max()))
     for j in range(k):
@@ -342,7 +342,7 @@ def test_update_layer_equals_each_clusters_straightforward_bound_bit_for_bit(see
         head = min(round_up_scalar(2 * r_x * spread + w_off * r_v), round_up_scalar(r_v))
         mean = X[members].mean(axis=0)
         e_mean = (size + 1) * U * 1.01 * float(x_inf[members].max())
-        assert state.delta[j] == sharpness.commit_error(float(delta[j]), head, eta), j
+        assert state.delta[j] == update.commit_error(float(delta[j]), head, eta), j
         if eta == 1.0:
             assert state.C[j].tobytes() == mean.tobytes() and state.e[j] == e_mean, j
         else:

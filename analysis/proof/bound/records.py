@@ -1,4 +1,5 @@
-"""What a sharpness bound is made of: its per-layer records, the hard trajectory, and outward-rounded arithmetic.
+"""What a sharpness bound is made of: the problem it is evaluated on and the hard state it advances, its
+per-layer records, the hard trajectory, and outward-rounded arithmetic.
 
 Every evaluated bound passes through :func:`round_up` (a relative push of :data:`SLACK`, never below the smallest
 positive float64); exponents are evaluated in log space (:func:`logsumexp`, rounded outward).
@@ -89,6 +90,34 @@ def exp(a) -> np.ndarray | float:
         out = np.zeros(a.shape)
         out[live] = np.exp(a[live])
         return out
+
+
+@dataclass(frozen=True)
+class BoundProblem:
+    """What stays fixed along the bound: the unit-scaled points with their norms (rounded up) and largest
+    coordinate, the tie-breaks, the knobs, the damped step ``eta`` and the sinks (``sink_terms``: the update heads'
+    logit, or empty)."""
+
+    X: np.ndarray
+    t: np.ndarray
+    beta: float
+    beta_update: float
+    mask: float
+    eta: float
+    sink: float | None
+    sink_terms: np.ndarray
+    r_x: float
+    x_inf: np.ndarray
+
+
+@dataclass
+class HardState:
+    """The hard trajectory at one iteration: centroids ``C``, their per-coordinate float error ``e``, and ``delta``,
+    the bound on each soft centroid's distance from its hard one."""
+
+    C: np.ndarray
+    e: np.ndarray
+    delta: np.ndarray
 
 
 @dataclass

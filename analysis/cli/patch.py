@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     sharpness = sharpness_from(args)
 
     from analysis.cli.progress import Stages
-    from analysis.patching.experiment import PatchingExperiment, verify_unpatched
+    from analysis.patching.experiment import PatchingExperiment
+    from analysis.patching.unpatched import verify_unpatched
     from analysis.pipeline import DTYPES
     from circuits.variants import get_variant
 

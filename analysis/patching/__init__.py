@@ -8,6 +8,8 @@ methods themselves — the heatmaps must light up where the construction says, a
   decision boundary, swap two centroids, add an outlier), sharing token positions and unit scaling.
 * :mod:`~analysis.patching.experiment` — :class:`PatchingExperiment`: caches both runs and runs the corrupted one
   with clean activations patched in, by layer, token position or type, head output, and named subspace.
+* :mod:`~analysis.patching.unpatched` — :func:`verify_unpatched`: the clean and corrupted runs verified layer by
+  layer, and the placeholder key checked inert, before any patch is read.
 * :mod:`~analysis.patching.metrics` — label flips, centroid displacement, objective change and the fraction of
   clean behaviour restored (defined there, 0/0 included).
 * :mod:`~analysis.patching.sweeps` — layer x position, layer x subspace and per-component sweeps as tensors,
@@ -25,6 +27,7 @@ _EXPORTS = {
     "move_point": "pairs", "swap_centroids": "pairs", "add_outlier": "pairs",
     "PatchingExperiment": "experiment", "Patch": "experiment", "PatchSite": "experiment",
     "positions_of": "experiment", "encode_pair": "experiment",
+    "UnpatchedCheck": "unpatched", "verify_unpatched": "unpatched",
     "PatchMetrics": "metrics", "Outcome": "metrics", "fraction_restored": "metrics",
     "SweepResult": "sweeps", "sweep_layer_position": "sweeps", "sweep_layer_subspace": "sweeps",
     "sweep_components": "sweeps", "run_sweeps": "sweeps", "heatmap": "sweeps",

@@ -15,7 +15,8 @@ import html
 
 import numpy as np
 
-from analysis.patching.experiment import PLACEHOLDER_TOLERANCE, Patch, PatchingExperiment, UnpatchedCheck
+from analysis.patching.experiment import Patch, PatchingExperiment
+from analysis.patching.unpatched import PLACEHOLDER_TOLERANCE, UnpatchedCheck
 from analysis.patching.metrics import E_TOL
 from analysis.patching.sweeps import RESTORED, SweepResult, heatmap_pair
 from analysis.report.document import Badge, Fact, Header, Html, Report, Section, badges_html

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.patching.experiment import Patch, PatchingExperiment, encode_pair, positions_of, verify_unpatched
+from analysis.patching.experiment import Patch, PatchingExperiment, encode_pair, positions_of
+from analysis.patching.unpatched import verify_unpatched
 from analysis.patching.metrics import E_TOL, Outcome, compare, fraction_restored, mismatch_up_to_renaming
 from analysis.patching.pairs import CORRUPTIONS, add_outlier, make_pair, move_centroid, move_point, swap_centroids
 from analysis.patching.sweeps import heatmap, sweep_components, sweep_layer_subspace

@@ -94,7 +94,7 @@ def assert_forward_is_the_hooked_transformers(model, tasks, steps: int = 3) -> N
     skips the masked point x point block, equals the exported HookedTransformer's at every step."""
     import torch
 
-    from circuits.training.model import run_hooked
+    from circuits.training.hooked import run_hooked
 
     with torch.no_grad():
         for p in model.parameters():

@@ -67,7 +67,7 @@ def _step_inputs(model, hooked, layout, pair, step: int) -> tuple[torch.Tensor, 
     from analysis.patching.experiment import shared_scaling
     from circuits.encoding import encode
     from circuits.training.construction import CONSTANT_SUBSPACES, STAGING_SUBSPACES, prepare_input
-    from circuits.training.model import run_hooked
+    from circuits.training.hooked import run_hooked
 
     scaling = shared_scaling(pair)
     out = []

@@ -11,7 +11,7 @@ import numpy as np
 
 from analysis.verify.export import check_export
 from circuits import reference
-from circuits.training.model import unit_to_task
+from circuits.training.encoding import unit_to_task
 
 NOTE = ("trained model: 'verified' means the exported HookedTransformer reproduces the training-time forward pass;"
         " per_iteration compares with Lloyd's from the same initial centroids (the reference), which the model is not"

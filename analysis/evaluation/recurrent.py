@@ -18,7 +18,8 @@ import torch
 
 from circuits import reference
 from circuits.encoding import EncodedBatch
-from circuits.training.model import RecurrentKMeans, unit_to_task
+from circuits.training.encoding import unit_to_task
+from circuits.training.model import RecurrentKMeans
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ pass computes? This is the ``"verified"`` of a trained checkpoint (``cluster --c
 
 What it certifies: on one encoded problem, after every step ``0..T``, the centroid coordinates (the residual's
 ``C`` subspace, unit coordinates) of the exported model (:meth:`~circuits.training.model.RecurrentKMeans.hooked_transformer`,
-run by :func:`circuits.training.model.run_hooked`) and of :meth:`~circuits.training.model.RecurrentKMeans.run`
+run by :func:`circuits.training.hooked.run_hooked`) and of :meth:`~circuits.training.model.RecurrentKMeans.run`
 differ by at most :func:`export_tolerance`, a first-order bound on the rounding of two evaluations of the same
 weights in the model's dtype. A model that passes is, as a TransformerLens model, the model that was trained and
 evaluated.
@@ -74,7 +74,7 @@ def run_export(ht, model: RecurrentKMeans, enc: EncodedBatch, iterations: int, n
     (:mod:`circuits.training.masked`: the same weights, the point x point block proved to weigh exactly 0 and
     skipped, ``O(n k)``), or densely where that proof fails; and which path ran."""
     from circuits.structured import StructuredPathUnavailable
-    from circuits.training.model import run_hooked
+    from circuits.training.hooked import run_hooked
 
     try:
         return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True, n=n), "masked"

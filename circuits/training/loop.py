@@ -33,7 +33,8 @@ from circuits.strict_json import nulled
 from circuits.training.schema import ADAM_BETA1, max_lr, read_log
 from circuits.training.general_tasks import general_tasks
 from circuits.training.loss import GAMMA_L, HINGE, RISE, anytime_loss, soft_min_objective
-from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans, sequence_of, unit_to_task
+from circuits.training.encoding import sequence_of, unit_to_task
+from circuits.training.model import DTYPES, ModelConfig, RecurrentKMeans
 from circuits.training.tasks import TRAIN, VALIDATION, TaskBatch, make_tasks, task_stream
 
 LOSSES = ("final", "anytime")

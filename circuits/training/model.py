@@ -14,7 +14,7 @@ Parameters are exactly the weights of a two-layer ``HookedTransformer`` in the t
 
 A *general* model (``ModelConfig.general``) reads ``d`` and ``k`` as a capacity: it runs any ``d' <= d`` (points in
 the first ``d'`` coordinates, the rest 0) and any ``k' <= k`` (``k'`` centroid tokens with the first ``k'``
-identities); the sequence has ``1 + n + k'`` tokens and nothing else changes (:func:`encode_for`).
+identities); the sequence has ``1 + n + k'`` tokens and nothing else changes (:func:`circuits.training.encoding.encode_for`).
 
 Step 0 is the assign block alone (the input already holds the initial centroids, see
 :func:`circuits.training.construction.prepare_input`); every later step applies the pair ``(U, A)``. After step
@@ -41,12 +41,12 @@ from jaxtyping import Float
 from torch import nn
 
 from circuits.blocks import ASSIGN, UPDATE, unembed_matrix
-from circuits.encoding import EncodedBatch, as_batch, encode, fit_unit_scaling
-from circuits.layout import ResidualLayout, SequenceLayout
+from circuits.encoding import EncodedBatch
+from circuits.layout import ResidualLayout
 from circuits.training.construction import (
-    CONSTANT_SUBSPACES, STAGING_SUBSPACES, InitSharpness, construction_blocks, prepare_input, structural_channel,
-    trainable_layout,
+    CONSTANT_SUBSPACES, STAGING_SUBSPACES, InitSharpness, construction_blocks, structural_channel, trainable_layout,
 )
+from circuits.training.encoding import encode_for, sequence_of
 from circuits.weights import BlockWeights, HeadWeights, MLPWeights
 
 INITS = ("exact", "random")
@@ -367,69 +367,3 @@ def _active(idx: np.ndarray, probe: MLPWeights, name: str) -> np.ndarray:
     W = probe.W_gate if name == "gate" else probe.W_in
     counts = (W != 0).sum(axis=0)
     return (np.arange(idx.shape[0])[:, None] < counts[None, :]).astype(np.float64)
-
-
-def sequence_of(resid: torch.Tensor, n: int) -> SequenceLayout:
-    """Token positions of a residual with ``n`` points: the centroid tokens are the rest after BOS and points."""
-    return SequenceLayout(n, resid.shape[1] - n - 1)
-
-
-def encode_for(layout: ResidualLayout, X: np.ndarray, C0: np.ndarray, dtype: torch.dtype,
-               device: torch.device | str = "cpu") -> EncodedBatch:
-    """:func:`circuits.encoding.encode` (unit scaling, token order) followed by ``prepare_input``.
-
-    Points of ``d < layout.d`` coordinates go in the first ``d`` (zero padding changes no distance and no unit
-    scaling); ``k < layout.k`` initial centroids make ``k`` centroid tokens with the first ``k`` identities. The
-    returned batch keeps the caller's ``X`` and ``C0`` (``d`` wide); its scaling's offset is ``layout.d`` wide.
-    """
-    X, C0 = as_batch(X, "X"), as_batch(C0, "C0")
-    d, k = X.shape[2], C0.shape[1]
-    if d > layout.d or C0.shape[2] != d or k > layout.k:
-        raise ValueError(f"the model holds d <= {layout.d}, k <= {layout.k}; got points of d={d}, centroids"
-                         f" of shape {C0.shape[1:]}")
-    pad = ((0, 0), (0, 0), (0, layout.d - d))
-    Xp, Cp = np.pad(X, pad), np.pad(C0, pad)
-    if k == layout.k:
-        enc = encode(layout, Xp, Cp, dtype=torch.float64)
-    else:
-        # Only the first k centroid tokens: encode against the full K (padding with copies of a centroid) and cut.
-        full = np.concatenate([Cp, np.repeat(Cp[:, :1], layout.k - k, axis=1)], axis=1)
-        enc = encode(layout, Xp, full, dtype=torch.float64, scaling=fit_unit_scaling(Xp, Cp))
-        enc.resid = enc.resid[:, : 1 + X.shape[1] + k]
-        enc.sequence = SequenceLayout(X.shape[1], k)
-    resid = prepare_input(layout, enc.resid.numpy(), enc.n)
-    return EncodedBatch(torch.as_tensor(resid, dtype=dtype, device=device), layout, enc.sequence, enc.scaling, X, C0)
-
-
-def run_hooked(model, layout: ResidualLayout, encoded_resid: torch.Tensor, steps: int, reembed: bool,
-               keep: bool = False, n: int | None = None) -> list[torch.Tensor]:
-    """Apply the two-layer ``HookedTransformer`` recurrently, as :meth:`RecurrentKMeans.run` does: step 0 is
-    ``model(resid, start_at_layer=1, stop_at_layer=2)`` (the assign block), later steps re-embed and run both.
-
-    With ``n`` (the number of points) the blocks run on the masked path (:func:`circuits.training.masked.
-    masked_blocks`: the same weights, the point x point block proved to weigh exactly 0 and skipped), which raises
-    :class:`~circuits.structured.StructuredPathUnavailable` where that proof fails."""
-    const = torch.as_tensor(layout.mask(CONSTANT_SUBSPACES), dtype=encoded_resid.dtype)
-    staging = torch.as_tensor(layout.mask(STAGING_SUBSPACES), dtype=encoded_resid.dtype)
-    resid, out = encoded_resid, []
-    if n is not None:
-        from circuits.training.masked import masked_blocks
-    with torch.no_grad():
-        for t in range(steps + 1):
-            if t and reembed:
-                resid = resid * (1 - const - staging) + encoded_resid * const
-            if n is not None:
-                resid = masked_blocks(model, resid, n, start=1 if t == 0 else 0)
-            else:
-                resid = model(resid, start_at_layer=1 if t == 0 else 0, stop_at_layer=model.cfg.n_layers)
-            if keep or t == steps:
-                out.append(resid)
-    return out
-
-
-def unit_to_task(unit: torch.Tensor, encoded: EncodedBatch) -> torch.Tensor:
-    """Unit-scaled coordinates back to the task's units (differentiable), the task's ``d`` coordinates only."""
-    d = encoded.X.shape[-1]
-    offset = torch.as_tensor(encoded.scaling.offset[:, :d], dtype=unit.dtype, device=unit.device)
-    scale = torch.as_tensor(encoded.scaling.scale, dtype=unit.dtype, device=unit.device)
-    return unit[..., :d] * scale[:, None, None] + offset[:, None, :]

@@ -17,7 +17,8 @@ from circuits.training.schema import read_log
 from circuits.training.construction import EXACT, InitSharpness
 from circuits.training.loop import TrainConfig, train
 from circuits.training.loss import kmeans_objective, soft_min_objective
-from circuits.training.model import ModelConfig, RecurrentKMeans, unit_to_task
+from circuits.training.encoding import unit_to_task
+from circuits.training.model import ModelConfig, RecurrentKMeans
 from conftest import assert_forward_is_the_hooked_transformers
 from circuits.problems import FAMILIES
 from circuits.training.tasks import TEST, TRAIN, VALIDATION, make_tasks, task_stream
@@ -237,7 +238,7 @@ def test_agreement_scores_are_scikit_learns(pair):
 def test_masked_export_path_is_the_dense_hooked_transformer(init):
     """The exported HookedTransformer on the masked path (point x point block proved to weigh 0 and skipped) holds
     the dense forward's residual stream at every step, for weights moved everywhere (masked dimensions too)."""
-    from circuits.training.model import run_hooked
+    from circuits.training.hooked import run_hooked
 
     model = RecurrentKMeans(ModelConfig(3, 4, init, seed=1), dtype=torch.float64)
     with torch.no_grad():
@@ -256,7 +257,7 @@ def test_masked_export_path_refuses_an_unmasked_model_and_cluster_falls_back_to_
     saying which query, and the export runs densely (still the parity check against the training forward)."""
     from analysis.verify.export import run_export
     from circuits.structured import StructuredPathUnavailable
-    from circuits.training.model import run_hooked
+    from circuits.training.hooked import run_hooked
 
     model = RecurrentKMeans(ModelConfig(3, 4, "exact", seed=1), dtype=torch.float64)
     tasks = make_tasks(1, 15, 3, 4, seed=4)

@@ -25,7 +25,6 @@ import torch
 from jaxtyping import Float, Int
 
 from analysis.capture.summaries import AssignAttention, UpdateAttention, summarise_assign_grouped, update_rows_grouped
-from circuits import hook_names
 from circuits.encoding import EncodedBatch
 from circuits.structured import GroupedAttention, identity_groups
 

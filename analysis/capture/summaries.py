@@ -1,6 +1,6 @@
 """What a run's attention did, layer by layer: the summaries a :class:`~analysis.capture.Capture` keeps.
 
-Beside :mod:`analysis.capture.record`, which runs the circuit and calls these from its hooks. An assign head keeps, per
+Beside :mod:`analysis.capture.run`, which runs the circuit and calls these from its hooks. An assign head keeps, per
 point query, its point x centroid scores and pattern and a certificate (chosen key, margin, ``leak_bound``); an
 update head keeps its centroid query rows and a certificate against the intended support (:func:`update_certificate`).
 Both are computed from the dense attention (:func:`summarise_head`) or from the grouped attention of

@@ -39,7 +39,7 @@ def group_names(step_groups=None) -> tuple[str, ...]:
 
 
 def _too_many(n: int, k: int, groups: tuple[str, ...]) -> str:
-    from analysis.capture.record import DENSE_MAX_TOKENS
+    from analysis.capture.run import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
     tokens = SwapSequence(n, k, groups).n_tokens
@@ -52,7 +52,7 @@ def path_for(n: int, k: int, path: str = "auto", step_groups=None) -> str:
     sequence of the centroid groups of ``step_groups``, a :class:`~circuits.swap.layout.StepGroups`, the swap's when
     ``None``) are above :data:`analysis.capture.DENSE_MAX_TOKENS`, where ``dense`` is refused
     (:class:`SwapPathUnavailable`)."""
-    from analysis.capture.record import DENSE_MAX_TOKENS
+    from analysis.capture.run import DENSE_MAX_TOKENS
     from circuits.swap.layout import SwapSequence
 
     groups = group_names(step_groups)

@@ -79,7 +79,7 @@ def run_export(ht, model: RecurrentKMeans, enc: EncodedBatch, iterations: int, n
     try:
         return run_hooked(ht, model.layout, enc.resid, iterations, model.config.reembed, keep=True, n=n), "masked"
     except StructuredPathUnavailable as exc:
-        from analysis.capture.record import DENSE_MAX_TOKENS
+        from analysis.capture.run import DENSE_MAX_TOKENS
 
         if enc.resid.shape[1] > DENSE_MAX_TOKENS:
             from circuits.training.schema import CheckpointError

@@ -110,9 +110,9 @@ def test_cluster_paths_agree_and_above_the_dense_limit_only_the_structured_path_
         assert code == 0 and docs[path]["verified"]
     assert (docs["auto"]["path"], docs["dense"]["path"]) == ("structured", "dense")
     np.testing.assert_allclose(docs["auto"]["centroids"], docs["dense"]["centroids"], rtol=0, atol=1e-12 * 8)
-    import analysis.capture.record
+    import analysis.capture.run
 
-    monkeypatch.setattr(analysis.capture.record, "DENSE_MAX_TOKENS", 100)
+    monkeypatch.setattr(analysis.capture.run, "DENSE_MAX_TOKENS", 100)
     code, out, _ = run(capsys, *argv)
     assert code == 0 and json.loads(out)["path"] == "structured"
     assert json.loads(out)["centroids"] == docs["auto"]["centroids"]

@@ -72,7 +72,7 @@ def write_page(out, report, plotly_js: str) -> None:
     """Write ``report`` to ``out`` (with plotly.js beside it for ``shared``)."""
     html = report.to_html(plotly_js=plotly_js)
     if plotly_js == "shared":
-        from analysis.report.document import write_plotly_js
+        from analysis.report.assets import write_plotly_js
 
         try:
             write_plotly_js(out.parent)

@@ -2,6 +2,8 @@
 
 * :mod:`~analysis.report.document` — the engine: a :class:`Report` (header and sections of figures, tables and
   text) rendered as one HTML file with plotly.js embedded, which opens offline; :func:`page` for a plain page.
+* :mod:`~analysis.report.assets` — what every page carries: its stylesheet, the script that draws its figures, and
+  plotly.js (embedded, or one shared file beside the pages).
 * :mod:`~analysis.report.circuit` — the circuit report of a verified run (:func:`build_report`) and the ways to
   extend it (:func:`register_section`, :meth:`Report.add_section`).
 * :mod:`~analysis.report.drift` — what training changed (:func:`drift_report`).
@@ -17,9 +19,9 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    **dict.fromkeys(["BOOT_JS", "Badge", "CSS", "Fact", "FigureItem", "Header", "Html", "Item", "Report", "Section",
-                     "Table",
+    **dict.fromkeys(["Badge", "Fact", "FigureItem", "Header", "Html", "Item", "Report", "Section", "Table",
                      "figure_json", "page", "render_html", "slug", "write_text_atomic"], "document"),
+    **dict.fromkeys(["BOOT_JS", "CSS", "PLOTLY_JS_MODES", "plotly_js_name", "write_plotly_js"], "assets"),
     **dict.fromkeys(["DEFAULT_SECTIONS", "ReportContext", "SectionBuilder", "build_header", "build_report",
                      "register_section", "schedule_text", "unregister_section"], "circuit"),
     "drift_report": "drift",

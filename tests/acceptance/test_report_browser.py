@@ -130,7 +130,7 @@ def test_a_page_without_plotly_is_caught(tmp_path, browser):
 
 
 def test_a_report_with_shared_plotly_js_draws_offline_from_its_folder(tmp_path, browser):
-    from analysis.report.document import plotly_js_name
+    from analysis.report.assets import plotly_js_name
 
     fig = go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 3, 2]))
     report = R.Report(R.Header("shared"), [R.Section("one", items=[fig])])

@@ -296,7 +296,7 @@ def test_cluster_out_also_writes_the_report(tmp_path):
 
 
 def test_shared_plotly_js_is_written_once_beside_the_reports(iris_report, tmp_path):
-    from analysis.report.document import plotly_js_name
+    from analysis.report.assets import plotly_js_name
 
     folder = tmp_path / "reports"
     a = iris_report.write(folder / "a.html", plotly_js="shared")
@@ -315,7 +315,7 @@ def test_shared_plotly_js_is_written_once_beside_the_reports(iris_report, tmp_pa
 
 
 def test_report_command_shared_plotly_js(tmp_path, capsys):
-    from analysis.report.document import plotly_js_name
+    from analysis.report.assets import plotly_js_name
 
     out = tmp_path / "r.html"
     assert main(["report", "--dataset", "wine", "--k", "3", "--iterations", "1", "--plotly-js", "shared",

@@ -278,8 +278,7 @@ class KMeansCircuit:
         if not self._built:
             return []
         running = self._model.state_dict() if self._model is not None else self.weights.parameters
-        now = parameter_digests({name: running[name] for name in self._built if name in running})
-        return [name for name, built in self._built.items() if now.get(name) != built]
+        return list(changed_parameters(self._built, running))
 
     def added_hooks(self) -> list[str]:
         """The modules of the ``HookedTransformer`` (once it exists) carrying forward hooks beyond the circuit's own
@@ -338,6 +337,14 @@ def parameter_digests(parameters: dict[str, torch.Tensor]) -> dict[str, bytes]:
             by_tensor[id(t)] = digest(t)
         out[name] = by_tensor[id(t)]
     return out
+
+
+def changed_parameters(built: dict[str, bytes], running) -> dict[str, bytes]:
+    """The parameters named in ``built`` (:func:`parameter_digests` of the weights as built) whose bits in ``running``
+    (name -> tensor) differ, in ``built``'s order, each with the digest of its bits now (a name ``running`` lacks
+    counts as changed, with an empty digest). Only the named parameters are read."""
+    now = parameter_digests({name: running[name] for name in built if name in running})
+    return {name: now.get(name, b"") for name, digest_built in built.items() if now.get(name) != digest_built}
 
 
 @functools.lru_cache(maxsize=256)

@@ -132,8 +132,8 @@ def settled_for_the_report(at_scale: bool):
     (scikit-learn, plotly) then no longer walk them again and again. With the freeze at the process's end
     (:func:`program`), ``report --dataset iris --k 3`` took 4.8-5.2 s of CPU against 6.2-6.4 s (docs/performance.md,
     "The eighth round"). A frozen object is still freed when its last reference goes, and at the end they are
-    unfrozen (collectable again). Where something else in the process froze objects
-    already, nothing is frozen (its unfreeze would be ours)."""
+    unfrozen (collectable again). Where something else in the process froze objects already, nothing is frozen (its
+    unfreeze would be ours)."""
     import gc
 
     from circuits import tl

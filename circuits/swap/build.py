@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 
 from circuits import hook_names
-from circuits.build import CircuitWeights, build_model, parameter_digests
+from circuits.build import CircuitWeights, build_model, changed_parameters, parameter_digests
 from circuits.devices import torch_threads
 from circuits.encoding import as_batch, fit_unit_scaling, read
 from circuits.layout import ResidualLayout
@@ -128,8 +128,7 @@ class SwapCircuit:
             return Alterations()
         from circuits.structured import forward_hook_counts
 
-        now = parameter_digests(dict(self._model.named_parameters()))
-        edited = {name: now.get(name, b"") for name, built in self._built.items() if now.get(name) != built}
+        edited = changed_parameters(self._built, dict(self._model.named_parameters()))
         return Alterations(edited, tuple(name for name, n in forward_hook_counts(self._model).items() if n))
 
     def stacked_blocks(self) -> list:

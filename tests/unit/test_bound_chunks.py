@@ -87,6 +87,7 @@ def test_bound_inputs_from_the_encoding_are_the_streams_slots(variant, hold):
     (X_changed, *_), _ = bound_inputs(cap_changed)
     assert X_changed[0, 0] == X_unit[0, 0] + 1.0
 
+
 def _margins_as_written(p, state):
     """The assign layer's margins as the module docstring writes them, one expression each (the oracle of the
     in-place form in :func:`analysis.proof.bound.assign.margins`)."""
@@ -122,7 +123,7 @@ def test_the_in_place_margins_are_the_written_expression_bit_for_bit(seed):
     e = np.zeros(k) if seed % 4 == 0 else np.abs(rng.normal(size=k)) * 10.0 ** rng.integers(-18, -2)
     state = HardState(C, e, np.zeros(k))
     p = BoundProblem(X, sharpness.tie_breaks(1e-9, k), 1e6, 100.0, 10.0, 1.0,
-                           -3.0 if seed % 5 == 0 else None, np.array([]), 1.0, np.abs(X).max(axis=1))
+                     -3.0 if seed % 5 == 0 else None, np.array([]), 1.0, np.abs(X).max(axis=1))
     got = assign.margins(p, state)
     want = _margins_as_written(p, state)
     for name, expected in zip(("a", "gap", "D", "E", "Va", "rho_a"), want, strict=True):
